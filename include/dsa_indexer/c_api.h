@@ -1,0 +1,79 @@
+#ifndef DSA_INDEXER_C_API_H
+#define DSA_INDEXER_C_API_H
+/* C API for FFI users (ctypes, Rust, Julia): the C++ API with status codes instead of
+ * exceptions. The message of the last failure on the calling thread is kept until that
+ * thread's next call. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsa_indexer/export.hpp"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dsa_status {
+  DSA_STATUS_OK = 0,
+  DSA_STATUS_INVALID_ARGUMENT = 1,
+  DSA_STATUS_UNSUPPORTED_CONFIG = 2,
+  DSA_STATUS_COMPILE_ERROR = 3,
+  DSA_STATUS_DRIVER_ERROR = 4,
+  DSA_STATUS_CACHE_ERROR = 5,
+  DSA_STATUS_INTERNAL_ERROR = 6
+} dsa_status;
+
+/* dtype codes: same values as dsa_indexer::DType */
+enum { DSA_BF16 = 0, DSA_F16 = 1, DSA_F32 = 2, DSA_I32 = 3, DSA_I64 = 4, DSA_F64 = 5 };
+enum { DSA_THD_LOCAL = 0, DSA_THD_GLOBAL = 1 };
+enum { DSA_FAMILY_AUTO = 0, DSA_FAMILY_GENERIC = 1, DSA_FAMILY_REFERENCE = 2 };
+
+/* rank 0 and data NULL: "not given". shape/strides in elements, outermost first. */
+typedef struct dsa_tensor {
+  void* data;
+  int32_t dtype;
+  int32_t rank;
+  int64_t shape[4];
+  int64_t strides[4];
+  int32_t device;
+} dsa_tensor;
+
+typedef struct dsa_options {
+  uint32_t struct_size; /* sizeof(dsa_options), set by dsa_options_init */
+  int64_t ratio;
+  float sm_scale;
+  dsa_tensor q_causal_offsets;
+  dsa_tensor cu_seqlens_q;
+  dsa_tensor cu_seqlens_k;
+  int64_t max_seqlen_q;
+  int64_t max_seqlen_k;
+  const int32_t* cu_seqlens_q_host;
+  const int32_t* cu_seqlens_k_host;
+  int32_t thd_columns;
+  dsa_tensor ks;
+  dsa_tensor ke;
+  dsa_tensor lse;
+  int32_t family;
+} dsa_options;
+
+typedef struct dsa_cache_stats {
+  uint64_t hits, misses, evictions, compiles, disk_hits, entries, capacity;
+} dsa_cache_stats;
+
+/* Fills defaults: ratio 1, sm_scale 1, nothing optional given, THD local columns, auto family. */
+DSA_INDEXER_API void dsa_options_init(dsa_options* options);
+
+/* stream: a CUstream (NULL = legacy default stream). */
+DSA_INDEXER_API dsa_status dsa_indexer_forward(const dsa_tensor* q, const dsa_tensor* k,
+                                               const dsa_tensor* w, const dsa_tensor* scores,
+                                               const dsa_options* options, void* stream);
+
+/* The last failure's message on this thread ("" if the last call succeeded). */
+DSA_INDEXER_API const char* dsa_last_error(void);
+DSA_INDEXER_API const char* dsa_status_name(dsa_status s);
+DSA_INDEXER_API dsa_status dsa_kernel_cache_stats(dsa_cache_stats* out);
+DSA_INDEXER_API const char* dsa_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,7 @@
+#pragma once
+// Symbols of the public API are the only ones the shared library exports.
+#if defined(_WIN32)
+#define DSA_INDEXER_API
+#else
+#define DSA_INDEXER_API __attribute__((visibility("default")))
+#endif

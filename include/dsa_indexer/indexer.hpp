@@ -1,0 +1,87 @@
+#pragma once
+// DeepSeek Sparse Attention lightning-indexer forward on Hopper (sm_90a).
+//
+//   scores[b,i,j] = sm_scale * sum_h relu(q[b,i,h,:] . k[b,j,:]) * w[b,i,h]   if j is visible
+//                 = -inf                                                       otherwise
+//   visible: ks(b,i) <= j < ke(b,i), ke = clamp(floor((offset[b] + i + 1) / ratio), 0, S_k_b)
+//
+// Every cell of `scores` (and of `lse`) is written; masked cells hold the bit pattern of -inf.
+// The same inputs give bitwise-identical outputs run to run, and bf16 W gives the same bits as
+// fp32 W holding the same values. The library allocates no device memory per call.
+#include <cstdint>
+
+#include "dsa_indexer/errors.hpp"
+#include "dsa_indexer/export.hpp"
+#include "dsa_indexer/tensor.hpp"
+
+// The driver API's stream handle, declared exactly as cuda.h does so that callers need not
+// include cuda.h; 0 is the legacy default stream of the device's primary context.
+typedef struct CUstream_st* CUstream;
+
+namespace dsa_indexer {
+
+// THD output columns: `local` -> (T_q, max_seqlen_k), column = key index inside the segment;
+// `global` -> (T_q, T_k), column = packed key row, finite only inside the row's own segment.
+enum class ThdColumns : int32_t { local = 0, global = 1 };
+
+// Which kernel family serves the call. `automatic` picks the fastest family whose gate the
+// call passes; `reference` is the plain-CUDA oracle (slow, for tests and as a last resort).
+enum class KernelFamily : int32_t { automatic = 0, generic = 1, reference = 2 };
+
+struct IndexerOptions {
+  int64_t ratio = 1;       // KV compression ratio, >= 1
+  float sm_scale = 1.0f;   // finite; applied after the head sum
+
+  // int32 (B,) for BSHD or (n_seg,) for THD: global uncompressed token index of each batch's /
+  // segment's local q[0]. Not given: all zero. Read on the device in int64 arithmetic.
+  TensorDesc q_causal_offsets;
+
+  // THD (packed varlen) layout: both int32 (n_seg + 1,), starting at 0, non-decreasing, ending
+  // at T_q / T_k; both max_seqlen values are required and must cover every segment.
+  TensorDesc cu_seqlens_q;
+  TensorDesc cu_seqlens_k;
+  int64_t max_seqlen_q = -1;
+  int64_t max_seqlen_k = -1;
+  // Optional host copies of the two cu_seqlens arrays (n_seg + 1 values each). When given they
+  // are trusted to equal the device arrays and the call does not synchronize; when absent the
+  // library copies the device arrays to the host on `stream` (a synchronizing read) to check
+  // them before launching anything.
+  const int32_t* cu_seqlens_q_host = nullptr;
+  const int32_t* cu_seqlens_k_host = nullptr;
+  ThdColumns thd_columns = ThdColumns::local;
+
+  // Explicit windows (context-parallel layouts, as DeepGEMM's mqa_logits): int32 per query row,
+  // (B, S_q) or (T_q,), in the output's column space; they replace the ratio-causal window and
+  // are intersected with the row's valid columns. Both or neither; exclusive with offsets.
+  TensorDesc ks;
+  TensorDesc ke;
+
+  // Optional fp32 (B, S_q) or (T_q,): lse = log sum_{visible j} exp(scores), -inf if empty.
+  TensorDesc lse;
+
+  KernelFamily family = KernelFamily::automatic;
+};
+
+// Runs the forward on `stream`. Validation happens before anything is compiled or launched;
+// on any error nothing is launched and `scores` / `lse` are left untouched.
+// Throws InvalidArgument, UnsupportedConfig, CompileError, DriverError.
+DSA_INDEXER_API void indexer_forward(const TensorDesc& q, const TensorDesc& k,
+                                     const TensorDesc& w, const TensorDesc& scores,
+                                     const IndexerOptions& options, CUstream stream);
+
+// Counters of the in-memory kernel cache (all devices together).
+struct CacheStats {
+  uint64_t hits = 0;        // lookups served by a loaded module (including waits on an in-flight compile)
+  uint64_t misses = 0;      // lookups that had to produce a module
+  uint64_t evictions = 0;   // entries dropped by the LRU bound
+  uint64_t compiles = 0;    // NVRTC compilations (misses not served by the disk cache)
+  uint64_t disk_hits = 0;   // misses served by a verified disk-cache entry
+  uint64_t entries = 0;     // entries resident now
+  uint64_t capacity = 0;    // the LRU bound (DSA_INDEXER_CACHE_CAPACITY, default 256)
+};
+DSA_INDEXER_API CacheStats kernel_cache_stats();
+
+// Library version string, e.g. "0.1.0".
+DSA_INDEXER_API const char* version();
+
+}  // namespace dsa_indexer

@@ -1,0 +1,170 @@
+#include "driver.hpp"
+
+#include <dlfcn.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "util.hpp"
+
+namespace dsa_indexer::detail {
+namespace {
+
+std::string result_text(const Driver* d, CUresult r) {
+  const char* name = nullptr;
+  const char* desc = nullptr;
+  if (d && d->cuGetErrorName) d->cuGetErrorName(r, &name);
+  if (d && d->cuGetErrorString) d->cuGetErrorString(r, &desc);
+  return fmt::format("{} ({})", name ? name : fmt::format("CUresult {}", static_cast<int>(r)), desc ? desc : "no description");
+}
+
+}  // namespace
+
+void Driver::load() {
+  handle_ = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) {
+    const char* e = ::dlerror();
+    throw DriverError(fmt::format("cannot load the CUDA driver (libcuda.so.1): {}", e ? e : "not found"), "dlopen", -1);
+  }
+  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  auto get_proc = reinterpret_cast<GetProc>(::dlsym(handle_, "cuGetProcAddress_v2"));
+  if (!get_proc)
+    throw DriverError("the CUDA driver has no cuGetProcAddress_v2 (driver older than CUDA 12.0)", "dlsym", -1);
+#define DSA_CU_RESOLVE(name)                                                                              \
+  {                                                                                                       \
+    void* p = nullptr;                                                                                    \
+    CUdriverProcAddressQueryResult st{};                                                                  \
+    CUresult r = get_proc(#name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st);                      \
+    if (r != CUDA_SUCCESS || !p)                                                                          \
+      throw DriverError(fmt::format("the CUDA driver does not provide {} (CUresult {}, status {})", #name, \
+                                    static_cast<int>(r), static_cast<int>(st)),                          \
+                        "cuGetProcAddress", static_cast<int>(r));                                       \
+    name = reinterpret_cast<decltype(name)>(p);                                                           \
+  }
+  DSA_CU_FUNCTIONS(DSA_CU_RESOLVE)
+#undef DSA_CU_RESOLVE
+  check(cuInit(0), "cuInit");
+  check(cuDriverGetVersion(&version_), "cuDriverGetVersion");
+}
+
+Driver& Driver::get() {
+  static std::once_flag once;
+  static std::unique_ptr<Driver> inst;
+  static std::exception_ptr failure;
+  std::call_once(once, [] {
+    auto d = std::unique_ptr<Driver>(new Driver());
+    try {
+      d->load();
+      inst = std::move(d);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  if (!inst) std::rethrow_exception(failure);
+  return *inst;
+}
+
+bool Driver::probe(std::string* why) {
+  try {
+    Driver& d = get();
+    int n = 0;
+    CUresult r = d.cuDeviceGetCount(&n);
+    if (r != CUDA_SUCCESS || n < 1) {
+      if (why) *why = r != CUDA_SUCCESS ? "cuDeviceGetCount: " + result_text(&d, r) : "no CUDA device";
+      return false;
+    }
+    return true;
+  } catch (const std::exception& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
+void Driver::check(CUresult r, const char* call) const {
+  if (r == CUDA_SUCCESS) return;
+  throw DriverError(fmt::format("{} failed: {}", call, result_text(this, r)), call, static_cast<int>(r));
+}
+
+int device_count() {
+  int n = 0;
+  DSA_CU(cuDeviceGetCount(&n));
+  return n;
+}
+
+CUcontext primary_context(int ordinal) {
+  static std::mutex mu;
+  static std::map<int, CUcontext> contexts;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = contexts.find(ordinal);
+  if (it != contexts.end()) return it->second;
+  Driver& d = Driver::get();
+  int n = 0;
+  d.check(d.cuDeviceGetCount(&n), "cuDeviceGetCount");
+  if (ordinal < 0 || ordinal >= n)
+    fail_param<InvalidArgument>("indexer_forward", "device", fmt::format("an ordinal in [0, {})", n), ordinal);
+  CUdevice dev = 0;
+  d.check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  d.check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  contexts[ordinal] = ctx;
+  return ctx;
+}
+
+ScopedContext::ScopedContext(int ordinal) {
+  CUcontext ctx = primary_context(ordinal);
+  DSA_CU(cuCtxPushCurrent(ctx));
+}
+
+ScopedContext::~ScopedContext() {
+  CUcontext popped = nullptr;
+  Driver::get().cuCtxPopCurrent(&popped);
+}
+
+const DeviceInfo& device_info(int ordinal) {
+  static std::mutex mu;
+  static std::map<int, DeviceInfo> infos;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = infos.find(ordinal);
+  if (it != infos.end()) return it->second;
+  primary_context(ordinal);  // validates the ordinal
+  Driver& d = Driver::get();
+  CUdevice dev = 0;
+  d.check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  DeviceInfo info;
+  info.ordinal = ordinal;
+  d.check(d.cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  d.check(d.cuDeviceGetAttribute(&info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
+  d.check(d.cuDeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)");
+  d.check(d.cuDeviceGetAttribute(&info.max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+  char name[256] = {0};
+  d.check(d.cuDeviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
+  info.name = name;
+  return infos.emplace(ordinal, info).first->second;
+}
+
+void encode_tma_bf16(TmaDescBytes* out, const void* base, int rank, const uint64_t* dims, const uint64_t* strides_bytes,
+                     const uint32_t* box) {
+  cuuint64_t gdim[5], gstride[4];
+  cuuint32_t bdim[5], estride[5];
+  for (int i = 0; i < rank; ++i) {
+    gdim[i] = dims[i];
+    bdim[i] = box[i];
+    estride[i] = 1;
+    if (i + 1 < rank) gstride[i] = strides_bytes[i];
+  }
+  Driver& d = Driver::get();
+  CUresult r = d.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(out->bytes), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                        static_cast<cuuint32_t>(rank), const_cast<void*>(base), gdim, gstride, bdim, estride,
+                                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::string desc;
+    for (int i = 0; i < rank; ++i)
+      desc += fmt::format("{}dim {} box {}{}", i ? ", " : "", dims[i], box[i],
+                          i + 1 < rank ? fmt::format(" stride {}B", strides_bytes[i]) : std::string());
+    d.check(r, fmt::format("cuTensorMapEncodeTiled(base {}, {})", base, desc).c_str());
+  }
+}
+
+}  // namespace dsa_indexer::detail

@@ -1,0 +1,34 @@
+#pragma once
+// The library's environment variables, parsed in one place (env.cpp is the only reader of the
+// environment). Every variable is listed in the README with its default and effect.
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace dsa_indexer::detail {
+
+enum class CompileIsolation { in_process, process };
+enum class LogLevel { quiet = 0, warn = 1, info = 2 };
+
+struct EnvConfig {
+  std::string cache_dir;        // DSA_INDEXER_CACHE_DIR, default $XDG_CACHE_HOME/dsa_indexer or ~/.cache/dsa_indexer
+  bool disk_cache = true;       // DSA_INDEXER_DISK_CACHE=0 turns the disk cache off
+  std::string prebuilt_dir;     // DSA_INDEXER_PREBUILT_DIR, read-only, searched after cache_dir
+  std::string dump_dir;         // DSA_INDEXER_DUMP_DIR, keeps source, log and cubin of each compile
+  std::size_t cache_capacity = 256;  // DSA_INDEXER_CACHE_CAPACITY, loaded modules kept in memory
+  bool disable_lean = false;    // DSA_INDEXER_DISABLE_LEAN or CUDNNFE_DSA_INDEXER_FWD_DISABLE_LEAN non-empty
+  CompileIsolation isolation = CompileIsolation::in_process;  // DSA_INDEXER_COMPILE_ISOLATION=process
+  std::string compile_helper;   // DSA_INDEXER_COMPILE_HELPER, path of dsa-indexer-nvrtc-helper
+  LogLevel log_level = LogLevel::warn;  // DSA_INDEXER_LOG=quiet|warn|info
+};
+
+using EnvGetter = std::function<const char*(const char*)>;
+
+// Pure parser over a getter, so tests can feed any environment. Throws InvalidArgument naming
+// the variable for a malformed value.
+EnvConfig parse_env(const EnvGetter& get);
+
+// The process environment, parsed once on first use.
+const EnvConfig& env();
+
+}  // namespace dsa_indexer::detail

@@ -1,0 +1,25 @@
+#pragma once
+// Launch: kernel arguments and TMA descriptors of a planned call, and the cuLaunchKernelEx
+// calls on the caller's stream. No allocation, no synchronization.
+#include "dsa_args.cuh"
+#include "planner.hpp"
+#include "problem.hpp"
+#include "runtime.hpp"
+
+namespace dsa_indexer::detail {
+
+dsa::DsaArgs make_args(const Problem& p, const Plan& plan);
+
+// The generic family's Q and K tensor-map geometry (innermost first), exposed for tests.
+struct TmaGeometry {
+  int rank = 0;
+  uint64_t dims[5] = {};
+  uint64_t strides_bytes[4] = {};
+  uint32_t box[5] = {};
+};
+TmaGeometry q_tma_geometry(const Problem& p);
+TmaGeometry k_tma_geometry(const Problem& p);
+
+void launch_forward(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream);
+
+}  // namespace dsa_indexer::detail

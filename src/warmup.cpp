@@ -1,0 +1,141 @@
+#include "warmup.hpp"
+
+#include <chrono>
+#include <sstream>
+
+#include "util.hpp"
+
+namespace dsa_indexer::detail {
+
+std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::string& file) {
+  std::vector<ManifestProblem> out;
+  std::istringstream in(text);
+  std::string line;
+  int no = 0;
+  while (std::getline(in, line)) {
+    ++no;
+    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    std::istringstream toks(line);
+    std::string tok;
+    ManifestProblem p;
+    p.line = no;
+    bool any = false, have_sq = false, have_sk = false;
+    auto bad = [&](const std::string& what, const std::string& expected) {
+      fail_param<InvalidArgument>("manifest", fmt::format("{}:{}: {}", file, no, what), expected, fmt::format("'{}'", tok));
+    };
+    while (toks >> tok) {
+      any = true;
+      const auto eq = tok.find('=');
+      if (eq == std::string::npos) bad("token", "key=value");
+      const std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
+      auto num = [&](int64_t lo) {
+        char* end = nullptr;
+        long long n = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < lo) bad(k, fmt::format("an integer >= {}", lo));
+        return static_cast<int64_t>(n);
+      };
+      if (k == "layout") {
+        if (v == "bshd") p.layout = Layout::bshd;
+        else if (v == "thd_local" || v == "thd") p.layout = Layout::thd_local;
+        else if (v == "thd_global") p.layout = Layout::thd_global;
+        else bad(k, "bshd, thd_local or thd_global");
+      } else if (k == "heads") {
+        p.heads = static_cast<int>(num(1));
+        if (p.heads != 16 && p.heads != 32 && p.heads != 64) bad(k, "16, 32 or 64");
+      } else if (k == "sq") {
+        p.sq = num(1);
+        have_sq = true;
+      } else if (k == "sk") {
+        p.sk = num(1);
+        have_sk = true;
+      } else if (k == "ratio") {
+        p.ratio = num(1);
+      } else if (k == "w") {
+        if (v == "bf16") p.w = DType::bf16;
+        else if (v == "f32" || v == "fp32") p.w = DType::f32;
+        else bad(k, "bf16 or f32");
+      } else if (k == "lse") {
+        if (v != "0" && v != "1") bad(k, "0 or 1");
+        p.lse = v == "1";
+      } else if (k == "family") {
+        if (v == "auto") p.family = KernelFamily::automatic;
+        else if (v == "generic") p.family = KernelFamily::generic;
+        else if (v == "reference") p.family = KernelFamily::reference;
+        else bad(k, "auto, generic or reference");
+      } else {
+        bad("key", "one of layout, heads, sq, sk, ratio, w, lse, family");
+      }
+    }
+    if (!any) continue;
+    if (!have_sq || !have_sk) {
+      tok = line;
+      bad("line", "both sq= and sk=");
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& problems, const DeviceInfo& profile) {
+  std::vector<KernelSpec> specs;
+  for (const auto& m : problems) {
+    Problem p;
+    p.layout = m.layout;
+    p.heads = m.heads;
+    p.head_dim = 128;
+    p.w_dtype = m.w;
+    p.has_lse = m.lse;
+    p.ratio = m.ratio;
+    p.batch = 1;
+    p.s_q = p.t_q = m.sq;
+    p.s_k = p.t_k = m.sk;
+    p.rows = m.sq;
+    p.out_cols = m.sk;
+    const Plan plan = make_plan(p, profile, choose_family(p, m.family));
+    bool seen = false;
+    for (const auto& s : specs) seen = seen || s == plan.spec;
+    if (!seen) specs.push_back(plan.spec);
+  }
+  return specs;
+}
+
+WarmupSummary warmup(Runtime& rt, const std::vector<KernelSpec>& specs, const WarmupProgress& progress) {
+  WarmupSummary s;
+  const auto t0 = std::chrono::steady_clock::now();
+  int i = 0;
+  for (const auto& spec : specs) {
+    ++i;
+    std::string status;
+    try {
+      const std::string key = prepare(spec).disk_key;
+      if (rt.disk().load(key)) {
+        ++s.cached;
+        status = "already cached";
+      } else {
+        const auto c0 = std::chrono::steady_clock::now();
+        bool from_disk = false;
+        rt.entry(spec, &from_disk);
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+        if (!rt.disk().load(key)) {
+          ++s.failed;
+          status = fmt::format("compiled in {:.2f} s but not stored: {}", sec,
+                               rt.disk().directory_problem().empty() ? std::string("cache directory unwritable")
+                                                                     : rt.disk().directory_problem());
+          s.failures.push_back(fmt::format("{}: {}", spec.shape_key(), status));
+        } else {
+          ++s.compiled;
+          status = fmt::format("compiled in {:.2f} s", sec);
+        }
+      }
+    } catch (const std::exception& e) {
+      ++s.failed;
+      status = fmt::format("FAILED: {}", e.what());
+      s.failures.push_back(fmt::format("{}: {}", spec.shape_key(), e.what()));
+    }
+    if (progress) progress(i, static_cast<int>(specs.size()), spec, status);
+  }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+}  // namespace dsa_indexer::detail

@@ -1,0 +1,36 @@
+#pragma once
+// Launch arguments shared by the host launcher and every kernel family; passed by value.
+// Host and device see the same layout because every member is a fixed-width scalar.
+#include "dsa_types.cuh"
+
+namespace dsa {
+
+enum LayoutMode : i32 { kLayoutBshd = 0, kLayoutThdLocal = 1, kLayoutThdGlobal = 2 };
+
+struct DsaArgs {
+  // device addresses (0 = not given)
+  u64 q, k, w, out, lse, offsets, cu_q, cu_k, ks, ke;
+  // strides in elements (see Problem in src/problem.hpp)
+  i64 q_stride[3];      // batch, token, head
+  i64 k_stride[2];      // batch, token
+  i64 w_stride[3];      // batch, token, head
+  i64 out_stride[2];    // batch, row
+  i64 lse_stride[2];    // batch, row
+  i64 win_stride[2];    // batch, row
+  i64 offsets_stride;
+  // extents
+  i64 batch;            // B or n_seg
+  i64 s_q, s_k;         // BSHD S_q, S_k (THD: max_seqlen_q, max_seqlen_k)
+  i64 t_q, t_k;         // THD packed extents (BSHD: S_q, S_k)
+  i64 out_cols;
+  i64 ratio;
+  // generic family: persistent schedule
+  i64 num_tiles;
+  i64 tiles_per_batch;
+  float sm_scale;
+  i32 has_offsets;
+  i32 has_windows;
+  i32 pad_;
+};
+
+}  // namespace dsa

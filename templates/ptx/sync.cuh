@@ -1,0 +1,43 @@
+#pragma once
+// Named barriers, register reallocation and small warp-level helpers.
+#include "dsa_types.cuh"
+
+namespace dsa {
+
+// bar.sync id, n: waits until n threads (a multiple of 32) have arrived at barrier `id`.
+__device__ __forceinline__ void named_barrier_sync(u32 id, u32 threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// bar.arrive id, n: arrives without waiting.
+__device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// setmaxnreg: must be executed by every warp of a warpgroup; needs a register cap at entry
+// (__launch_bounds__(threads, 1)).
+template <u32 R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(R >= 24 && R <= 256 && R % 8 == 0, "setmaxnreg: R must be a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <u32 R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(R >= 24 && R <= 256 && R % 8 == 0, "setmaxnreg: R must be a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// bf16 bits -> fp32 (exact).
+__device__ __forceinline__ float bf16_bits_to_float(u16 h) { return __uint_as_float(static_cast<u32>(h) << 16); }
+
+// Streaming store: the score matrix is written once and never re-read by this kernel, so keep
+// it from evicting the K prefix that every CTA re-reads from L2.
+__device__ __forceinline__ void store_streaming(float* p, float v) {
+  asm volatile("st.global.cs.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void store_streaming4(float* p, float a, float b, float c, float d) {
+  asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
+}  // namespace dsa

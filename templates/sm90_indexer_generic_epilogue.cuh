@@ -1,0 +1,140 @@
+#pragma once
+// Generic family, epilogue side: relu(acc) * w summed over a thread's heads, a 4-lane
+// reduce-scatter that completes the head sum, sm_scale, the per-element mask (boundary tiles
+// only), the stores, and the running log-sum-exp. The order of every sum is fixed, so results
+// are bitwise reproducible.
+#include "dsa_args.cuh"
+#include "ptx/sync.cuh"
+#include "sm90_indexer_generic_scheduler.cuh"
+
+namespace dsa {
+
+// After the reduce-scatter lane class c owns the tokens of quarter 2*(c&1) + (c>>1): tokens
+// [quarter * TPW/4, (quarter + 1) * TPW/4) of its warpgroup, both accumulator rows of each.
+__device__ __forceinline__ int token_quarter(int lane) { return 2 * (lane & 1) + ((lane >> 1) & 1); }
+
+template <class Cfg>
+struct EpilogueRows {
+  static constexpr int kSlots = GenericTraits<Cfg>::kTokensPerConsumer / 4;
+  i64 lo[kSlots], hi[kSlots], col0[kSlots], out_off[kSlots];  // col0: base of the row
+  i32 valid[kSlots];
+  float lse_m[kSlots], lse_s[kSlots];
+};
+
+__device__ __forceinline__ void lse_push(float& m, float& s, float x) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
+
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+  const float mx = fmaxf(m, m2);
+  float r = 0.0f;
+  if (m != neg_inf()) r += s * expf(m - mx);
+  if (m2 != neg_inf()) r += s2 * expf(m2 - mx);
+  m = mx;
+  s = r;
+}
+
+// acc: the m64n256 accumulators of one KV tile (rows = 64 KV rows, columns = this warpgroup's
+// 256 packed (token, head) rows). kabs0: absolute K row of the tile's row 0.
+template <class Cfg>
+__device__ __forceinline__ void epilogue_tile(const float (&acc)[128], const float* w_cls, EpilogueRows<Cfg>& rows,
+                                              i64 kabs0, bool masked, float sm_scale, float* out, i64 out_cols,
+                                              int warp_in_wg, int lane) {
+  using T = GenericTraits<Cfg>;
+  constexpr int H = T::kHeads, TPW = T::kTokensPerConsumer, P = 2 * TPW;
+  // (1) per thread: relu * w over its H/4 heads of each token, one sum per accumulator row
+  float part[P];
+#pragma unroll
+  for (int tl = 0; tl < TPW; ++tl) {
+    const float4* wp = reinterpret_cast<const float4*>(w_cls + tl * (H / 4));
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int g4 = 0; g4 < H / 16; ++g4) {
+      const float4 wv = wp[g4];
+      const int i0 = 4 * (tl * (H / 8) + 2 * g4), i1 = i0 + 4;
+      s0 = fmaf(fmaxf(acc[i0 + 0], 0.0f), wv.x, s0);
+      s0 = fmaf(fmaxf(acc[i0 + 1], 0.0f), wv.y, s0);
+      s1 = fmaf(fmaxf(acc[i0 + 2], 0.0f), wv.x, s1);
+      s1 = fmaf(fmaxf(acc[i0 + 3], 0.0f), wv.y, s1);
+      s0 = fmaf(fmaxf(acc[i1 + 0], 0.0f), wv.z, s0);
+      s0 = fmaf(fmaxf(acc[i1 + 1], 0.0f), wv.w, s0);
+      s1 = fmaf(fmaxf(acc[i1 + 2], 0.0f), wv.z, s1);
+      s1 = fmaf(fmaxf(acc[i1 + 3], 0.0f), wv.w, s1);
+    }
+    part[2 * tl] = s0;
+    part[2 * tl + 1] = s1;
+  }
+  // (2) reduce-scatter over the 4 lanes of a quad: halves by lane bit 0, quarters by bit 1
+  const bool b0 = lane & 1, b1 = lane & 2;
+#pragma unroll
+  for (int j = 0; j < P / 2; ++j) {
+    const float send = b0 ? part[j] : part[j + P / 2];
+    const float keep = b0 ? part[j + P / 2] : part[j];
+    part[j] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+  }
+#pragma unroll
+  for (int j = 0; j < P / 4; ++j) {
+    const float send = b1 ? part[j] : part[j + P / 4];
+    const float keep = b1 ? part[j + P / 4] : part[j];
+    part[j] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+  // (3) part[j]: token slot j >> 1, accumulator row 16 * warp + lane / 4 + 8 * (j & 1)
+  const i64 kr = kabs0 + 16 * warp_in_wg + (lane >> 2);
+#pragma unroll
+  for (int j = 0; j < P / 4; ++j) {
+    const int slot = j >> 1;
+    const i64 kabs = kr + 8 * (j & 1);
+    float v = part[j] * sm_scale;
+    const i64 col = kabs - rows.col0[slot];
+    if (masked) {
+      if (!rows.valid[slot] || col < 0 || col >= out_cols) continue;
+      if (kabs < rows.lo[slot] || kabs >= rows.hi[slot]) v = neg_inf();
+      else if (Cfg::kWithLse) lse_push(rows.lse_m[slot], rows.lse_s[slot], v);
+    } else if (Cfg::kWithLse) {
+      lse_push(rows.lse_m[slot], rows.lse_s[slot], v);
+    }
+    store_streaming(out + rows.out_off[slot] + col, v);
+  }
+}
+
+// End of a q-tile: combine the running (max, sum) of the 32 KV-row owners of each token (8
+// quads x 4 warps) in a fixed order and write lse. scratch: 4 warps x TPW x 2 floats.
+template <class Cfg>
+__device__ __forceinline__ void lse_finish(EpilogueRows<Cfg>& rows, float* scratch, const TileInfo& ti, int wg,
+                                           int warp_in_wg, int lane, u32 bar_id, float* lse) {
+  using T = GenericTraits<Cfg>;
+  constexpr int TPW = T::kTokensPerConsumer, S = EpilogueRows<Cfg>::kSlots;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, rows.lse_m[s], o);
+      const float s2 = __shfl_xor_sync(0xffffffffu, rows.lse_s[s], o);
+      lse_merge(rows.lse_m[s], rows.lse_s[s], m2, s2);
+    }
+  }
+  if (lane < 4) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      const int tl = token_quarter(lane) * S + s;
+      scratch[(warp_in_wg * TPW + tl) * 2 + 0] = rows.lse_m[s];
+      scratch[(warp_in_wg * TPW + tl) * 2 + 1] = rows.lse_s[s];
+    }
+  }
+  named_barrier_sync(bar_id, 128);
+  if (warp_in_wg == 0 && lane < TPW) {
+    float m = scratch[lane * 2 + 0], s = scratch[lane * 2 + 1];
+#pragma unroll
+    for (int w = 1; w < 4; ++w) lse_merge(m, s, scratch[(w * TPW + lane) * 2 + 0], scratch[(w * TPW + lane) * 2 + 1]);
+    const TileRow& r = ti.rows[wg * TPW + lane];
+    if (r.valid) lse[r.lse_off] = (m == neg_inf()) ? neg_inf() : m + logf(s);
+  }
+  named_barrier_sync(bar_id, 128);
+}
+
+}  // namespace dsa

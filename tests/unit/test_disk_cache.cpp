@@ -1,0 +1,215 @@
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "disk_cache.hpp"
+#include "runtime.hpp"
+#include "sha256.hpp"
+#include "test_support.hpp"
+
+using namespace dsa_indexer::detail;
+
+namespace {
+
+CacheEntry sample(const std::string& seed = "x") {
+  CacheEntry e;
+  e.key = sha256_hex(seed);
+  e.nvrtc_version = "13.0";
+  e.arch = "sm_90a";
+  e.source_name = "test.cu";
+  e.kernels = {"_Z6kernelv"};
+  e.cubin = std::string(1000, 'c') + seed;
+  return e;
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+void spit(const std::string& p, const std::string& s) { std::ofstream(p, std::ios::binary | std::ios::trunc) << s; }
+
+EnvConfig cfg_for(const std::string& dir) {
+  EnvConfig c;
+  c.cache_dir = dir;
+  c.log_level = LogLevel::quiet;
+  return c;
+}
+
+KernelSpec small_spec() {
+  KernelSpec s;
+  s.family = Family::reference;
+  s.heads = 16;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("disk cache: a published entry is a verified hit", "[disk_cache]") {
+  dsa_test::TempDir t;
+  DiskCache d(t.path(), "", "13.0");
+  CacheEntry e = sample();
+  CHECK_FALSE(d.load(e.key));
+  REQUIRE(d.store(e));
+  auto got = d.load(e.key);
+  REQUIRE(got);
+  CHECK(got->cubin == e.cubin);
+  CHECK(got->kernels == e.kernels);
+  struct stat st {};
+  REQUIRE(::stat((t.path() + "/v1").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  auto list = d.list();
+  REQUIRE(list.size() == 1);
+  CHECK(list[0].ok);
+}
+
+TEST_CASE("disk cache: corrupted entries are misses and get replaced", "[disk_cache]") {
+  dsa_test::TempDir t;
+  DiskCache d(t.path(), "", "13.0");
+  CacheEntry e = sample();
+  REQUIRE(d.store(e));
+  const std::string path = d.entry_path(t.path(), e.key);
+  const std::string good = slurp(path);
+  std::map<std::string, std::string> bad;
+  bad["truncated"] = good.substr(0, good.size() - 10);
+  bad["header only"] = good.substr(0, good.find("\nend\n") + 5);
+  bad["zeroed"] = std::string(good.size(), '\0');
+  std::string flip = good;
+  flip[flip.size() - 3] ^= 0x10;
+  bad["bit flip"] = flip;
+  CacheEntry other = sample("other");
+  bad["another valid entry"] = serialize_entry(other);
+  CacheEntry oldfmt = e;
+  std::string old = serialize_entry(oldfmt);
+  old.replace(old.find(" 1\n"), 3, " 0\n");
+  bad["other format"] = old;
+  CacheEntry newer = e;
+  newer.nvrtc_version = "12.8";
+  bad["other nvrtc"] = serialize_entry(newer);
+  for (const auto& [what, bytes] : bad) {
+    INFO(what);
+    spit(path, bytes);
+    CHECK_FALSE(d.load(e.key));
+    CHECK(::access(path.c_str(), F_OK) != 0);  // removed, so the next store replaces it
+    REQUIRE(d.store(e));
+    CHECK(d.load(e.key));
+  }
+}
+
+TEST_CASE("disk cache: the prebuilt directory is read-only and searched second", "[disk_cache]") {
+  dsa_test::TempDir t, pre;
+  CacheEntry e = sample();
+  {
+    DiskCache writer(pre.path(), "", "13.0");
+    REQUIRE(writer.store(e));
+  }
+  DiskCache d(t.path(), pre.path(), "13.0");
+  auto got = d.load(e.key);
+  REQUIRE(got);
+  CHECK(got->cubin == e.cubin);
+}
+
+TEST_CASE("disk cache: an unwritable directory degrades to memory-only", "[disk_cache]") {
+  if (::geteuid() == 0) {
+    // root ignores permission bits; use a path below a regular file instead
+    dsa_test::TempDir t;
+    spit(t.path() + "/file", "x");
+    DiskCache d(t.path() + "/file/cache", "", "13.0");
+    CHECK_FALSE(d.store(sample()));
+    CHECK_FALSE(d.writable());
+    CHECK_FALSE(d.directory_problem().empty());
+    return;
+  }
+  dsa_test::TempDir t;
+  ::chmod(t.path().c_str(), 0500);
+  DiskCache d(t.path() + "/sub", "", "13.0");
+  CHECK_FALSE(d.store(sample()));
+  CHECK_FALSE(d.writable());
+}
+
+TEST_CASE("disk cache: a directory that is a file degrades to memory-only", "[disk_cache]") {
+  dsa_test::TempDir t;
+  spit(t.path() + "/notadir", "x");
+  DiskCache d(t.path() + "/notadir", "", "13.0");
+  CHECK_FALSE(d.store(sample()));
+  CHECK_FALSE(d.writable());
+  CHECK_THAT(d.directory_problem(), Catch::Contains("not a directory"));
+}
+
+TEST_CASE("disk cache: no temp files remain after publishing", "[disk_cache]") {
+  dsa_test::TempDir t;
+  DiskCache d(t.path(), "", "13.0");
+  for (int i = 0; i < 5; ++i) REQUIRE(d.store(sample(std::to_string(i))));
+  for (const auto& r : d.list()) CHECK(r.ok);
+  CHECK(d.list().size() == 5);
+  CHECK(d.clear() == 5);
+  CHECK(d.list().empty());
+}
+
+TEST_CASE("disk key changes when any template file it includes changes", "[disk_cache]") {
+  const TemplateSet& emb = TemplateSet::embedded();
+  KernelSpec spec = small_spec();
+  const std::string k0 = prepare(spec, emb).disk_key;
+  CHECK(k0 == prepare(spec, emb).disk_key);  // stable
+  std::map<std::string, std::string> files = emb.files();
+  files["dsa_window.cuh"] += "\n// a comment changes the key\n";
+  TemplateSet edited(files);
+  CHECK(prepare(spec, edited).disk_key != k0);
+  std::map<std::string, std::string> files2 = emb.files();
+  files2["ptx/wgmma.cuh"] += "\n";  // not included by the reference family
+  CHECK(prepare(spec, TemplateSet(files2)).disk_key == k0);
+  KernelSpec g = spec;
+  g.family = Family::generic;
+  g.kv_stages = 5;
+  CHECK(prepare(g, TemplateSet(files2)).disk_key != prepare(g, emb).disk_key);
+}
+
+TEST_CASE("disk key covers options, arch and NVRTC version, not paths", "[disk_cache]") {
+  GeneratedSource src = render(small_spec());
+  const TemplateSet& ts = TemplateSet::embedded();
+  auto opts = compile_options("sm_90a");
+  const std::string k = compute_disk_key(src, opts, "sm_90a", "13.0", ts);
+  CHECK(compute_disk_key(src, opts, "sm_90a", "13.1", ts) != k);
+  CHECK(compute_disk_key(src, opts, "sm_100a", "13.0", ts) != k);
+  auto opts2 = opts;
+  opts2.push_back("-lineinfo");
+  CHECK(compute_disk_key(src, opts2, "sm_90a", "13.0", ts) != k);
+  for (const auto& o : opts) CHECK(o.find('/') == std::string::npos);
+}
+
+TEST_CASE("runtime: truncated cache entry is recompiled, never loaded", "[disk_cache]") {
+  dsa_test::TempDir t;
+  KernelSpec spec = small_spec();
+  Runtime rt(cfg_for(t.path()));
+  bool from_disk = true;
+  CacheEntry e1 = rt.entry(spec, &from_disk);
+  CHECK_FALSE(from_disk);
+  CHECK(rt.stats().compiles == 1);
+  rt.entry(spec, &from_disk);
+  CHECK(from_disk);
+  CHECK(rt.stats().compiles == 1);
+  const std::string path = rt.disk().entry_path(t.path(), e1.key);
+  spit(path, slurp(path).substr(0, 200));
+  CacheEntry e3 = rt.entry(spec, &from_disk);
+  CHECK_FALSE(from_disk);
+  CHECK(rt.stats().compiles == 2);
+  CHECK(e3.cubin == e1.cubin);
+  CHECK(rt.disk().load(e1.key));
+}
+
+TEST_CASE("runtime: an unwritable cache directory still compiles (memory-only)", "[disk_cache]") {
+  dsa_test::TempDir t;
+  spit(t.path() + "/file", "x");
+  Runtime rt(cfg_for(t.path() + "/file/sub"));
+  bool from_disk = true;
+  CacheEntry e = rt.entry(small_spec(), &from_disk);
+  CHECK_FALSE(from_disk);
+  CHECK_FALSE(e.cubin.empty());
+  CHECK_FALSE(rt.disk().writable());
+}

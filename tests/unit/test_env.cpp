@@ -1,0 +1,65 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "dsa_indexer/errors.hpp"
+#include "env.hpp"
+
+using namespace dsa_indexer::detail;
+
+namespace {
+EnvConfig parse(std::map<std::string, std::string> m) {
+  return parse_env([&m](const char* n) -> const char* {
+    auto it = m.find(n);
+    return it == m.end() ? nullptr : it->second.c_str();
+  });
+}
+}  // namespace
+
+TEST_CASE("env defaults", "[env]") {
+  EnvConfig c = parse({{"HOME", "/home/u"}});
+  CHECK(c.cache_dir == "/home/u/.cache/dsa_indexer");
+  CHECK(c.disk_cache);
+  CHECK(c.prebuilt_dir.empty());
+  CHECK(c.dump_dir.empty());
+  CHECK(c.cache_capacity == 256);
+  CHECK_FALSE(c.disable_lean);
+  CHECK(c.isolation == CompileIsolation::in_process);
+  CHECK(c.log_level == LogLevel::warn);
+}
+
+TEST_CASE("env cache directory precedence", "[env]") {
+  CHECK(parse({{"HOME", "/h"}, {"XDG_CACHE_HOME", "/x"}}).cache_dir == "/x/dsa_indexer");
+  CHECK(parse({{"HOME", "/h"}, {"XDG_CACHE_HOME", "/x"}, {"DSA_INDEXER_CACHE_DIR", "/c"}}).cache_dir == "/c");
+  CHECK(parse({}).cache_dir.empty());
+}
+
+TEST_CASE("env values", "[env]") {
+  EnvConfig c = parse({{"DSA_INDEXER_CACHE_CAPACITY", "3"}, {"DSA_INDEXER_DISK_CACHE", "0"},
+                       {"DSA_INDEXER_PREBUILT_DIR", "/p"}, {"DSA_INDEXER_DUMP_DIR", "/d"},
+                       {"DSA_INDEXER_COMPILE_ISOLATION", "process"}, {"DSA_INDEXER_LOG", "quiet"},
+                       {"DSA_INDEXER_COMPILE_HELPER", "/bin/h"}});
+  CHECK(c.cache_capacity == 3);
+  CHECK_FALSE(c.disk_cache);
+  CHECK(c.prebuilt_dir == "/p");
+  CHECK(c.dump_dir == "/d");
+  CHECK(c.isolation == CompileIsolation::process);
+  CHECK(c.log_level == LogLevel::quiet);
+  CHECK(c.compile_helper == "/bin/h");
+}
+
+TEST_CASE("env escape hatch honours both names", "[env]") {
+  CHECK(parse({{"DSA_INDEXER_DISABLE_LEAN", "1"}}).disable_lean);
+  CHECK(parse({{"CUDNNFE_DSA_INDEXER_FWD_DISABLE_LEAN", "yes"}}).disable_lean);
+  CHECK_FALSE(parse({{"DSA_INDEXER_DISABLE_LEAN", ""}}).disable_lean);
+}
+
+TEST_CASE("env rejects malformed values naming the variable", "[env]") {
+  CHECK_THROWS_WITH(parse({{"DSA_INDEXER_CACHE_CAPACITY", "lots"}}), Catch::Contains("DSA_INDEXER_CACHE_CAPACITY") && Catch::Contains("'lots'"));
+  CHECK_THROWS_AS(parse({{"DSA_INDEXER_CACHE_CAPACITY", "0"}}), dsa_indexer::InvalidArgument);
+  CHECK_THROWS_AS(parse({{"DSA_INDEXER_CACHE_CAPACITY", "-5"}}), dsa_indexer::InvalidArgument);
+  CHECK_THROWS_WITH(parse({{"DSA_INDEXER_DISK_CACHE", "maybe"}}), Catch::Contains("DSA_INDEXER_DISK_CACHE"));
+  CHECK_THROWS_WITH(parse({{"DSA_INDEXER_COMPILE_ISOLATION", "thread"}}), Catch::Contains("DSA_INDEXER_COMPILE_ISOLATION"));
+  CHECK_THROWS_WITH(parse({{"DSA_INDEXER_LOG", "loud"}}), Catch::Contains("DSA_INDEXER_LOG"));
+}

@@ -1,0 +1,55 @@
+#include <catch2/catch.hpp>
+
+#include "launch.hpp"
+#include "problems.hpp"
+#include "validate.hpp"
+
+using namespace dsa_indexer::detail;
+using namespace dsa_test;
+
+TEST_CASE("launch: kernel arguments mirror the problem", "[launch]") {
+  Call c = bshd_call(2, 100, 50, 32);
+  c.opt.sm_scale = 0.125f;
+  c.opt.ratio = 4;
+  Problem p = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  Plan plan = make_plan(p, DeviceInfo::h200(), Family::generic);
+  dsa::DsaArgs a = make_args(p, plan);
+  CHECK(a.q == 0x100000);
+  CHECK(a.out == 0x400000);
+  CHECK(a.lse == 0);
+  CHECK(a.batch == 2);
+  CHECK(a.s_q == 100);
+  CHECK(a.s_k == 50);
+  CHECK(a.out_cols == 50);
+  CHECK(a.ratio == 4);
+  CHECK(a.sm_scale == 0.125f);
+  CHECK(a.num_tiles == plan.num_tiles);
+  CHECK(a.num_tiles == 2 * 7);  // 16 tokens per tile for H = 32
+  CHECK(a.has_offsets == 0);
+}
+
+TEST_CASE("launch: TMA geometry for BSHD and THD", "[launch]") {
+  Call c = bshd_call(2, 100, 50, 64);
+  Problem p = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  TmaGeometry q = q_tma_geometry(p), k = k_tma_geometry(p);
+  CHECK(q.rank == 4);
+  CHECK(q.dims[0] == 128);
+  CHECK(q.dims[1] == 64);
+  CHECK(q.dims[2] == 100);
+  CHECK(q.dims[3] == 2);
+  CHECK(q.strides_bytes[0] == 256);
+  CHECK(q.strides_bytes[1] == 64 * 256);
+  CHECK(q.box[0] == 64);
+  CHECK(q.box[1] * q.box[2] == 256);  // one consumer's packed rows
+  CHECK(k.rank == 3);
+  CHECK(k.dims[1] == 50);
+  CHECK(k.box[1] == 64);
+  ThdCall t;
+  make_thd(t, 16);
+  Problem pt = validate(t.q, t.k, t.w, t.out, t.opt, nullptr);
+  TmaGeometry qt = q_tma_geometry(pt), kt = k_tma_geometry(pt);
+  CHECK(qt.rank == 3);
+  CHECK(qt.box[1] * qt.box[2] == 256);
+  CHECK(kt.rank == 2);
+  CHECK(kt.dims[1] == 16);
+}

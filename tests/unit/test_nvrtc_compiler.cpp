@@ -1,0 +1,108 @@
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <vector>
+
+#include "codegen.hpp"
+#include "dsa_indexer/errors.hpp"
+#include "nvrtc_compiler.hpp"
+#include "planner.hpp"
+
+using namespace dsa_indexer::detail;
+
+namespace {
+std::vector<KernelSpec> all_specs(Family f) {
+  std::vector<KernelSpec> v;
+  for (int h : {16, 32, 64})
+    for (auto w : {dsa_indexer::DType::bf16, dsa_indexer::DType::f32})
+      for (bool lse : {false, true})
+        for (auto l : {Layout::bshd, Layout::thd_local, Layout::thd_global}) {
+          KernelSpec s;
+          s.family = f;
+          s.heads = h;
+          s.w_dtype = w;
+          s.lse = lse;
+          s.layout = l;
+          s.kv_stages = f == Family::generic ? 5 : 0;
+          v.push_back(s);
+        }
+  return v;
+}
+
+struct Compiled {
+  std::string key;
+  CompileOutput out;
+  std::string error;
+};
+
+std::vector<Compiled> compile_all(const std::vector<KernelSpec>& specs) {
+  // NVRTC is thread-safe; two workers halve the wall time on a two-core CI machine.
+  std::vector<Compiled> res(specs.size());
+  auto work = [&](std::size_t first) {
+    for (std::size_t i = first; i < specs.size(); i += 2) {
+      GeneratedSource g = render(specs[i]);
+      res[i].key = g.name;
+      try {
+        res[i].out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(specs[i].arch), nullptr});
+      } catch (const dsa_indexer::CompileError& e) {
+        res[i].error = e.what();
+      }
+    }
+  };
+  auto f0 = std::async(std::launch::async, work, 0);
+  auto f1 = std::async(std::launch::async, work, 1);
+  f0.get();
+  f1.get();
+  return res;
+}
+
+void check_cubins(const std::vector<Compiled>& res, std::size_t kernels_min) {
+  for (const auto& r : res) {
+    INFO(r.key << "\n" << r.error);
+    REQUIRE(r.error.empty());
+    CHECK(r.out.cubin.size() > 1000);
+    CHECK(r.out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(r.out.lowered_names.size() >= kernels_min);
+    // no local-memory spills in any variant (ptxas -v report)
+    CHECK(r.out.log.find("bytes spill stores") != std::string::npos);
+    CHECK(r.out.log.find(" 0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
+    CHECK(r.out.log.find("warning") == std::string::npos);
+  }
+}
+}  // namespace
+
+TEST_CASE("every reference variant compiles to an sm_90a cubin without an include path", "[nvrtc]") {
+  check_cubins(compile_all(all_specs(Family::reference)), 1);
+}
+
+TEST_CASE("every generic variant compiles to an sm_90a cubin without spills", "[nvrtc]") {
+  auto res = compile_all(all_specs(Family::generic));
+  check_cubins(res, 1);
+  for (const auto& r : res) {
+    INFO(r.key);
+    // every ptxas report line: 0 bytes stack frame (no local memory at all)
+    CHECK(r.out.log.find("0 bytes stack frame") != std::string::npos);
+  }
+}
+
+TEST_CASE("compile errors carry the log and the options", "[nvrtc]") {
+  CompileRequest req{"broken.cu", "__global__ void k() { this is not cuda; }\n", {"k"}, compile_options("sm_90a"), nullptr};
+  try {
+    nvrtc_compile(req);
+    FAIL("expected a CompileError");
+  } catch (const dsa_indexer::CompileError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("broken.cu"));
+    CHECK_THAT(e.log(), Catch::Contains("error"));
+    CHECK(e.options() == compile_options("sm_90a"));
+  }
+}
+
+TEST_CASE("a PTX-only target is rejected as an empty cubin", "[nvrtc]") {
+  CompileRequest req{"ptx.cu", "extern \"C\" __global__ void k(float* p) { *p = 1.0f; }\n", {"k"}, {"-arch=compute_90a"}, nullptr};
+  CHECK_THROWS_WITH(nvrtc_compile(req), Catch::Contains("empty cubin"));
+}
+
+TEST_CASE("nvrtc version is known", "[nvrtc]") {
+  CHECK(nvrtc_version() != "unknown");
+  CHECK(nvrtc_version().find('.') != std::string::npos);
+}

@@ -1,0 +1,31 @@
+#pragma once
+// Helpers for unit tests: temp directories and a Problem builder.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace dsa_test {
+
+// A fresh directory under $TMPDIR (or /tmp), removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dsa_test.XXXXXX";
+    path_ = ::mkdtemp(tmpl.data()) ? tmpl : std::string();
+  }
+  ~TempDir() {
+    if (!path_.empty()) {
+      std::string cmd = "chmod -R u+rwx '" + path_ + "' 2>/dev/null; rm -rf '" + path_ + "'";
+      (void)std::system(cmd.c_str());
+    }
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace dsa_test

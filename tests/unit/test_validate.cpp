@@ -1,0 +1,246 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "dsa_indexer/errors.hpp"
+#include "problems.hpp"
+#include "validate.hpp"
+
+using namespace dsa_indexer::detail;
+using namespace dsa_test;
+using dsa_indexer::InvalidArgument;
+using dsa_indexer::UnsupportedConfig;
+using Catch::Contains;
+
+namespace {
+Problem run(const Call& c) { return validate(c.q, c.k, c.w, c.out, c.opt, nullptr); }
+// The public entry must reject before touching the driver (this machine has none).
+void public_rejects(const Call& c, const std::string& needle) {
+  CHECK_THROWS_AS(dsa_indexer::indexer_forward(c.q, c.k, c.w, c.out, c.opt, nullptr), InvalidArgument);
+  CHECK_THROWS_WITH(dsa_indexer::indexer_forward(c.q, c.k, c.w, c.out, c.opt, nullptr), Contains(needle));
+}
+}  // namespace
+
+TEST_CASE("validate: a well-formed BSHD call", "[validate]") {
+  Call c = bshd_call(2, 256, 128, 64);
+  Problem p = run(c);
+  CHECK(p.layout == Layout::bshd);
+  CHECK(p.batch == 2);
+  CHECK(p.s_q == 256);
+  CHECK(p.s_k == 128);
+  CHECK(p.rows == 512);
+  CHECK(p.out_cols == 128);
+  CHECK(p.heads == 64);
+  CHECK(p.q_stride[0] == 256 * 64 * 128);
+  CHECK(p.q_stride[1] == 64 * 128);
+  CHECK(p.q_stride[2] == 128);
+  CHECK(p.out_stride[1] == 128);
+}
+
+TEST_CASE("validate: a well-formed THD call with host mirrors", "[validate]") {
+  ThdCall c;
+  make_thd(c);
+  Problem p = run(c);
+  CHECK(p.layout == Layout::thd_local);
+  CHECK(p.batch == 3);
+  CHECK(p.t_q == 12);
+  CHECK(p.t_k == 16);
+  CHECK(p.out_cols == 7);
+  ThdCall g;
+  make_thd(g, 32, true);
+  CHECK(run(g).out_cols == 16);
+}
+
+TEST_CASE("validate: rank", "[validate]") {
+  Call c = bshd_call();
+  c.q.rank = 3;
+  CHECK_THROWS_WITH(run(c), Contains("q.rank") && Contains("expected 4") && Contains("got 3"));
+  public_rejects(c, "q.rank");
+  Call d = bshd_call();
+  d.w.rank = 2;
+  CHECK_THROWS_WITH(run(d), Contains("w.rank"));
+}
+
+TEST_CASE("validate: shapes", "[validate]") {
+  Call c = bshd_call();
+  c.k.shape[0] = 3;
+  CHECK_THROWS_WITH(run(c), Contains("k.shape[0] (B, as q)") && Contains("expected 2") && Contains("got 3"));
+  Call d = bshd_call();
+  d.w.shape[2] = 32;
+  CHECK_THROWS_WITH(run(d), Contains("w.shape[2] (H)") && Contains("expected 64") && Contains("got 32"));
+  Call e = bshd_call();
+  e.q.shape[3] = 64;
+  CHECK_THROWS_AS(run(e), UnsupportedConfig);
+  CHECK_THROWS_WITH(run(e), Contains("head dim D") && Contains("expected 128") && Contains("got 64"));
+  Call f = bshd_call();
+  f.q = TensorDesc::contiguous(fake(0x100000), DType::bf16, {2, 256, 8, 128});
+  f.w = TensorDesc::contiguous(fake(0x300000), DType::bf16, {2, 256, 8});
+  CHECK_THROWS_AS(run(f), UnsupportedConfig);
+  CHECK_THROWS_WITH(run(f), Contains("heads H") && Contains("16, 32 or 64") && Contains("got 8"));
+  Call g = bshd_call();
+  g.k = TensorDesc::contiguous(fake(0x200000), DType::bf16, {2, 128, 2, 128});
+  CHECK_THROWS_WITH(run(g), Contains("KV heads") && Contains("MQA"));
+  Call h = bshd_call(1, 0, 16);
+  CHECK_THROWS_WITH(run(h), Contains("S_q") && Contains(">= 1"));
+}
+
+TEST_CASE("validate: dtypes", "[validate]") {
+  Call c = bshd_call();
+  c.q.dtype = DType::f16;
+  CHECK_THROWS_WITH(run(c), Contains("q.dtype") && Contains("expected bf16") && Contains("got f16"));
+  public_rejects(c, "q.dtype");
+  Call d = bshd_call();
+  d.w.dtype = DType::f64;
+  CHECK_THROWS_WITH(run(d), Contains("w.dtype") && Contains("bf16 or f32"));
+  Call e = bshd_call();
+  e.out.dtype = DType::bf16;
+  CHECK_THROWS_WITH(run(e), Contains("scores.dtype") && Contains("expected f32"));
+  Call f = bshd_call();
+  f.q.dtype = static_cast<DType>(42);
+  CHECK_THROWS_WITH(run(f), Contains("q.dtype") && Contains("42"));
+}
+
+TEST_CASE("validate: strides", "[validate]") {
+  Call c = bshd_call();
+  c.q.strides[3] = 2;
+  CHECK_THROWS_WITH(run(c), Contains("q.strides[3]") && Contains("innermost dimension contiguous"));
+  Call d = bshd_call();
+  d.q.strides[2] = 136 + 4;  // not a multiple of 8 elements
+  d.q.strides[1] = 64 * 140;
+  d.q.strides[0] = 256 * 64 * 140;
+  CHECK_THROWS_WITH(run(d), Contains("q.strides[2]") && Contains("multiple of 8"));
+  Call e = bshd_call();
+  e.out.strides[1] = 64;  // rows overlap
+  CHECK_THROWS_WITH(run(e), Contains("scores.strides[1]") && Contains("must not overlap"));
+  Call f = bshd_call();
+  f.w.strides[1] = -64;
+  CHECK_THROWS_WITH(run(f), Contains("w.strides[1]") && Contains(">= 0"));
+  Call g = bshd_call();  // padded rows are fine
+  g.q.strides[2] = 136;
+  g.q.strides[1] = 64 * 136;
+  g.q.strides[0] = 256 * 64 * 136;
+  CHECK_NOTHROW(run(g));
+}
+
+TEST_CASE("validate: 16-byte alignment", "[validate]") {
+  Call c = bshd_call();
+  c.q.data = fake(0x100008);
+  CHECK_THROWS_WITH(run(c), Contains("q.data") && Contains("16-byte aligned") && Contains("0x100008"));
+  Call d = bshd_call();
+  d.k.data = fake(0x200002);
+  CHECK_THROWS_WITH(run(d), Contains("k.data"));
+  Call e = bshd_call(2, 256, 128, 64, DType::f32);
+  e.w.data = fake(0x300002);
+  CHECK_THROWS_WITH(run(e), Contains("w.data") && Contains("aligned to 4 bytes"));
+}
+
+TEST_CASE("validate: device mismatch", "[validate]") {
+  Call c = bshd_call();
+  c.k.device = 1;
+  CHECK_THROWS_WITH(run(c), Contains("k.device") && Contains("expected 0 (the device of q)") && Contains("got 1"));
+  public_rejects(c, "k.device");
+}
+
+TEST_CASE("validate: ratio and sm_scale", "[validate]") {
+  Call c = bshd_call();
+  c.opt.ratio = 0;
+  CHECK_THROWS_WITH(run(c), Contains("ratio") && Contains(">= 1") && Contains("got 0"));
+  public_rejects(c, "ratio");
+  Call d = bshd_call();
+  d.opt.sm_scale = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(run(d), Contains("sm_scale") && Contains("finite"));
+  d.opt.sm_scale = INFINITY;
+  CHECK_THROWS_WITH(run(d), Contains("sm_scale"));
+}
+
+TEST_CASE("validate: cu_seqlens contents", "[validate]") {
+  {
+    ThdCall c;
+    make_thd(c);
+    c.cuq[0] = 1;
+    CHECK_THROWS_WITH(run(c), Contains("cu_seqlens_q[0]") && Contains("expected 0") && Contains("got 1"));
+  }
+  {
+    ThdCall c;
+    make_thd(c);
+    c.cuk[2] = 2;
+    CHECK_THROWS_WITH(run(c), Contains("cu_seqlens_k[2]") && Contains("non-decreasing"));
+  }
+  {
+    ThdCall c;
+    make_thd(c);
+    c.cuq[3] = 11;
+    CHECK_THROWS_WITH(run(c), Contains("cu_seqlens_q[3] (last)") && Contains("expected 12"));
+  }
+  {
+    ThdCall c;
+    make_thd(c);
+    c.opt.max_seqlen_k = 5;  // the second segment has 7 keys
+    c.out.shape[1] = 5;
+    c.out.strides[0] = 5;
+    CHECK_THROWS_WITH(run(c), Contains("max_seqlen_k") && Contains(">= 7"));
+  }
+  {
+    ThdCall c;
+    make_thd(c);
+    c.opt.cu_seqlens_k = TensorDesc::contiguous(fake(0x600000), DType::i32, {3});
+    CHECK_THROWS_WITH(run(c), Contains("cu_seqlens_k.shape[0]"));
+  }
+  {
+    ThdCall c;
+    make_thd(c);
+    c.opt.cu_seqlens_k = TensorDesc();
+    CHECK_THROWS_WITH(run(c), Contains("both given (THD) or neither"));
+  }
+}
+
+TEST_CASE("validate: THD needs max_seqlen", "[validate]") {
+  ThdCall c;
+  make_thd(c);
+  c.opt.max_seqlen_q = -1;
+  CHECK_THROWS_WITH(run(c), Contains("max_seqlen_q") && Contains("not given"));
+  public_rejects(c, "max_seqlen_q");
+}
+
+TEST_CASE("validate: output too small or misshapen", "[validate]") {
+  Call c = bshd_call();
+  c.out = TensorDesc::contiguous(fake(0x400000), DType::f32, {2, 256, 127});
+  CHECK_THROWS_WITH(run(c), Contains("scores.shape[2] (S_k)") && Contains("expected 128") && Contains("got 127"));
+  ThdCall t;
+  make_thd(t);
+  t.out = TensorDesc::contiguous(fake(0x400000), DType::f32, {11, 7});
+  CHECK_THROWS_WITH(run(t), Contains("scores.shape[0] (T_q)"));
+  Call n = bshd_call();
+  n.out.data = nullptr;
+  CHECK_THROWS_WITH(run(n), Contains("scores.data") && Contains("null"));
+}
+
+TEST_CASE("validate: optional tensors", "[validate]") {
+  Call c = bshd_call();
+  c.opt.q_causal_offsets = TensorDesc::contiguous(fake(0x700000), DType::i32, {3});
+  CHECK_THROWS_WITH(run(c), Contains("q_causal_offsets.shape[0] (B)"));
+  Call d = bshd_call();
+  d.opt.ks = TensorDesc::contiguous(fake(0x700000), DType::i32, {2, 256});
+  CHECK_THROWS_WITH(run(d), Contains("ks / ke") && Contains("both"));
+  d.opt.ke = TensorDesc::contiguous(fake(0x710000), DType::i32, {2, 256});
+  CHECK_NOTHROW(run(d));
+  d.opt.q_causal_offsets = TensorDesc::contiguous(fake(0x720000), DType::i32, {2});
+  CHECK_THROWS_WITH(run(d), Contains("q_causal_offsets") && Contains("explicit ks/ke"));
+  Call e = bshd_call();
+  e.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {2, 255});
+  CHECK_THROWS_WITH(run(e), Contains("lse.shape[1] (S_q)"));
+  Call f = bshd_call();
+  f.opt.thd_columns = dsa_indexer::ThdColumns::global;
+  CHECK_THROWS_WITH(run(f), Contains("thd_columns"));
+  Call g = bshd_call();
+  g.opt.family = static_cast<dsa_indexer::KernelFamily>(9);
+  CHECK_THROWS_WITH(run(g), Contains("family"));
+}
+
+TEST_CASE("validate: missing tensors", "[validate]") {
+  Call c = bshd_call();
+  c.q = TensorDesc();
+  CHECK_THROWS_WITH(run(c), Contains("q") && Contains("not given"));
+  public_rejects(c, "not given");
+}

@@ -1,0 +1,71 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "dsa_indexer/errors.hpp"
+#include "runtime.hpp"
+#include "test_support.hpp"
+#include "warmup.hpp"
+
+using namespace dsa_indexer::detail;
+using Catch::Contains;
+
+TEST_CASE("manifest parsing", "[warmup]") {
+  auto v = parse_manifest("# comment\n\nlayout=bshd heads=64 sq=8192 sk=4096 ratio=2 w=f32 # trailing\n"
+                          "layout=thd_global heads=16 sq=100 sk=50 lse=1 family=reference\n",
+                          "m.txt");
+  REQUIRE(v.size() == 2);
+  CHECK(v[0].line == 3);
+  CHECK(v[0].w == dsa_indexer::DType::f32);
+  CHECK(v[0].ratio == 2);
+  CHECK(v[1].layout == Layout::thd_global);
+  CHECK(v[1].lse);
+  CHECK(v[1].family == dsa_indexer::KernelFamily::reference);
+  CHECK_THROWS_WITH(parse_manifest("heads=48 sq=1 sk=1\n", "m.txt"), Contains("m.txt:1") && Contains("heads"));
+  CHECK_THROWS_WITH(parse_manifest("layout=bshd sq=1\n", "m.txt"), Contains("sk="));
+  CHECK_THROWS_WITH(parse_manifest("\nsize=3 sq=1 sk=1\n", "m.txt"), Contains("m.txt:2") && Contains("key"));
+  CHECK_THROWS_AS(parse_manifest("sq=x sk=1\n", "m.txt"), dsa_indexer::InvalidArgument);
+}
+
+TEST_CASE("manifest specs are deduplicated", "[warmup]") {
+  auto v = parse_manifest("sq=1024 sk=512 ratio=2\nsq=2048 sk=1024 ratio=4\nsq=8 sk=8 w=f32\nsq=8 sk=8 family=reference\n", "m");
+  auto specs = manifest_specs(v, DeviceInfo::h200());
+  REQUIRE(specs.size() == 3);
+  CHECK(specs[0].family == Family::generic);
+  CHECK(specs[1].w_dtype == dsa_indexer::DType::f32);
+  CHECK(specs[2].family == Family::reference);
+}
+
+TEST_CASE("warmup into an empty directory, then every entry verifies", "[warmup]") {
+  dsa_test::TempDir t;
+  EnvConfig cfg;
+  cfg.cache_dir = t.path();
+  cfg.log_level = LogLevel::quiet;
+  Runtime rt(cfg);
+  auto specs = manifest_specs(parse_manifest("sq=64 sk=64 heads=16 family=reference\nsq=64 sk=64 heads=32 w=f32 lse=1\n", "m"),
+                              DeviceInfo::h200());
+  auto s1 = warmup(rt, specs, nullptr);
+  CHECK(s1.compiled == 2);
+  CHECK(s1.cached == 0);
+  CHECK(s1.failed == 0);
+  auto s2 = warmup(rt, specs, nullptr);
+  CHECK(s2.compiled == 0);
+  CHECK(s2.cached == 2);
+  auto list = rt.disk().list();
+  REQUIRE(list.size() == 2);
+  for (const auto& e : list) CHECK(e.ok);
+}
+
+TEST_CASE("warmup into an unwritable directory reports failures", "[warmup]") {
+  dsa_test::TempDir t;
+  { std::ofstream(t.path() + "/f") << "x"; }
+  EnvConfig cfg;
+  cfg.cache_dir = t.path() + "/f/cache";
+  cfg.log_level = LogLevel::quiet;
+  Runtime rt(cfg);
+  auto specs = manifest_specs(parse_manifest("sq=64 sk=64 heads=16 family=reference\n", "m"), DeviceInfo::h200());
+  auto s = warmup(rt, specs, nullptr);
+  CHECK(s.failed == 1);
+  REQUIRE(s.failures.size() == 1);
+  CHECK_THAT(s.failures[0], Contains("not stored"));
+}

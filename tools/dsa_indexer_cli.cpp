@@ -1,0 +1,332 @@
+// dsa-indexer: the command-line tool.
+//   warmup --manifest FILE [--cache-dir DIR] [--arch sm_90a]   fill the disk cache, no GPU needed
+//   cache ls|verify|clear [--cache-dir DIR]
+//   demo                                                      default problem, checked and timed
+//   bench [--json FILE] [--family generic|reference] [--reps N]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "default_manifest.hpp"
+#include "driver.hpp"
+#include "env.hpp"
+#include "gemm_ceiling.hpp"
+#include "gpu_runner.hpp"
+#include "host_problem.hpp"
+#include "runtime.hpp"
+#include "warmup.hpp"
+
+namespace dd = dsa_indexer::detail;
+using namespace dsa_support;
+
+namespace {
+
+struct Args {
+  std::vector<std::string> pos;
+  std::map<std::string, std::string> opt;
+  std::string get(const std::string& k, const std::string& def = "") const {
+    auto it = opt.find(k);
+    return it == opt.end() ? def : it->second;
+  }
+  bool has(const std::string& k) const { return opt.count(k) != 0; }
+};
+
+Args parse(int argc, char** argv, int from) {
+  Args a;
+  for (int i = from; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      auto eq = s.find('=');
+      if (eq != std::string::npos) a.opt[s.substr(2, eq - 2)] = s.substr(eq + 1);
+      else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) a.opt[s.substr(2)] = argv[++i];
+      else a.opt[s.substr(2)] = "1";
+    } else {
+      a.pos.push_back(s);
+    }
+  }
+  return a;
+}
+
+int usage() {
+  fmt::print(stderr,
+             "usage: dsa-indexer <command> [options]\n"
+             "  warmup --manifest FILE|default [--cache-dir DIR] [--arch sm_90a]\n"
+             "                     compile every kernel variant the manifest implies into the disk cache (no GPU needed)\n"
+             "  cache ls|verify|clear [--cache-dir DIR]\n"
+             "  demo               on a GPU: default DeepSeek-V4-like problem, checked against fp64 and timed;\n"
+             "                     without one: the warmup of the default manifest\n"
+             "  bench [--json FILE] [--family generic|reference] [--reps N] [--quick]\n");
+  return 2;
+}
+
+dd::EnvConfig config_with_dir(const Args& a) {
+  dd::EnvConfig c = dd::env();
+  if (a.has("cache-dir")) c.cache_dir = a.get("cache-dir");
+  c.disk_cache = true;
+  return c;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw dsa_indexer::InvalidArgument(fmt::format("warmup: --manifest: expected a readable file, got '{}'", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int run_warmup(const std::string& manifest_text, const std::string& manifest_name, const Args& a) {
+  dd::EnvConfig cfg = config_with_dir(a);
+  if (cfg.cache_dir.empty()) {
+    fmt::print(stderr, "warmup: no cache directory: pass --cache-dir or set DSA_INDEXER_CACHE_DIR\n");
+    return 2;
+  }
+  dd::Runtime rt(cfg);
+  auto problems = dd::parse_manifest(manifest_text, manifest_name);
+  dd::DeviceInfo profile = dd::DeviceInfo::h200();
+  std::vector<dd::KernelSpec> specs = dd::manifest_specs(problems, profile);
+  const std::string arch = a.get("arch", "sm_90a");
+  if (arch != "sm_90a") {
+    fmt::print(stderr, "warmup: --arch: expected sm_90a (the only target the kernels are written for), got {}\n", arch);
+    return 2;
+  }
+  fmt::print("warmup: {} problems in {} -> {} kernel variants, cache {}\n", problems.size(), manifest_name, specs.size(),
+             cfg.cache_dir);
+  auto s = dd::warmup(rt, specs, [](int i, int n, const dd::KernelSpec& spec, const std::string& status) {
+    fmt::print("[{}/{}] {} {}: {}\n", i, n, dd::family_name(spec.family), spec.shape_key(), status);
+    std::fflush(stdout);
+  });
+  fmt::print("warmup: {} compiled, {} already cached, {} failed in {:.2f} s\n", s.compiled, s.cached, s.failed, s.seconds);
+  for (const auto& f : s.failures) fmt::print(stderr, "  failed: {}\n", f);
+  return s.failed ? 1 : 0;
+}
+
+int run_cache(const Args& a) {
+  if (a.pos.empty()) return usage();
+  dd::EnvConfig cfg = config_with_dir(a);
+  dd::DiskCache disk(cfg.cache_dir, cfg.prebuilt_dir, dd::nvrtc_version());
+  const std::string& sub = a.pos[0];
+  if (sub == "clear") {
+    fmt::print("cache clear: removed {} files from {}\n", disk.clear(), cfg.cache_dir);
+    return 0;
+  }
+  if (sub != "ls" && sub != "verify") return usage();
+  const std::string problem = disk.directory_problem();
+  if (!problem.empty()) fmt::print("cache directory problem: {}\n", problem);
+  auto entries = disk.list();
+  int bad = 0;
+  uint64_t bytes = 0;
+  for (const auto& e : entries) {
+    if (e.ok) {
+      bytes += e.cubin_bytes;
+      if (sub == "ls") fmt::print("{}  {:>8} B  {}\n", e.key.substr(0, 16), e.cubin_bytes, e.source_name);
+    } else {
+      ++bad;
+      fmt::print("BAD {}: {}\n", e.path, e.problem);
+    }
+  }
+  fmt::print("cache {}: {} entries ok, {} bad, {} cubin bytes in {}{}\n", sub, entries.size() - bad, bad, bytes,
+             cfg.cache_dir, cfg.prebuilt_dir.empty() ? "" : " (+ prebuilt " + cfg.prebuilt_dir + ")");
+  return (sub == "verify" && (bad || !problem.empty())) ? 1 : 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Timed {
+  double median_us = 0;
+  double min_us = 0;
+};
+
+// Median device time of the forward over `sets` rotating input sets.
+Timed time_forward(std::vector<DeviceProblem>& sets, dsa_indexer::KernelFamily fam, int warm, int reps, CUstream stream) {
+  dd::Driver& d = dd::Driver::get();
+  CUevent e0, e1;
+  d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");
+  d.check(d.cuEventCreate(&e1, 0), "cuEventCreate");
+  for (auto& s : sets) s.opt.family = fam;
+  for (int i = 0; i < warm; ++i) {
+    auto& s = sets[i % sets.size()];
+    dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, stream);
+  }
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    auto& s = sets[i % sets.size()];
+    d.check(d.cuEventRecord(e0, stream), "cuEventRecord");
+    dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, stream);
+    d.check(d.cuEventRecord(e1, stream), "cuEventRecord");
+    d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+    float ms = 0;
+    d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
+    us.push_back(ms * 1e3);
+  }
+  d.cuEventDestroy(e0);
+  d.cuEventDestroy(e1);
+  Timed t;
+  t.median_us = median(us);
+  t.min_us = *std::min_element(us.begin(), us.end());
+  return t;
+}
+
+HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads, bool wf32 = false) {
+  HostProblem p;
+  p.layout = Layout::bshd;
+  p.batch = 1;
+  p.s_q = sq;
+  p.s_k = sk;
+  p.ratio = ratio;
+  p.heads = heads;
+  p.w_f32 = wf32;
+  return p;
+}
+
+int run_demo(const Args& a) {
+  std::string why;
+  if (!gpu_available(&why)) {
+    fmt::print("demo: no usable GPU here ({}).\n"
+               "demo: running the offline warmup of the default manifest instead.\n", why);
+    return run_warmup(kDefaultManifest, "default manifest", a);
+  }
+  const auto& dev = dd::device_info(0);
+  HostProblem p = bshd(8192, 4096, 2, 64);
+  fmt::print("demo: {} ({} SMs); problem {}\n", dev.name, dev.sm_count, p.describe());
+  fill_random(p, 20261202);
+  DeviceProblem dp = upload(p);
+  auto t0 = std::chrono::steady_clock::now();
+  GpuResult r = run(p, dp, dsa_indexer::KernelFamily::automatic);
+  const double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<int64_t> rows;
+  for (int64_t r0 : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(63), int64_t(64), int64_t(1000), int64_t(4095),
+                     int64_t(4096), int64_t(6001), int64_t(8190), int64_t(8191)})
+    rows.push_back(r0);
+  auto ref = oracle_rows(p, rows);
+  std::vector<float> got;
+  for (int64_t r0 : rows) got.insert(got.end(), r.scores.begin() + r0 * p.cols(), r.scores.begin() + (r0 + 1) * p.cols());
+  Comparison c = compare(got.data(), ref.data(), static_cast<int64_t>(got.size()), p.cols());
+  int64_t poison = 0;
+  for (float v : r.scores) poison += std::isnan(v);
+  const bool ok = c.ok(2e-7) && poison == 0;
+  fmt::print("demo: first call (compile or cache load + run) {:.3f} s\n", first_s);
+  fmt::print("demo: {} sampled rows vs CPU fp64: rel-L2 {:.3e}, -inf pattern mismatches {}, unwritten cells {} -> {}\n",
+             rows.size(), c.rel_l2, c.pattern_mismatch, poison, ok ? "VERIFIED" : "FAILED");
+  if (!c.first_problem.empty()) fmt::print("demo: first problem: {}\n", c.first_problem);
+  std::vector<DeviceProblem> sets;
+  sets.push_back(std::move(dp));
+  for (int i = 1; i < 3; ++i) {
+    HostProblem pi = p;
+    fill_random(pi, 1000 + i);
+    sets.push_back(upload(pi));
+  }
+  Timed t = time_forward(sets, dsa_indexer::KernelFamily::automatic, 5, 30, nullptr);
+  const double flops = 2.0 * 64 * 128 * static_cast<double>(visible_pairs(p));
+  fmt::print("demo: median {:.1f} us over 30 runs (3 rotating input sets): {:.1f} TFLOP/s useful ({:.3e} visible pairs)\n",
+             t.median_us, flops / (t.median_us * 1e-6) / 1e12, static_cast<double>(visible_pairs(p)));
+  auto st = dsa_indexer::kernel_cache_stats();
+  fmt::print("demo: kernel cache: {} hits, {} misses, {} compiles, {} disk hits\n", st.hits, st.misses, st.compiles, st.disk_hits);
+  return ok ? 0 : 1;
+}
+
+struct BenchCase {
+  std::string name;
+  HostProblem p;
+};
+
+int run_bench(const Args& a) {
+  std::string why;
+  if (!gpu_available(&why)) {
+    fmt::print(stderr, "bench: needs a Hopper GPU ({})\n", why);
+    return 2;
+  }
+  const int reps = std::stoi(a.get("reps", "20"));
+  const std::string fam_s = a.get("family", "generic");
+  const auto fam = fam_s == "reference" ? dsa_indexer::KernelFamily::reference : dsa_indexer::KernelFamily::generic;
+  const bool quick = a.has("quick");
+  std::vector<BenchCase> cases;
+  for (int64_t sq : {2048, 4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r2 S_q {}", sq), bshd(sq, sq / 2, 2, 64)});
+  for (int64_t sq : {4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r4 S_q {}", sq), bshd(sq, sq / 4, 4, 64)});
+  cases.push_back({"bshd H64 r2 S_q 8192 fp32-W", bshd(8192, 4096, 2, 64, true)});
+  cases.push_back({"bshd H32 r2 S_q 8192", bshd(8192, 4096, 2, 32)});
+  cases.push_back({"bshd H16 r2 S_q 8192", bshd(8192, 4096, 2, 16)});
+  {
+    HostProblem p;
+    p.layout = Layout::thd_local;
+    p.heads = 64;
+    p.ratio = 2;
+    p.cu_q = {0, 1536, 4608, 8192};
+    p.cu_k = {0, 768, 2304, 4096};
+    cases.push_back({"thd H64 r2 3 segs T_q 8192", p});
+  }
+  if (quick) cases.resize(4);
+  const auto& dev = dd::device_info(0);
+  GemmCeiling ceil = measure_gemm_ceiling(8192, 10);
+  fmt::print("bench: {} ({} SMs), family {}, {} reps, median of device-event times over rotating inputs\n", dev.name,
+             dev.sm_count, fam_s, reps);
+  if (ceil.ok)
+    fmt::print("bench: bf16 GEMM ceiling (cuBLAS {}, {}^3): {:.1f} us = {:.1f} TFLOP/s\n", ceil.library, ceil.n, ceil.median_us, ceil.tflops);
+  else
+    fmt::print("bench: bf16 GEMM ceiling unavailable: {}\n", ceil.why);
+  fmt::print("{:<32} {:>12} {:>10} {:>10} {:>8}\n", "shape", "median us", "min us", "TFLOP/s", "% ceil");
+  std::string json = "{\n  \"device\": \"" + dev.name + "\",\n  \"family\": \"" + fam_s + "\",\n";
+  json += fmt::format("  \"gemm_ceiling_tflops\": {:.2f},\n  \"cases\": [\n", ceil.ok ? ceil.tflops : 0.0);
+  bool first = true;
+  for (auto& c : cases) {
+    fill_random(c.p, 42);
+    const double set_bytes = (c.p.q.size() + c.p.k.size()) * 2.0 + c.p.rows() * static_cast<double>(c.p.cols()) * 4;
+    const int nsets = std::max(2, static_cast<int>(std::ceil(200e6 / set_bytes)));
+    std::vector<DeviceProblem> sets;
+    for (int i = 0; i < std::min(nsets, 4); ++i) {
+      HostProblem pi = c.p;
+      if (i) fill_random(pi, 42 + i);
+      sets.push_back(upload(pi));
+    }
+    Timed t = time_forward(sets, fam, 3, reps, nullptr);
+    const double pairs = static_cast<double>(visible_pairs(c.p));
+    const double tf = 2.0 * c.p.heads * 128 * pairs / (t.median_us * 1e-6) / 1e12;
+    const double pct = ceil.ok ? 100.0 * tf / ceil.tflops : 0.0;
+    fmt::print("{:<32} {:>12.1f} {:>10.1f} {:>10.1f} {:>7.1f}%\n", c.name, t.median_us, t.min_us, tf, pct);
+    std::fflush(stdout);
+    json += fmt::format("{}    {{\"name\": \"{}\", \"median_us\": {:.2f}, \"min_us\": {:.2f}, \"tflops\": {:.2f}, "
+                        "\"pct_ceiling\": {:.2f}, \"visible_pairs\": {:.0f}}}",
+                        first ? "" : ",\n", c.name, t.median_us, t.min_us, tf, pct, pairs);
+    first = false;
+  }
+  json += "\n  ]\n}\n";
+  if (a.has("json")) std::ofstream(a.get("json")) << json;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string cmd = argv[1];
+  try {
+    Args a = parse(argc, argv, 2);
+    if (cmd == "warmup") {
+      const std::string m = a.get("manifest");
+      if (m.empty()) return usage();
+      if (m == "default") return run_warmup(kDefaultManifest, "default manifest", a);
+      return run_warmup(read_text(m), m, a);
+    }
+    if (cmd == "cache") return run_cache(a);
+    if (cmd == "demo") return run_demo(a);
+    if (cmd == "bench") return run_bench(a);
+    if (cmd == "--version" || cmd == "version") {
+      fmt::print("dsa-indexer {} (NVRTC {})\n", dsa_indexer::version(), dd::nvrtc_version());
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dsa-indexer {}: {}\n", cmd, e.what());
+    return 1;
+  }
+  return usage();
+}

@@ -1,0 +1,159 @@
+#include "gpu_runner.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "driver.hpp"
+
+namespace dsa_support {
+
+using dsa_indexer::DType;
+using dsa_indexer::TensorDesc;
+namespace dd = dsa_indexer::detail;
+
+DeviceBuffer::DeviceBuffer(size_t bytes, int device) : bytes_(bytes), device_(device) {
+  dd::ScopedContext ctx(device);
+  DSA_CU(cuMemAlloc(&ptr_, bytes ? bytes : 16));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) {
+    dd::ScopedContext ctx(device_);
+    dd::Driver::get().cuMemFree(ptr_);
+  }
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), device_(o.device_) { o.ptr_ = 0; }
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  std::swap(ptr_, o.ptr_);
+  std::swap(bytes_, o.bytes_);
+  std::swap(device_, o.device_);
+  return *this;
+}
+
+void DeviceBuffer::upload(const void* src, size_t n) {
+  if (!n) return;
+  dd::ScopedContext ctx(device_);
+  DSA_CU(cuMemcpyHtoD(ptr_, src, n));
+}
+void DeviceBuffer::download(void* dst, size_t n) const {
+  if (!n) return;
+  dd::ScopedContext ctx(device_);
+  DSA_CU(cuMemcpyDtoH(dst, ptr_, n));
+}
+void DeviceBuffer::fill_u32(uint32_t v) {
+  dd::ScopedContext ctx(device_);
+  DSA_CU(cuMemsetD32(ptr_, v, bytes_ / 4));
+}
+
+bool gpu_available(std::string* why) {
+  if (!dd::Driver::probe(why)) return false;
+  const auto& info = dd::device_info(0);
+  if (info.cc_major != 9) {
+    if (why) *why = fmt::format("device 0 is {} (compute capability {}.{}), not Hopper", info.name, info.cc_major, info.cc_minor);
+    return false;
+  }
+  return true;
+}
+
+void sync_device(int device) {
+  dd::ScopedContext ctx(device);
+  DSA_CU(cuCtxSynchronize());
+}
+
+namespace {
+TensorDesc vec_i32(const DeviceBuffer& b, int64_t n, int device) {
+  return TensorDesc::contiguous(b.get(), DType::i32, {n}, device);
+}
+}  // namespace
+
+DeviceProblem upload(const HostProblem& p, int device, bool host_seqlens) {
+  DeviceProblem d;
+  const int64_t H = p.heads, D = 128, rows = p.rows(), cols = p.cols();
+  d.q = DeviceBuffer(p.q.size() * 2, device);
+  d.q.upload(p.q.data(), p.q.size() * 2);
+  d.k = DeviceBuffer(p.k.size() * 2, device);
+  d.k.upload(p.k.data(), p.k.size() * 2);
+  if (p.w_f32) {
+    d.w = DeviceBuffer(p.w_f32v.size() * 4, device);
+    d.w.upload(p.w_f32v.data(), p.w_f32v.size() * 4);
+  } else {
+    d.w = DeviceBuffer(p.w_bf16.size() * 2, device);
+    d.w.upload(p.w_bf16.data(), p.w_bf16.size() * 2);
+  }
+  d.out = DeviceBuffer(static_cast<size_t>(rows * cols) * 4, device);
+  const DType wt = p.w_f32 ? DType::f32 : DType::bf16;
+  if (!p.thd()) {
+    d.tq = TensorDesc::contiguous(d.q.get(), DType::bf16, {p.batch, p.s_q, H, D}, device);
+    d.tk = TensorDesc::contiguous(d.k.get(), DType::bf16, {p.batch, p.s_k, 1, D}, device);
+    d.tw = TensorDesc::contiguous(d.w.get(), wt, {p.batch, p.s_q, H}, device);
+    d.tout = TensorDesc::contiguous(d.out.get(), DType::f32, {p.batch, p.s_q, p.s_k}, device);
+  } else {
+    d.tq = TensorDesc::contiguous(d.q.get(), DType::bf16, {p.t_q(), H, D}, device);
+    d.tk = TensorDesc::contiguous(d.k.get(), DType::bf16, {p.t_k(), 1, D}, device);
+    d.tw = TensorDesc::contiguous(d.w.get(), wt, {p.t_q(), H}, device);
+    d.tout = TensorDesc::contiguous(d.out.get(), DType::f32, {p.t_q(), cols}, device);
+    const int64_t n = static_cast<int64_t>(p.cu_q.size());
+    d.cu_q = DeviceBuffer(n * 4, device);
+    d.cu_q.upload(p.cu_q.data(), n * 4);
+    d.cu_k = DeviceBuffer(n * 4, device);
+    d.cu_k.upload(p.cu_k.data(), n * 4);
+    d.opt.cu_seqlens_q = vec_i32(d.cu_q, n, device);
+    d.opt.cu_seqlens_k = vec_i32(d.cu_k, n, device);
+    d.opt.max_seqlen_q = p.max_q;
+    d.opt.max_seqlen_k = p.max_k;
+    if (host_seqlens) {
+      d.opt.cu_seqlens_q_host = p.cu_q.data();
+      d.opt.cu_seqlens_k_host = p.cu_k.data();
+    }
+    d.opt.thd_columns = p.layout == Layout::thd_global ? dsa_indexer::ThdColumns::global : dsa_indexer::ThdColumns::local;
+  }
+  d.opt.ratio = p.ratio;
+  d.opt.sm_scale = p.sm_scale;
+  if (!p.offsets.empty()) {
+    d.offsets = DeviceBuffer(p.offsets.size() * 4, device);
+    d.offsets.upload(p.offsets.data(), p.offsets.size() * 4);
+    d.opt.q_causal_offsets = vec_i32(d.offsets, static_cast<int64_t>(p.offsets.size()), device);
+  }
+  if (!p.ks.empty()) {
+    d.ks = DeviceBuffer(p.ks.size() * 4, device);
+    d.ks.upload(p.ks.data(), p.ks.size() * 4);
+    d.ke = DeviceBuffer(p.ke.size() * 4, device);
+    d.ke.upload(p.ke.data(), p.ke.size() * 4);
+    if (p.thd()) {
+      d.opt.ks = vec_i32(d.ks, rows, device);
+      d.opt.ke = vec_i32(d.ke, rows, device);
+    } else {
+      d.opt.ks = TensorDesc::contiguous(d.ks.get(), DType::i32, {p.batch, p.s_q}, device);
+      d.opt.ke = TensorDesc::contiguous(d.ke.get(), DType::i32, {p.batch, p.s_q}, device);
+    }
+  }
+  if (p.lse) {
+    d.lse = DeviceBuffer(static_cast<size_t>(rows) * 4, device);
+    d.opt.lse = p.thd() ? TensorDesc::contiguous(d.lse.get(), DType::f32, {rows}, device)
+                        : TensorDesc::contiguous(d.lse.get(), DType::f32, {p.batch, p.s_q}, device);
+  }
+  return d;
+}
+
+GpuResult run(const HostProblem& p, DeviceProblem& dp, dsa_indexer::KernelFamily family, CUstream stream) {
+  dp.out.fill_u32(kPoison);
+  if (p.lse) dp.lse.fill_u32(kPoison);
+  dp.opt.family = family;
+  dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, stream);
+  {
+    dd::ScopedContext ctx(dp.tq.device);
+    DSA_CU(cuStreamSynchronize(stream));
+  }
+  GpuResult r;
+  r.scores.resize(static_cast<size_t>(p.rows() * p.cols()));
+  dp.out.download(r.scores.data(), r.scores.size() * 4);
+  if (p.lse) {
+    r.lse.resize(static_cast<size_t>(p.rows()));
+    dp.lse.download(r.lse.data(), r.lse.size() * 4);
+  }
+  return r;
+}
+
+}  // namespace dsa_support
