@@ -23,12 +23,12 @@ run() {  # name timeout command...
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv; } >"$out/summary.txt" 2>&1
 cat "$out/summary.txt"
 if want tests; then
-  run gpu_reference 200 $b/tests/dsa_gpu_tests "[reference]" --durations yes
-  run gpu_generic 240 $b/tests/dsa_gpu_tests "[generic]" --durations yes
+  run gpu_reference 150 $b/tests/dsa_gpu_tests "[reference]" --durations yes
+  run gpu_generic 170 $b/tests/dsa_gpu_tests "[generic]" --durations yes
   run readme_example 30 $b/tests/readme_example
 fi
-want demo && run demo 120 $b/tools/dsa-indexer demo
-want bench && run bench 200 $b/tools/dsa-indexer bench --json "$out/bench.json"
+want demo && run demo 60 $b/tools/dsa-indexer demo
+want bench && run bench 150 $b/tools/dsa-indexer bench --json "$out/bench.json"
 if want sanitize; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   for tool in memcheck racecheck synccheck; do
