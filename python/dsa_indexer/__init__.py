@@ -1,0 +1,72 @@
+"""Python binding of dsa-indexer (DeepSeek sparse-attention lightning-indexer forward, Hopper).
+
+A thin ctypes layer over the C API in include/dsa_indexer/c_api.h; PyTorch is needed only to
+call `indexer_forward` on tensors and is imported lazily, so this package imports (and its
+loader, ABI checks and raw calls work) without it.
+
+    import torch, dsa_indexer
+    scores = dsa_indexer.indexer_forward(q, k, w, ratio=2, sm_scale=0.125)
+    res = dsa_indexer.indexer_forward(q, k, w, ratio=2, return_lse=True)  # {'scores', 'lse'}
+
+The shared library is found through $DSA_INDEXER_LIBRARY, next to this package, in the
+source tree's build/ directory, or by the system loader (see `dsa_indexer._lib`).
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._forward import flops, indexer_forward, visible_pairs_bshd, visible_pairs_thd
+from ._lib import (
+    DSA_BF16,
+    DSA_F16,
+    DSA_F32,
+    DSA_F64,
+    DSA_I32,
+    DSA_I64,
+    CacheStats,
+    kernel_cache_stats,
+    library_path,
+    load_library,
+    version,
+)
+from .errors import (
+    CacheError,
+    CompileError,
+    DriverError,
+    Error,
+    InternalError,
+    InvalidArgument,
+    LibraryABIError,
+    LibraryError,
+    LibraryNotFoundError,
+    UnsupportedConfig,
+)
+
+__all__ = [
+    "indexer_forward",
+    "kernel_cache_stats",
+    "version",
+    "library_path",
+    "load_library",
+    "CacheStats",
+    "flops",
+    "visible_pairs_bshd",
+    "visible_pairs_thd",
+    "errors",
+    "Error",
+    "InvalidArgument",
+    "UnsupportedConfig",
+    "CompileError",
+    "DriverError",
+    "CacheError",
+    "InternalError",
+    "LibraryError",
+    "LibraryNotFoundError",
+    "LibraryABIError",
+    "DSA_BF16",
+    "DSA_F16",
+    "DSA_F32",
+    "DSA_I32",
+    "DSA_I64",
+    "DSA_F64",
+]

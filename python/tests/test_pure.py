@@ -1,0 +1,380 @@
+"""Tests of the Python binding that need neither a GPU nor PyTorch.
+
+They load the real libdsa_indexer.so ($DSA_INDEXER_LIBRARY, else the in-tree build/) and
+check the ctypes mirror against it, the loader's errors, the argument checks done in Python,
+and raw dsa_indexer_forward calls on hand-made descriptors that the library must reject
+(validation runs before the library touches any memory, so fake device addresses are safe).
+Tests that use torch for CPU-side checks skip when it is not installed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON_DIR, REPO_ROOT
+
+import dsa_indexer
+from dsa_indexer import _lib, errors
+
+C_API_HEADER_DIR = REPO_ROOT / "include"
+
+
+# ---------------------------------------------------------------- struct layout -------------
+
+
+def test_options_struct_size_matches_library():
+    raw = (ctypes.c_char * 4096)()
+    _lib.library().dsa_options_init(ctypes.cast(raw, ctypes.POINTER(_lib.DsaOptions)))
+    written = ctypes.c_uint32.from_buffer(raw).value
+    assert written == ctypes.sizeof(_lib.DsaOptions)
+
+
+def test_options_init_defaults_seen_through_mirror():
+    o = _lib.new_options()
+    assert o.struct_size == ctypes.sizeof(_lib.DsaOptions)
+    assert (o.ratio, o.sm_scale, o.max_seqlen_q, o.max_seqlen_k) == (1, 1.0, -1, -1)
+    assert (o.thd_columns, o.family) == (0, 0)
+    for name in ("q_causal_offsets", "cu_seqlens_q", "cu_seqlens_k", "ks", "ke", "lse"):
+        t = getattr(o, name)
+        assert (t.data, t.rank) == (None, 0), name
+    assert not o.cu_seqlens_q_host and not o.cu_seqlens_k_host
+
+
+def _c_compiler():
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return shutil.which(cc)
+    return None
+
+
+def test_field_offsets_match_c_header(tmp_path):
+    """offsetof/sizeof of every field as a C compiler sees c_api.h vs the ctypes mirror."""
+    cc = _c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler to compile the layout probe")
+    structs = {
+        "dsa_tensor": _lib.DsaTensor,
+        "dsa_options": _lib.DsaOptions,
+        "dsa_cache_stats": _lib.DsaCacheStats,
+    }
+    lines = []
+    for cname, py in structs.items():
+        lines.append(f'printf("{cname} sizeof %zu\\n", sizeof({cname}));')
+        for field, _ in py._fields_:
+            lines.append(f'printf("{cname} {field} %zu\\n", offsetof({cname}, {field}));')
+    src = tmp_path / "probe.c"
+    src.write_text(
+        "#include <stddef.h>\n#include <stdio.h>\n#include \"dsa_indexer/c_api.h\"\nint main(void) {\n"
+        + "\n".join("  " + l for l in lines)
+        + "\n  return 0;\n}\n"
+    )
+    exe = tmp_path / "probe"
+    subprocess.run([cc, "-std=c11", "-I", str(C_API_HEADER_DIR), str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    seen = {}
+    for line in filter(None, out):
+        cname, field, value = line.split()
+        seen[(cname, field)] = int(value)
+    for cname, py in structs.items():
+        assert seen[(cname, "sizeof")] == ctypes.sizeof(py), cname
+        for field, _ in py._fields_:
+            assert seen[(cname, field)] == getattr(py, field).offset, f"{cname}.{field}"
+    assert len(seen) == sum(len(py._fields_) + 1 for py in structs.values())
+
+
+def test_dtype_codes_match_header():
+    header = (C_API_HEADER_DIR / "dsa_indexer" / "c_api.h").read_text()
+    enum = re.search(r"enum \{ (DSA_BF16 = 0[^}]*)\}", header).group(1)
+    codes = {name: int(v) for name, v in re.findall(r"(DSA_\w+) = (\d+)", enum)}
+    assert codes == {
+        "DSA_BF16": _lib.DSA_BF16,
+        "DSA_F16": _lib.DSA_F16,
+        "DSA_F32": _lib.DSA_F32,
+        "DSA_I32": _lib.DSA_I32,
+        "DSA_I64": _lib.DSA_I64,
+        "DSA_F64": _lib.DSA_F64,
+    }
+
+
+def test_status_names_match_library():
+    for code, name in errors.STATUS_NAMES.items():
+        assert _lib.status_name(code) == name
+
+
+# ---------------------------------------------------------------- loading -------------------
+
+
+def test_bogus_library_path_lists_what_was_tried(tmp_path):
+    bogus = str(tmp_path / "nope" / "libdsa_indexer.so")
+    with pytest.raises(errors.LibraryNotFoundError) as ei:
+        _lib.load_library({_lib.ENV_LIBRARY: bogus})
+    assert isinstance(ei.value, OSError)
+    assert bogus in str(ei.value)
+    assert ei.value.tried == [(bogus, "no such file")]  # with the variable set nothing else is tried
+
+
+def test_library_path_that_is_not_a_library(tmp_path):
+    fake = tmp_path / "libdsa_indexer.so"
+    fake.write_bytes(b"not an ELF file")
+    with pytest.raises(errors.LibraryNotFoundError) as ei:
+        _lib.load_library({_lib.ENV_LIBRARY: str(fake)})
+    (path, why), = ei.value.tried
+    assert path == str(fake) and why != "no such file"
+
+
+def test_library_directory_in_variable():
+    lib_dir = os.path.dirname(_lib.library_path())
+    lib, path = _lib.load_library({_lib.ENV_LIBRARY: lib_dir})
+    assert path == os.path.join(lib_dir, "libdsa_indexer.so")
+    assert lib.dsa_version().decode() == dsa_indexer.version()
+
+
+def test_default_candidates_without_variable():
+    cands = _lib.candidate_paths({})
+    pkg = str(PYTHON_DIR / "dsa_indexer" / "libdsa_indexer.so")
+    build = str(REPO_ROOT / "build" / "libdsa_indexer.so")
+    assert cands.index(pkg) < cands.index(build) < cands.index("libdsa_indexer.so.0")
+
+
+def test_import_needs_neither_torch_nor_library(tmp_path):
+    """`import dsa_indexer` loads nothing; the first call raises the loader's error."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import dsa_indexer
+        assert "torch" not in sys.modules, "dsa_indexer imported torch"
+        try:
+            dsa_indexer.version()
+        except dsa_indexer.LibraryNotFoundError as e:
+            print("LOADERR", e)
+        else:
+            raise SystemExit("version() worked with a bogus DSA_INDEXER_LIBRARY")
+        """
+    )
+    env = dict(os.environ, DSA_INDEXER_LIBRARY=str(tmp_path / "missing.so"), PYTHONPATH=str(PYTHON_DIR))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "LOADERR" in r.stdout and str(tmp_path / "missing.so") in r.stdout
+
+
+def test_abi_mismatch_is_reported():
+    bigger = type("Bigger", (ctypes.Structure,), {"_fields_": _lib.DsaOptions._fields_ + [("extra", ctypes.c_int64)]})
+    with pytest.raises(errors.LibraryABIError, match="struct_size"):
+        _lib.check_abi(_lib.library(), "the library", bigger)
+    # Same size, two 8-byte fields swapped: the defaults are read from the wrong places.
+    fields = list(_lib.DsaOptions._fields_)
+    i, j = [n for n, _ in fields].index("max_seqlen_q"), [n for n, _ in fields].index("cu_seqlens_q_host")
+    fields[i], fields[j] = fields[j], fields[i]
+    swapped = type("Swapped", (ctypes.Structure,), {"_fields_": fields})
+    assert ctypes.sizeof(swapped) == ctypes.sizeof(_lib.DsaOptions)
+    with pytest.raises(errors.LibraryABIError, match="defaults"):
+        _lib.check_abi(_lib.library(), "the library", swapped)
+    _lib.check_abi(_lib.library(), "the library")  # the real mirror passes
+
+
+# ---------------------------------------------------------------- misc entry points ---------
+
+
+def test_version_matches_cmake_project():
+    cmake = (REPO_ROOT / "CMakeLists.txt").read_text()
+    want = re.search(r"project\(dsa_indexer VERSION ([0-9.]+)", cmake).group(1)
+    assert dsa_indexer.version() == want
+
+
+def test_kernel_cache_stats_shape():
+    s = dsa_indexer.kernel_cache_stats()
+    assert isinstance(s, dsa_indexer.CacheStats)
+    want_capacity = int(os.environ.get("DSA_INDEXER_CACHE_CAPACITY", "256"))
+    assert s.capacity == want_capacity
+    assert s.entries <= s.capacity and s.compiles <= s.misses
+
+
+# ---------------------------------------------------------------- raw calls -----------------
+
+FAKE = 0x7F0000000000  # 16-byte aligned, never dereferenced: validation rejects the call first
+
+
+def _t(addr, dtype, shape):
+    return _lib.make_tensor(addr, dtype, shape, _lib.contiguous_strides(shape))
+
+
+def _bshd(H=64, S_q=8, S_k=4, D=128, q_dtype=_lib.DSA_BF16, w_dtype=_lib.DSA_BF16):
+    return (
+        _t(FAKE, q_dtype, [1, S_q, H, D]),
+        _t(FAKE + 0x1000000, _lib.DSA_BF16, [1, S_k, 1, D]),
+        _t(FAKE + 0x2000000, w_dtype, [1, S_q, H]),
+        _t(FAKE + 0x3000000, _lib.DSA_F32, [1, S_q, S_k]),
+    )
+
+
+def test_raw_invalid_dtype_is_value_error_with_library_message():
+    q, k, w, s = _bshd(q_dtype=_lib.DSA_F16)
+    with pytest.raises(ValueError) as ei:
+        _lib.forward_raw(q, k, w, s, _lib.new_options())
+    e = ei.value
+    assert isinstance(e, errors.InvalidArgument) and e.status == errors.STATUS_INVALID_ARGUMENT
+    assert "q.dtype" in str(e) and "bf16" in str(e) and "f16" in str(e)
+    assert str(e) == _lib.last_error()
+
+
+def test_raw_bad_scores_shape_names_parameter():
+    q, k, w, _ = _bshd()
+    s = _t(FAKE + 0x3000000, _lib.DSA_F32, [1, 8, 5])
+    with pytest.raises(errors.InvalidArgument, match=r"scores\.shape\[2\]"):
+        _lib.forward_raw(q, k, w, s, _lib.new_options())
+
+
+def test_raw_rank_above_four_rejected_by_library():
+    q = _lib.make_tensor(FAKE, _lib.DSA_BF16, [1, 1, 8, 64, 128], _lib.contiguous_strides([1, 1, 8, 64, 128]))
+    _, k, w, s = _bshd()
+    with pytest.raises(errors.InvalidArgument, match=r"q\.rank"):
+        _lib.forward_raw(q, k, w, s, _lib.new_options())
+
+
+def test_raw_ratio_and_scale_checks():
+    q, k, w, s = _bshd()
+    o = _lib.new_options()
+    o.ratio = 0
+    with pytest.raises(errors.InvalidArgument, match="ratio"):
+        _lib.forward_raw(q, k, w, s, o)
+    o = _lib.new_options()
+    o.sm_scale = float("nan")
+    with pytest.raises(errors.InvalidArgument, match="sm_scale"):
+        _lib.forward_raw(q, k, w, s, o)
+
+
+def test_raw_unsupported_heads_is_not_implemented_and_value_error():
+    q, k, w, s = _bshd(H=48)
+    with pytest.raises(NotImplementedError) as ei:
+        _lib.forward_raw(q, k, w, s, _lib.new_options())
+    assert isinstance(ei.value, ValueError) and isinstance(ei.value, errors.UnsupportedConfig)
+    assert ei.value.status_name == "DSA_STATUS_UNSUPPORTED_CONFIG"
+    assert "48" in str(ei.value)
+
+
+def test_raw_wrong_struct_size_rejected():
+    q, k, w, s = _bshd()
+    o = _lib.new_options()
+    o.struct_size = 8
+    with pytest.raises(errors.InvalidArgument, match="struct_size"):
+        _lib.forward_raw(q, k, w, s, o)
+
+
+def test_raw_thd_requires_max_seqlen():
+    q = _t(FAKE, _lib.DSA_BF16, [8, 64, 128])
+    k = _t(FAKE + 0x1000000, _lib.DSA_BF16, [4, 1, 128])
+    w = _t(FAKE + 0x2000000, _lib.DSA_BF16, [8, 64])
+    s = _t(FAKE + 0x3000000, _lib.DSA_F32, [8, 4])
+    o = _lib.new_options()
+    o.cu_seqlens_q = _t(FAKE + 0x4000000, _lib.DSA_I32, [2])
+    o.cu_seqlens_k = _t(FAKE + 0x5000000, _lib.DSA_I32, [2])
+    with pytest.raises(errors.InvalidArgument, match="max_seqlen_q"):
+        _lib.forward_raw(q, k, w, s, o)
+
+
+def test_raw_thd_host_mirror_checked():
+    """Host mirrors are read (they are host memory) and a wrong total is reported."""
+    q = _t(FAKE, _lib.DSA_BF16, [8, 64, 128])
+    k = _t(FAKE + 0x1000000, _lib.DSA_BF16, [4, 1, 128])
+    w = _t(FAKE + 0x2000000, _lib.DSA_BF16, [8, 64])
+    s = _t(FAKE + 0x3000000, _lib.DSA_F32, [8, 4])
+    o = _lib.new_options()
+    o.cu_seqlens_q = _t(FAKE + 0x4000000, _lib.DSA_I32, [2])
+    o.cu_seqlens_k = _t(FAKE + 0x5000000, _lib.DSA_I32, [2])
+    o.max_seqlen_q, o.max_seqlen_k = 8, 4
+    host_q = (ctypes.c_int32 * 2)(0, 7)  # T_q is 8
+    host_k = (ctypes.c_int32 * 2)(0, 4)
+    o.cu_seqlens_q_host = ctypes.cast(host_q, ctypes.POINTER(ctypes.c_int32))
+    o.cu_seqlens_k_host = ctypes.cast(host_k, ctypes.POINTER(ctypes.c_int32))
+    with pytest.raises(errors.InvalidArgument, match=r"cu_seqlens_q\[1\]"):
+        _lib.forward_raw(q, k, w, s, o)
+
+
+def _driver_loadable() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def test_raw_valid_call_without_driver_is_runtime_error():
+    if _driver_loadable():
+        pytest.skip("a CUDA driver is present: this test needs a machine without one")
+    q, k, w, s = _bshd()
+    with pytest.raises(RuntimeError) as ei:
+        _lib.forward_raw(q, k, w, s, _lib.new_options())
+    assert isinstance(ei.value, errors.DriverError) and not isinstance(ei.value, ValueError)
+    assert "libcuda" in str(ei.value)
+
+
+def test_error_for_unknown_status():
+    e = errors.error_for_status(99, "boom")
+    assert isinstance(e, errors.InternalError) and "99" in str(e) and "boom" in str(e)
+
+
+# ---------------------------------------------------------------- Python-side checks --------
+
+
+def test_thd_columns_string_checked_before_anything_else():
+    with pytest.raises(ValueError, match="thd_columns.*'local', 'global'.*'middle'"):
+        dsa_indexer.indexer_forward(None, None, None, thd_columns="middle")
+
+
+def test_family_string_checked():
+    with pytest.raises(ValueError, match="family"):
+        dsa_indexer.indexer_forward(None, None, None, family="lean")
+
+
+def test_ratio_must_be_integer():
+    with pytest.raises(TypeError):
+        dsa_indexer.indexer_forward(None, None, None, ratio=2.5)
+
+
+def test_thd_needs_both_max_seqlen():
+    with pytest.raises(ValueError, match="max_seqlen_k"):
+        dsa_indexer.indexer_forward(None, None, None, cu_seqlens_q=object(), cu_seqlens_k=object(), max_seqlen_q=4)
+    with pytest.raises(ValueError, match="max_seqlen_q and max_seqlen_k"):
+        dsa_indexer.indexer_forward(None, None, None, cu_seqlens_q=object(), cu_seqlens_k=object())
+
+
+def test_thd_needs_both_cu_seqlens():
+    with pytest.raises(ValueError, match="only cu_seqlens_k"):
+        dsa_indexer.indexer_forward(None, None, None, cu_seqlens_k=object(), max_seqlen_q=1, max_seqlen_k=1)
+
+
+def test_global_columns_only_for_thd():
+    with pytest.raises(ValueError, match="BSHD"):
+        dsa_indexer.indexer_forward(None, None, None, thd_columns="global")
+
+
+def test_visible_pairs_helpers():
+    # ratio 2, S_q 8, S_k 4: windows 0,1,1,2,2,3,3,4 -> 16
+    assert dsa_indexer.visible_pairs_bshd(1, 8, 4, 2) == 16
+    assert dsa_indexer.visible_pairs_bshd(3, 8, 4, 2) == 48
+    assert dsa_indexer.visible_pairs_bshd(1, 4, 4, 1, offset=-2) == 0 + 0 + 1 + 2
+    assert dsa_indexer.visible_pairs_thd([0, 8, 12], [0, 4, 6], 2) == 16 + (0 + 1 + 1 + 2)
+    assert dsa_indexer.flops(64, 10) == 2 * 64 * 128 * 10
+
+
+# ---------------------------------------------------------------- with torch (CPU only) -----
+
+
+def test_cpu_tensors_rejected():
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(1, 8, 64, 128, dtype=torch.bfloat16)
+    k = torch.zeros(1, 4, 1, 128, dtype=torch.bfloat16)
+    w = torch.zeros(1, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+        dsa_indexer.indexer_forward(q, k, w)
+    with pytest.raises(TypeError, match="k: expected a torch.Tensor"):
+        dsa_indexer.indexer_forward(q, [1, 2], w)
