@@ -136,6 +136,9 @@ def indexer_forward(
     sequences, trusted to equal the device arrays), or pass ``cu_seqlens_q`` / ``_k`` as CPU
     int32 tensors: they are then copied to q's device on the stream and used as host mirrors.
 
+    q, k and w whose innermost stride is not 1 are made contiguous first (one copy each), as
+    in cuDNN-frontend; other strided layouts are passed to the library as they are.
+
     Raises ValueError (InvalidArgument) for malformed input, NotImplementedError and
     ValueError (UnsupportedConfig) for unsupported configurations, RuntimeError subclasses for
     compile, driver, cache and internal errors, all with the library's message; TypeError for
@@ -166,6 +169,9 @@ def indexer_forward(
     for name, t in (("q", q), ("k", k), ("w", w)):
         if not t.is_cuda:
             raise ValueError(f"indexer_forward: {name}: expected a CUDA tensor, got a tensor on {t.device}")
+    # As cuDNN-frontend does, inputs whose innermost dimension is strided are made contiguous
+    # (one copy on the stream); other strides go to the library as they are.
+    q, k, w = (t.contiguous() if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1 else t for t in (q, k, w))
     device = q.device
 
     # ---- THD metadata on the device, host mirrors where cheap ----

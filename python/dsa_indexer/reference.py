@@ -1,0 +1,123 @@
+"""A PyTorch oracle of the contract (any device, fp64 by default) and comparison helpers.
+
+Slow and memory-hungry by design (it materializes a (rows, H, S_k) block per chunk of query
+rows): meant for tests and for checking peers on small shapes, not for benchmarks.
+"""
+
+from __future__ import annotations
+
+
+def _windows_end(offset: int, n_rows: int, ratio: int, s_k: int, device):
+    import torch
+
+    i = torch.arange(n_rows, device=device, dtype=torch.int64)
+    return torch.clamp(torch.div(offset + i + 1, ratio, rounding_mode="floor"), 0, s_k)
+
+
+def _block_scores(q, k, w, dtype, sm_scale, chunk_bytes):
+    """sm_scale * sum_h relu(q[i,h,:] . k[j,:]) * w[i,h] for q (S, H, D), k (S_k, D), w (S, H)."""
+    import torch
+
+    s, h, _ = q.shape
+    s_k = k.shape[0]
+    out = torch.empty((s, s_k), dtype=dtype, device=q.device)
+    kd = k.to(dtype)
+    rows = max(1, chunk_bytes // max(1, h * s_k * torch.finfo(dtype).bits // 8))
+    for r0 in range(0, s, rows):
+        qc = q[r0 : r0 + rows].to(dtype)
+        logits = torch.einsum("ihd,jd->ihj", qc, kd)
+        out[r0 : r0 + rows] = (logits.clamp_min_(0) * w[r0 : r0 + rows].to(dtype)[:, :, None]).sum(1)
+    return out * sm_scale
+
+
+def indexer_forward_reference(
+    q,
+    k,
+    w,
+    ratio: int = 4,
+    sm_scale: float = 1.0,
+    q_causal_offsets=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    thd_columns: str = "local",
+    ks=None,
+    ke=None,
+    dtype=None,
+    chunk_bytes: int = 256 << 20,
+):
+    """Scores as the contract defines them, in `dtype` (default float64), on q's device.
+
+    Same arguments as `dsa_indexer.indexer_forward` (BSHD or THD local/global columns,
+    offsets, explicit ks/ke windows intersected with each row's valid columns). Returns the
+    scores tensor; use `reference_lse` for the LSE."""
+    import torch
+
+    dtype = torch.float64 if dtype is None else dtype
+    neg_inf = float("-inf")
+    offs = None if q_causal_offsets is None else [int(v) for v in q_causal_offsets.reshape(-1).tolist()]
+    if cu_seqlens_q is None:
+        b, s_q, _, _ = q.shape
+        s_k = k.shape[1]
+        out = torch.full((b, s_q, s_k), neg_inf, dtype=dtype, device=q.device)
+        for bi in range(b):
+            block = _block_scores(q[bi], k[bi, :, 0], w[bi], dtype, sm_scale, chunk_bytes)
+            col = torch.arange(s_k, device=q.device)[None, :]
+            if ks is not None:
+                lo, hi = ks[bi].to(torch.int64)[:, None], ke[bi].to(torch.int64)[:, None]
+                vis = (col >= lo) & (col < hi)
+            else:
+                vis = col < _windows_end(offs[bi] if offs else 0, s_q, ratio, s_k, q.device)[:, None]
+            out[bi] = torch.where(vis, block, torch.full_like(block, neg_inf))
+        return out
+    cu_q = [int(v) for v in cu_seqlens_q.tolist()]
+    cu_k = [int(v) for v in cu_seqlens_k.tolist()]
+    t_q, t_k = q.shape[0], k.shape[0]
+    global_cols = thd_columns == "global"
+    n_cols = t_k if global_cols else max_seqlen_k
+    out = torch.full((t_q, n_cols), neg_inf, dtype=dtype, device=q.device)
+    for bi in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = cu_q[bi], cu_q[bi + 1], cu_k[bi], cu_k[bi + 1]
+        if q1 == q0 or k1 == k0:
+            continue
+        block = _block_scores(q[q0:q1], k[k0:k1, 0], w[q0:q1], dtype, sm_scale, chunk_bytes)
+        base = k0 if global_cols else 0
+        col = base + torch.arange(k1 - k0, device=q.device)[None, :]
+        if ks is not None:
+            lo, hi = ks[q0:q1].to(torch.int64)[:, None], ke[q0:q1].to(torch.int64)[:, None]
+            vis = (col >= lo) & (col < hi)
+        else:
+            vis = (col - base) < _windows_end(offs[bi] if offs else 0, q1 - q0, ratio, k1 - k0, q.device)[:, None]
+        out[q0:q1, base : base + (k1 - k0)] = torch.where(vis, block, torch.full_like(block, neg_inf))
+    return out
+
+
+def reference_lse(scores):
+    """log sum exp over the last dimension; -inf for rows with no finite cell."""
+    import torch
+
+    return torch.logsumexp(scores, dim=-1)
+
+
+def compare(got, ref) -> dict:
+    """rel-L2 over the cells finite in `ref`, the number of cells whose -inf-ness differs, and
+    the number of NaN/+inf cells in `got` (e.g. unwritten memory)."""
+    import torch
+
+    got = got.to(torch.float64)
+    ref = ref.to(torch.float64)
+    g_ninf = torch.isneginf(got)
+    r_ninf = torch.isneginf(ref)
+    bad = torch.isnan(got) | torch.isposinf(got)
+    finite = ~r_ninf & ~g_ninf & ~bad
+    diff = (got - ref).where(finite, torch.zeros_like(got))
+    den = ref.where(finite, torch.zeros_like(ref)).pow(2).sum()
+    num = diff.pow(2).sum()
+    rel = (num / den).sqrt().item() if den.item() > 0 else num.sqrt().item()
+    return {
+        "rel_l2": rel,
+        "pattern_mismatch": int((g_ninf != r_ninf).sum().item()),
+        "non_finite": int(bad.sum().item()),
+        "visible": int((~r_ninf).sum().item()),
+    }
