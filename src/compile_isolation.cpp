@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,19 +22,35 @@ extern char** environ;
 namespace dsa_indexer::detail {
 namespace {
 
+// The helper's stderr is kept up to this size (the tail is what explains a crash).
+constexpr std::size_t kMaxStderr = 64 << 10;
+
 void put(std::string& s, const std::string& v) {
   uint64_t n = v.size();
   s.append(reinterpret_cast<const char*>(&n), 8);
   s += v;
 }
 bool get(const std::string& s, std::size_t& pos, std::string* v) {
-  if (pos + 8 > s.size()) return false;
+  if (pos > s.size() || s.size() - pos < 8) return false;
   uint64_t n = 0;
   std::memcpy(&n, s.data() + pos, 8);
   pos += 8;
   if (n > s.size() - pos) return false;
   *v = s.substr(pos, n);
   pos += n;
+  return true;
+}
+// A decimal count field; every counted item takes at least 8 bytes, which bounds it.
+bool get_count(const std::string& s, std::size_t& pos, std::size_t* n) {
+  std::string v;
+  if (!get(s, pos, &v) || v.empty() || v.size() > 19) return false;
+  uint64_t c = 0;
+  for (char ch : v) {
+    if (ch < '0' || ch > '9') return false;
+    c = c * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  if (c > (s.size() - pos) / 8) return false;
+  *n = static_cast<std::size_t>(c);
   return true;
 }
 
@@ -61,6 +78,102 @@ std::string read_fd(int fd) {
 
 bool is_executable(const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; }
 
+const char* signal_abbrev(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+  }
+  return "signal";
+}
+
+struct Exchange {
+  std::string reply, err;
+  int status = 0;
+  bool waited = false;
+};
+
+// Sends the request and collects the reply and stderr with one poll loop, so no side can block
+// the other whatever the helper does first.
+Exchange talk(const std::string& helper, const std::string& request, const CompileRequest& req) {
+  int sock[2], errp[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) != 0)
+    throw CompileError(fmt::format("isolated compile: socketpair failed: {}", std::strerror(errno)), "", req.options);
+  if (::pipe2(errp, O_CLOEXEC) != 0) {
+    const int err = errno;
+    ::close(sock[0]);
+    ::close(sock[1]);
+    throw CompileError(fmt::format("isolated compile: pipe failed: {}", std::strerror(err)), "", req.options);
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sock[1], 0);
+  posix_spawn_file_actions_adddup2(&fa, sock[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+  char* argv[] = {const_cast<char*>(helper.c_str()), nullptr};
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, helper.c_str(), &fa, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(sock[1]);
+  ::close(errp[1]);
+  if (rc != 0) {
+    ::close(sock[0]);
+    ::close(errp[0]);
+    throw CompileError(fmt::format("isolated compile: cannot start {}: {}", helper, std::strerror(rc)), "", req.options);
+  }
+  Exchange x;
+  std::size_t sent = 0;
+  bool sock_open = true, err_open = true, sending = !request.empty();
+  if (!sending) ::shutdown(sock[0], SHUT_WR);
+  char buf[65536];
+  while (sock_open || err_open) {
+    pollfd p[2] = {{sock[0], static_cast<short>(sock_open ? (POLLIN | (sending ? POLLOUT : 0)) : 0), 0},
+                   {errp[0], static_cast<short>(err_open ? POLLIN : 0), 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (sending && (p[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t n = ::send(sock[0], request.data() + sent, request.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<std::size_t>(n);
+      if ((n < 0 && errno != EINTR && errno != EAGAIN) || sent == request.size()) {
+        ::shutdown(sock[0], SHUT_WR);  // the helper reads to end of input
+        sending = false;
+      }
+    }
+    if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t n = ::recv(sock[0], buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) x.reply.append(buf, static_cast<std::size_t>(n));
+      else if (n == 0 || (errno != EINTR && errno != EAGAIN)) sock_open = sending = false;
+    }
+    if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t n = ::read(errp[0], buf, sizeof buf);
+      if (n > 0) {
+        x.err.append(buf, static_cast<std::size_t>(n));
+        if (x.err.size() > kMaxStderr) x.err.erase(0, x.err.size() - kMaxStderr);
+      } else if (n == 0 || errno != EINTR) {
+        err_open = false;
+      }
+    }
+  }
+  ::close(sock[0]);
+  ::close(errp[0]);
+  // ECHILD (a host that set SIGCHLD to SIG_IGN) leaves the status unknown; the reply decides.
+  for (;;) {
+    if (::waitpid(pid, &x.status, 0) >= 0) {
+      x.waited = true;
+      break;
+    }
+    if (errno != EINTR) break;
+  }
+  return x;
+}
+
 }  // namespace
 
 std::string encode_request(const CompileRequest& req) {
@@ -83,23 +196,22 @@ std::string encode_request(const CompileRequest& req) {
 
 bool decode_request(const std::string& bytes, CompileRequest* req, TemplateSet** templates) {
   if (bytes.compare(0, 7, "DSAREQ1") != 0) return false;
-  std::size_t pos = 7;
-  std::string n;
-  if (!get(bytes, pos, &req->source_name) || !get(bytes, pos, &req->source) || !get(bytes, pos, &n)) return false;
-  for (unsigned long i = 0, c = std::stoul(n); i < c; ++i) {
+  std::size_t pos = 7, c = 0;
+  if (!get(bytes, pos, &req->source_name) || !get(bytes, pos, &req->source) || !get_count(bytes, pos, &c)) return false;
+  for (std::size_t i = 0; i < c; ++i) {
     std::string e;
     if (!get(bytes, pos, &e)) return false;
     req->name_expressions.push_back(e);
   }
-  if (!get(bytes, pos, &n)) return false;
-  for (unsigned long i = 0, c = std::stoul(n); i < c; ++i) {
+  if (!get_count(bytes, pos, &c)) return false;
+  for (std::size_t i = 0; i < c; ++i) {
     std::string o;
     if (!get(bytes, pos, &o)) return false;
     req->options.push_back(o);
   }
-  if (!get(bytes, pos, &n)) return false;
+  if (!get_count(bytes, pos, &c)) return false;
   std::map<std::string, std::string> files;
-  for (unsigned long i = 0, c = std::stoul(n); i < c; ++i) {
+  for (std::size_t i = 0; i < c; ++i) {
     std::string name, text;
     if (!get(bytes, pos, &name) || !get(bytes, pos, &text)) return false;
     files[name] = text;
@@ -141,78 +253,52 @@ int compile_helper_main(int in, int out) {
   return write_fd(out, reply) ? 0 : 3;
 }
 
-std::string compile_helper_path() {
-  std::string env_path = env().compile_helper;
-  if (!env_path.empty()) return env_path;
+std::string compile_helper_path(const std::string& configured) {
+  if (!configured.empty()) return configured;
   Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&compile_helper_path), &info) && info.dli_fname) {
+  if (::dladdr(reinterpret_cast<void*>(&is_executable), &info) && info.dli_fname) {
     std::string self = info.dli_fname;
     std::string dir = self.substr(0, self.rfind('/') == std::string::npos ? 0 : self.rfind('/'));
     if (dir.empty()) dir = ".";
-    for (const std::string cand : {dir + "/dsa-indexer-nvrtc-helper", dir + "/tools/dsa-indexer-nvrtc-helper",
+    for (const std::string& cand : {dir + "/dsa-indexer-nvrtc-helper", dir + "/tools/dsa-indexer-nvrtc-helper",
                                    dir + "/../libexec/dsa_indexer/dsa-indexer-nvrtc-helper"})
       if (is_executable(cand)) return cand;
   }
   return {};
 }
 
-CompileOutput compile_in_subprocess(const CompileRequest& req) {
-  const std::string helper = compile_helper_path();
+std::string compile_helper_path() { return compile_helper_path(env().compile_helper); }
+
+CompileOutput compile_in_subprocess(const CompileRequest& req) { return compile_in_subprocess(req, compile_helper_path()); }
+
+CompileOutput compile_in_subprocess(const CompileRequest& req, const std::string& helper) {
   if (helper.empty())
     throw CompileError("DSA_INDEXER_COMPILE_ISOLATION=process: the compile helper dsa-indexer-nvrtc-helper was not found "
                        "(set DSA_INDEXER_COMPILE_HELPER to its path)", "", req.options);
-  const std::string request = encode_request(req);
-  int to_child[2], from_child[2];
-  if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0)
-    throw CompileError(fmt::format("isolated compile: pipe failed: {}", std::strerror(errno)), "", req.options);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
-  char* argv[] = {const_cast<char*>(helper.c_str()), nullptr};
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, helper.c_str(), &fa, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(to_child[0]);
-  ::close(from_child[1]);
-  if (rc != 0) {
-    ::close(to_child[1]);
-    ::close(from_child[0]);
-    throw CompileError(fmt::format("isolated compile: cannot start {}: {}", helper, std::strerror(rc)), "", req.options);
-  }
-  // The helper reads the whole request before writing, so writing it all first cannot deadlock.
-  struct sigaction ign {}, old {};
-  ign.sa_handler = SIG_IGN;
-  ::sigaction(SIGPIPE, &ign, &old);
-  write_fd(to_child[1], request);
-  ::sigaction(SIGPIPE, &old, nullptr);
-  ::close(to_child[1]);
-  std::string reply = read_fd(from_child[0]);
-  ::close(from_child[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    throw CompileError(fmt::format("NVRTC crashed compiling {} in the isolated compiler process: signal {} ({})",
-                                   req.source_name, sig, strsignal(sig)),
-                       "", req.options);
+  const Exchange x = talk(helper, encode_request(req), req);
+  if (x.waited && WIFSIGNALED(x.status)) {
+    const int sig = WTERMSIG(x.status);
+    throw CompileError(fmt::format("NVRTC crashed compiling {} in the isolated compiler process {}: signal {} ({}, {}){}{}",
+                                   req.source_name, helper, sig, signal_abbrev(sig), strsignal(sig),
+                                   x.err.empty() ? "" : "; its stderr:\n", x.err),
+                       x.err, req.options);
   }
   std::size_t pos = 1;
   std::string a, b;
-  if (reply.empty() || !get(reply, pos, &a) || !get(reply, pos, &b))
-    throw CompileError(fmt::format("isolated compile of {}: the helper exited with status {} and no reply", req.source_name,
-                                   WIFEXITED(status) ? WEXITSTATUS(status) : -1),
-                       "", req.options);
-  if (reply[0] == 'E') throw CompileError(a, b, req.options);
+  if (x.reply.empty() || (x.reply[0] != 'O' && x.reply[0] != 'E') || !get(x.reply, pos, &a) || !get(x.reply, pos, &b))
+    throw CompileError(fmt::format("isolated compile of {}: the helper {} exited with status {} and no valid reply{}{}",
+                                   req.source_name, helper, x.waited && WIFEXITED(x.status) ? WEXITSTATUS(x.status) : -1,
+                                   x.err.empty() ? "" : "; its stderr:\n", x.err),
+                       x.err, req.options);
+  if (x.reply[0] == 'E') throw CompileError(a, b, req.options);
   CompileOutput o;
   o.log = a;
   o.cubin = b;
-  std::string n;
-  if (!get(reply, pos, &n)) throw CompileError("isolated compile: truncated reply", o.log, req.options);
-  for (unsigned long i = 0, c = std::stoul(n); i < c; ++i) {
+  std::size_t n = 0;
+  if (!get_count(x.reply, pos, &n)) throw CompileError("isolated compile: truncated reply", o.log, req.options);
+  for (std::size_t i = 0; i < n; ++i) {
     std::string l;
-    if (!get(reply, pos, &l)) throw CompileError("isolated compile: truncated reply", o.log, req.options);
+    if (!get(x.reply, pos, &l)) throw CompileError("isolated compile: truncated reply", o.log, req.options);
     o.lowered_names.push_back(l);
   }
   return o;

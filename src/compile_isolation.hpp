@@ -1,14 +1,24 @@
 #pragma once
 // DSA_INDEXER_COMPILE_ISOLATION=process: NVRTC runs in a helper process (dsa-indexer-nvrtc-helper)
-// so that a compiler crash becomes a CompileError carrying the signal and the log instead of
-// taking the host process down. The helper is found through DSA_INDEXER_COMPILE_HELPER, else next
-// to the library (or executable) that contains this code, else in ../libexec/dsa_indexer/.
+// so that a compiler crash becomes a CompileError carrying the signal and the helper's stderr
+// instead of taking the host process down. The helper is found through DSA_INDEXER_COMPILE_HELPER,
+// else next to the library (or executable) that contains this code, else in ../libexec/dsa_indexer/.
+//
+// One helper per compile: request on its stdin, reply on its stdout (one Unix socket, so that a
+// helper that dies mid-request gives EPIPE, never SIGPIPE, and no process-wide signal setting is
+// touched), stderr on a pipe that becomes the error's log. The cost is a process start plus
+// NVRTC's own initialisation per compile (docs/BENCHMARKS.md, "JIT: compile isolation cost").
 #include <string>
 
 #include "nvrtc_compiler.hpp"
 
 namespace dsa_indexer::detail {
 
+// Compiles with the helper at `helper` (an executable path). Throws CompileError for a compile
+// failure, a crash (the message names the signal), a helper that cannot be started, or a
+// malformed reply.
+CompileOutput compile_in_subprocess(const CompileRequest& req, const std::string& helper);
+// The same with compile_helper_path(env().compile_helper).
 CompileOutput compile_in_subprocess(const CompileRequest& req);
 
 // The helper's side: reads one request from fd `in`, compiles, writes one reply to fd `out`.
@@ -19,6 +29,8 @@ int compile_helper_main(int in, int out);
 std::string encode_request(const CompileRequest& req);
 bool decode_request(const std::string& bytes, CompileRequest* req, TemplateSet** templates);
 
+// `configured` when non-empty, else the first executable helper next to this code; "" if none.
+std::string compile_helper_path(const std::string& configured);
 std::string compile_helper_path();
 
 }  // namespace dsa_indexer::detail

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -51,14 +52,24 @@ bool make_dirs(const std::string& path, std::string* why) {
   return true;
 }
 
-bool read_file(const std::string& path, std::string* out) {
+// Entries are a few hundred KB; anything far larger is not ours and is not read into memory.
+constexpr std::size_t kMaxEntryBytes = std::size_t(256) << 20;
+
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+bool read_file(const std::string& path, std::string* out, FileId* id = nullptr) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
     ::close(fd);
+    errno = EFBIG;
     return false;
   }
+  if (id) *id = FileId{st.st_dev, st.st_ino};
   out->resize(static_cast<std::size_t>(st.st_size));
   std::size_t got = 0;
   while (got < out->size()) {
@@ -70,6 +81,13 @@ bool read_file(const std::string& path, std::string* out) {
   ::close(fd);
   out->resize(got);
   return true;
+}
+
+// Removes a bad entry only if the path still names the file that was read: a racing process
+// may have renamed a good entry over it since, and deleting that would cost it a recompile.
+void unlink_if_same(const std::string& path, const FileId& id) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && st.st_dev == id.dev && st.st_ino == id.ino) ::unlink(path.c_str());
 }
 
 bool write_all(int fd, const std::string& s) {
@@ -89,7 +107,24 @@ std::string unique_suffix() {
   return fmt::format("{}.{}.{:016x}", ::getpid(), counter.fetch_add(1), rng());
 }
 
+std::atomic<uint64_t> g_warnings{0};
+
 }  // namespace
+
+uint64_t disk_cache_warnings() { return g_warnings.load(); }
+
+std::string cubin_problem(const std::string& cubin, const std::vector<std::string>& kernels) {
+  // e_ident: magic, ELFCLASS64 (2), little-endian (1); e_machine at byte 18 is EM_CUDA (190).
+  if (cubin.size() < 64 || cubin.compare(0, 4, "\x7f" "ELF") != 0) return "cubin is not an ELF file";
+  if (cubin[4] != 2 || cubin[5] != 1) return "cubin is not a 64-bit little-endian ELF";
+  const unsigned machine = static_cast<unsigned char>(cubin[18]) | (static_cast<unsigned char>(cubin[19]) << 8);
+  if (machine != 190) return fmt::format("cubin ELF machine is {}, expected 190 (EM_CUDA)", machine);
+  for (const auto& k : kernels) {
+    const std::string sym = std::string(1, '\0') + k + std::string(1, '\0');
+    if (cubin.find(sym) == std::string::npos) return fmt::format("cubin has no kernel {} (the header names it)", k);
+  }
+  return {};
+}
 
 std::string serialize_entry(const CacheEntry& e) {
   std::string h = fmt::format("{} {}\nkey {}\nnvrtc {}\narch {}\nsource {}\nkernels {}\n", kMagic, kCacheFormatVersion,
@@ -141,6 +176,7 @@ std::optional<CacheEntry> parse_entry(const std::string& bytes, std::string* why
   if (size == 0) return reject("empty cubin");
   e.cubin = bytes.substr(body);
   if (sha256_hex(e.cubin) != sha) return reject("cubin sha256 mismatch (corrupt)");
+  if (std::string p = cubin_problem(e.cubin, e.kernels); !p.empty()) return reject(p);
   return e;
 }
 
@@ -160,9 +196,21 @@ std::string DiskCache::entry_path(const std::string& root, const std::string& ke
 
 void DiskCache::degrade_locked(const std::string& why) {
   writable_ = false;
-  if (!warned_) {
-    warned_ = true;
-    log_warning(fmt::format("kernel disk cache disabled, caching in memory only: {}", why));
+  // One warning per process and directory: a training job that builds several runtimes (or a
+  // tool next to the library) over one bad directory must not repeat it.
+  static std::mutex warned_mu;
+  static std::set<std::string> warned_dirs;
+  bool first;
+  {
+    std::lock_guard<std::mutex> lk(warned_mu);
+    first = warned_dirs.insert(dir_).second;
+  }
+  const std::string msg = fmt::format("kernel disk cache disabled, caching in memory only: {}", why);
+  if (first) {
+    g_warnings.fetch_add(1);
+    log_warning(msg);
+  } else {
+    log_info(msg);
   }
 }
 
@@ -182,23 +230,28 @@ bool DiskCache::ensure_dir_locked() {
   return true;
 }
 
+std::optional<CacheEntry> DiskCache::verify(const std::string& bytes, const std::string& key, std::string* why) const {
+  auto e = parse_entry(bytes, why);
+  if (e && e->key != key) {
+    *why = fmt::format("entry holds key {}, its file name says {}", e->key, key);
+    e.reset();
+  } else if (e && e->nvrtc_version != nvrtc_) {
+    *why = fmt::format("written by NVRTC {}, this process uses {} (stale)", e->nvrtc_version, nvrtc_);
+    e.reset();
+  }
+  return e;
+}
+
 std::optional<CacheEntry> DiskCache::load_from(const std::string& root, const std::string& key, bool writable_root) {
   const std::string path = entry_path(root, key);
   std::string bytes;
-  if (!read_file(path, &bytes)) return std::nullopt;
+  FileId id;
+  if (!read_file(path, &bytes, &id)) return std::nullopt;
   std::string why;
-  auto e = parse_entry(bytes, &why);
-  if (e && e->key != key) {
-    why = fmt::format("entry holds key {}, expected {}", e->key, key);
-    e.reset();
-  }
-  if (e && e->nvrtc_version != nvrtc_) {
-    why = fmt::format("written by NVRTC {}, this process uses {}", e->nvrtc_version, nvrtc_);
-    e.reset();
-  }
+  auto e = verify(bytes, key, &why);
   if (!e) {
     log_info(fmt::format("ignoring cache entry {}: {}", path, why));
-    if (writable_root) ::unlink(path.c_str());
+    if (writable_root) unlink_if_same(path, id);
   }
   return e;
 }
@@ -276,19 +329,35 @@ std::string DiskCache::directory_problem() const {
   struct stat st {};
   if (::stat(dir_.c_str(), &st) != 0) return fmt::format("{}: {}", dir_, std::strerror(errno));
   if (!S_ISDIR(st.st_mode)) return fmt::format("{}: not a directory", dir_);
-  const std::string fd = format_dir(dir_);
-  if (::stat(fd.c_str(), &st) == 0 && ::access(fd.c_str(), W_OK | X_OK) != 0)
-    return fmt::format("{}: not writable ({})", fd, std::strerror(errno));
-  if (::access(dir_.c_str(), W_OK | X_OK) != 0) return fmt::format("{}: not writable ({})", dir_, std::strerror(errno));
+  // Probe where the next store would write: the format directory if it exists, else the root.
+  std::string where = format_dir(dir_);
+  if (::stat(where.c_str(), &st) != 0)
+    where = dir_;
+  else if (!S_ISDIR(st.st_mode))
+    return fmt::format("{}: not a directory", where);
+  const std::string probe = fmt::format("{}/.tmp.probe.{}", where, unique_suffix());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return fmt::format("{}: not writable ({})", where, std::strerror(errno));
+  // 64 KiB, a small entry's size: enough to hit a full disk or a file-size limit.
+  const bool ok = write_all(fd, std::string(std::size_t(64) << 10, '\0'));
+  const int err = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok) return fmt::format("{}: cannot write ({})", where, std::strerror(err));
   return {};
 }
 
 namespace {
-template <class F>
-void for_each_file(const std::string& root, F f) {
+// Calls f(subdir, name) for every file of every fan-out directory under root's format
+// directory, and bad(path, why) for a directory that exists but cannot be read.
+template <class F, class B>
+void for_each_file(const std::string& root, F f, B bad) {
   const std::string top = format_dir(root);
   DIR* d = ::opendir(top.c_str());
-  if (!d) return;
+  if (!d) {
+    if (errno != ENOENT && errno != ENOTDIR) bad(top, std::strerror(errno));
+    return;
+  }
   std::vector<std::string> subs;
   while (dirent* de = ::readdir(d)) {
     std::string n = de->d_name;
@@ -297,7 +366,10 @@ void for_each_file(const std::string& root, F f) {
   ::closedir(d);
   for (const auto& s : subs) {
     DIR* sd = ::opendir(s.c_str());
-    if (!sd) continue;
+    if (!sd) {
+      bad(s, std::strerror(errno));
+      continue;
+    }
     std::vector<std::string> names;
     while (dirent* de = ::readdir(sd)) {
       std::string n = de->d_name;
@@ -334,9 +406,7 @@ std::vector<EntryReport> DiskCache::list() const {
         out.push_back(r);
         return;
       }
-      auto e = parse_entry(bytes, &why);
-      if (e && e->key != key) why = fmt::format("entry holds key {}, file name says {}", e->key, key), e.reset();
-      if (e && e->nvrtc_version != nvrtc_) why = fmt::format("written by NVRTC {}, this process uses {} (stale)", e->nvrtc_version, nvrtc_), e.reset();
+      auto e = verify(bytes, key, &why);
       r.key = key;
       if (e) {
         r.ok = true;
@@ -345,6 +415,11 @@ std::vector<EntryReport> DiskCache::list() const {
       } else {
         r.problem = why;
       }
+      out.push_back(r);
+    }, [&](const std::string& path, const std::string& why) {
+      EntryReport r;
+      r.path = path;
+      r.problem = fmt::format("unreadable directory: {}", why);
       out.push_back(r);
     });
   }
@@ -358,7 +433,7 @@ std::size_t DiskCache::clear() {
     const bool entry = name.size() > std::strlen(kSuffix) &&
                        name.compare(name.size() - std::strlen(kSuffix), std::string::npos, kSuffix) == 0;
     if ((entry || name.rfind(".tmp.", 0) == 0) && ::unlink((sub + "/" + name).c_str()) == 0) ++n;
-  });
+  }, [](const std::string&, const std::string&) {});
   return n;
 }
 

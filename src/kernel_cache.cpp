@@ -79,7 +79,10 @@ CacheEntry Runtime::compile(const PreparedSource& ps, const KernelSpec& spec) {
   req.options = ps.options;
   CompileOutput out;
   try {
-    out = cfg_.isolation == CompileIsolation::process ? compile_in_subprocess(req) : nvrtc_compile(req);
+    // The runtime's own config names the helper (not the process environment), so a runtime
+    // built from an explicit EnvConfig isolates with the helper that config asks for.
+    out = cfg_.isolation == CompileIsolation::process ? compile_in_subprocess(req, compile_helper_path(cfg_.compile_helper))
+                                                      : nvrtc_compile(req);
   } catch (const CompileError& e) {
     dump_compile(cfg_.dump_dir, ps, e.log(), "");
     throw;

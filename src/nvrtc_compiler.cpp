@@ -11,7 +11,10 @@ namespace dsa_indexer::detail {
 std::vector<std::string> compile_options(const std::string& arch) {
   // --ptxas-options=-v puts the register and spill report in the log (kept by
   // DSA_INDEXER_DUMP_DIR). One flag per --ptxas-options: NVRTC rejects comma lists.
-  return {"-arch=" + arch, "-std=c++17", "--ptxas-options=-v", "-DDSA_JIT=1"};
+  // -frandom-seed: without it NVRTC 13.0 names internal-linkage symbols with a per-compile
+  // random suffix, so two compiles of one key gave different cubins; with it the cubin is a
+  // function of the key, and racing processes publish byte-identical entries.
+  return {"-arch=" + arch, "-std=c++17", "--ptxas-options=-v", "-DDSA_JIT=1", "-frandom-seed=0"};
 }
 
 std::string nvrtc_version() {

@@ -1,5 +1,6 @@
 #include "validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -50,7 +51,10 @@ void check_common(const TensorDesc& t, const char* name, int32_t device) {
     if (t.shape[i] > (int64_t(1) << 40)) bad(fmt::format("{}.shape[{}]", name, i), "<= 2^40", std::to_string(t.shape[i]));
     if (t.strides[i] > (int64_t(1) << 40)) bad(fmt::format("{}.strides[{}]", name, i), "<= 2^40", std::to_string(t.strides[i]));
   }
-  if (t.numel() > 0 && t.data == nullptr) bad(fmt::format("{}.data", name), "a device pointer", "null");
+  // Not numel(): the product of four extents of up to 2^40 overflows int64.
+  bool has_elements = true;
+  for (int i = 0; i < t.rank; ++i) has_elements = has_elements && t.shape[i] > 0;
+  if (has_elements && t.data == nullptr) bad(fmt::format("{}.data", name), "a device pointer", "null");
   if (t.device != device) bad(fmt::format("{}.device", name), fmt::format("{} (the device of q)", device), std::to_string(t.device));
   auto addr = reinterpret_cast<uintptr_t>(t.data);
   if (addr % static_cast<uintptr_t>(dtype_size(t.dtype)) != 0)
@@ -77,17 +81,26 @@ void nested_strides(const TensorDesc& t, const char* name, int64_t* out, int64_t
         bad(fmt::format("{}.strides[{}]", name, i), fmt::format("a multiple of {} elements (16 bytes, for TMA)", multiple), std::to_string(s));
     }
     out[i] = s;
-    inner = s * (t.shape[i] == 0 ? 1 : t.shape[i]);
+    // Extents and strides are each <= 2^40 (check_common), their product may not fit int64.
+    if (__builtin_mul_overflow(s, t.shape[i] == 0 ? 1 : t.shape[i], &inner))
+      bad(fmt::format("{}.strides[{}] * {}.shape[{}]", name, i, name, i), "a span that fits in int64",
+          fmt::format("{} * {}", s, t.shape[i]));
   }
 }
 
 std::vector<int32_t> read_seqlens(const TensorDesc& t, const int32_t* host, const char* name, const MetadataReader& read) {
-  std::vector<int32_t> v(static_cast<std::size_t>(t.shape[0]));
-  if (host) {
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = host[i];
-  } else {
-    if (!read) bad(name, "a host mirror or a device to read it from", "neither");
-    read(t.data, v.data(), v.size());
+  const auto n = static_cast<std::size_t>(t.shape[0]);
+  if (host) return std::vector<int32_t>(host, host + n);  // the caller vouches for n values there
+  if (!read) bad(name, "a host mirror or a device to read it from", "neither");
+  // In chunks: the first read checks the pointer (device memory of the call's device) before the
+  // caller's unverified extent, up to 2^40, decides how much host memory is allocated.
+  constexpr std::size_t kChunk = std::size_t(1) << 16;
+  std::vector<int32_t> v;
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t c = std::min(kChunk, n - done);
+    v.resize(done + c);
+    read(static_cast<const int32_t*>(t.data) + done, v.data() + done, c);
+    done += c;
   }
   return v;
 }
@@ -312,8 +325,11 @@ Problem validate(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, 
   p.has_lse = opt.lse.present();
   if (p.has_lse) {
     check_row_vector(opt.lse, "lse", DType::f32, thd, p.batch, thd ? p.t_q : p.s_q, p.lse_stride, dev);
-    if (!thd && p.batch > 1 && p.s_q > 1 && p.lse_stride[0] < p.s_q * p.lse_stride[1])
-      bad("lse.strides[0]", fmt::format(">= {} (rows must not overlap)", p.s_q * p.lse_stride[1]), std::to_string(p.lse_stride[0]));
+    int64_t lse_rows = 0;  // S_q (< 2^31) times a stride (<= 2^40) can overflow int64
+    if (!thd && p.batch > 1 && p.s_q > 1 && __builtin_mul_overflow(p.s_q, p.lse_stride[1], &lse_rows))
+      bad("lse.strides[1] * S_q", "a span that fits in int64", fmt::format("{} * {}", p.lse_stride[1], p.s_q));
+    if (!thd && p.batch > 1 && p.s_q > 1 && p.lse_stride[0] < lse_rows)
+      bad("lse.strides[0]", fmt::format(">= {} (rows must not overlap)", lse_rows), std::to_string(p.lse_stride[0]));
     if ((thd ? p.t_q : p.s_q) > 1 && p.lse_stride[1] < 1)
       bad(thd ? "lse.strides[0]" : "lse.strides[1]", ">= 1 (rows must not overlap)", std::to_string(p.lse_stride[1]));
     p.lse = opt.lse.data;

@@ -16,6 +16,17 @@ using namespace dsa_indexer::detail;
 
 namespace {
 
+// Bytes that pass the loader's cubin check (a 64-bit little-endian EM_CUDA ELF header and the
+// kernel's name as a symbol string) without running NVRTC.
+std::string fake_cubin(const std::string& kernel, const std::string& seed) {
+  std::string c(64, '\0');
+  c.replace(0, 4, "\x7f" "ELF");
+  c[4] = 2;
+  c[5] = 1;
+  c[18] = static_cast<char>(190);
+  return c + std::string(1, '\0') + kernel + std::string(1, '\0') + std::string(1000, 'c') + seed;
+}
+
 CacheEntry sample(const std::string& seed = "x") {
   CacheEntry e;
   e.key = sha256_hex(seed);
@@ -23,7 +34,7 @@ CacheEntry sample(const std::string& seed = "x") {
   e.arch = "sm_90a";
   e.source_name = "test.cu";
   e.kernels = {"_Z6kernelv"};
-  e.cubin = std::string(1000, 'c') + seed;
+  e.cubin = fake_cubin(e.kernels[0], seed);
   return e;
 }
 

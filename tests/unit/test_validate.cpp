@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -243,4 +244,43 @@ TEST_CASE("validate: missing tensors", "[validate]") {
   c.q = TensorDesc();
   CHECK_THROWS_WITH(run(c), Contains("q") && Contains("not given"));
   public_rejects(c, "not given");
+}
+
+// Found by tests/fuzz/fuzz_c_api.cpp (UBSan): extents and strides of up to 2^40 each made the
+// element count and the nested spans overflow int64 before any check rejected them.
+TEST_CASE("validate: huge extents and strides are rejected without int64 overflow", "[validate]") {
+  Call c = bshd_call();
+  c.q.shape[0] = c.q.shape[1] = int64_t(1) << 40;
+  CHECK_THROWS_AS(run(c), InvalidArgument);
+  Call d = bshd_call();
+  d.q.shape[1] = int64_t(1) << 40;
+  d.q.strides[1] = int64_t(1) << 40;
+  CHECK_THROWS_WITH(run(d), Contains("q.strides[1] * q.shape[1]") && Contains("fits in int64"));
+}
+
+TEST_CASE("validate: device cu_seqlens are read in chunks, pointer checked before allocating", "[validate]") {
+  ThdCall c;
+  make_thd(c);
+  c.opt.cu_seqlens_q_host = c.opt.cu_seqlens_k_host = nullptr;
+  c.opt.cu_seqlens_q.shape[0] = c.opt.cu_seqlens_k.shape[0] = int64_t(1) << 40;  // 4 TB if allocated at once
+  std::size_t largest = 0;
+  MetadataReader refuse = [&](const void*, int32_t*, std::size_t n) {
+    largest = std::max(largest, n);
+    throw InvalidArgument("cu_seqlens.data: expected device memory, got a fake pointer");
+  };
+  CHECK_THROWS_WITH(validate(c.q, c.k, c.w, c.out, c.opt, refuse), Contains("fake pointer"));
+  CHECK(largest == (std::size_t(1) << 16));
+  // A normal length is one read of exactly that many values.
+  ThdCall n;
+  make_thd(n);
+  int reads = 0;
+  MetadataReader copy = [&](const void* dev, int32_t* host, std::size_t count) {
+    ++reads;
+    const int32_t* src = dev == n.opt.cu_seqlens_q.data ? n.cuq : n.cuk;
+    CHECK(count == 4);
+    std::copy(src, src + count, host);
+  };
+  n.opt.cu_seqlens_q_host = n.opt.cu_seqlens_k_host = nullptr;
+  CHECK(validate(n.q, n.k, n.w, n.out, n.opt, copy).cu_k_host[3] == 16);
+  CHECK(reads == 2);
 }
