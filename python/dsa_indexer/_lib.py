@@ -13,6 +13,10 @@ Where the library is looked for, in order (the first that loads wins):
 4. the system loader (``LD_LIBRARY_PATH``, ldconfig): ``libdsa_indexer.so.0``, then
    ``libdsa_indexer.so``.
 
+libdsa_indexer.so needs NVRTC 13 (libnvrtc.so.13); when the system loader does not find it,
+the copy of a pip-installed CUDA stack (``nvidia/cu13/lib``, as PyTorch's wheels bring) is
+loaded first.
+
 After loading, ``dsa_options_init`` is called and the ``struct_size`` it writes, and the
 defaults it fills in, are compared with the ctypes mirror below; a mismatch raises
 LibraryABIError rather than passing misplaced fields to the library.
@@ -187,6 +191,26 @@ def candidate_paths(environ=None) -> list[str]:
     return unique
 
 
+def _preload_nvrtc() -> bool:
+    """Makes libnvrtc.so.13 resolvable when the system loader cannot find it, from the copy a
+    pip-installed CUDA 13 stack ships (nvidia/cu13/lib or nvidia/cuda_nvrtc/lib, as torch's
+    wheels bring). Returns whether one was loaded."""
+    import glob
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    for root in roots:
+        for pattern in ("cu13/lib/libnvrtc.so.13*", "cuda_nvrtc/lib/libnvrtc.so.13*"):
+            for cand in sorted(glob.glob(os.path.join(root, pattern))):
+                try:
+                    ctypes.CDLL(cand, mode=ctypes.RTLD_GLOBAL)
+                    return True
+                except OSError:
+                    continue
+    return False
+
+
 def load_library(environ=None) -> tuple[ctypes.CDLL, str]:
     """Loads the first candidate that dlopen accepts and checks its ABI (uncached; most code
     wants `library()`). Raises LibraryNotFoundError listing every path tried and why."""
@@ -200,8 +224,15 @@ def load_library(environ=None) -> tuple[ctypes.CDLL, str]:
         try:
             lib = ctypes.CDLL(path)
         except OSError as e:
-            tried.append((path, str(e)))
-            continue
+            lib = None
+            if "libnvrtc" in str(e) and _preload_nvrtc():
+                try:
+                    lib = ctypes.CDLL(path)
+                except OSError as e2:
+                    e = e2
+            if lib is None:
+                tried.append((path, str(e)))
+                continue
         try:
             _declare(lib)
         except AttributeError as e:

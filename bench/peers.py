@@ -1,0 +1,717 @@
+#!/usr/bin/env python3
+"""dsa-indexer against its peers on one GPU, in one run: docs/BENCHMARKS.md and a plot.
+
+Implementations (each first checked against an fp64 PyTorch oracle on a small shape of the
+same configuration: exact -inf pattern and rel-L2; one that fails, or cannot be imported or
+installed, is reported with the reason, never dropped):
+
+- dsa-indexer, every kernel family through the Python binding (`family=`: generic, reference;
+  add auto with --families);
+- PyTorch eager, chunked over query rows so memory stays bounded: bf16 matmul with fp32
+  output (torch.mm(..., out_dtype=float32) where available, else bf16 output upcast), relu,
+  * w, sum over heads, * sm_scale, masked_fill -inf; key columns past a chunk's last window
+  end are not computed;
+- a fused Triton kernel (bench/triton_indexer.py): bf16 tl.dot with fp32 accumulation, tiles
+  past the causal window skipped, -inf written for every masked cell;
+- cuDNN-frontend's SM90 `indexer_forward_wrapper` (needs bf16 W), from wheels carried to the
+  GPU machine (bench/requirements-peers.txt, bench/peer_wheels.py).
+
+Shapes: those of `dsa-indexer bench` (tools/dsa_indexer_cli.cpp run_bench): H 64, D 128, B 1,
+ratio 2 with S_k = S_q/2 for S_q 2048..16384, ratio 4 with S_k = S_q/4, fp32 W, H 32, H 16
+and a 3-segment THD problem; inputs N(0,1) rounded to bf16 with zeros replaced. Timing:
+CUDA events around each call, calls enqueued back to back over 2-4 rotating input sets of
+>= 200 MB together (more than the 60 MB L2), 3 warm-up calls, the median of N (N adapts to a
+time budget per cell). The bf16 GEMM ceiling (torch.matmul 8192^3) is measured in the same
+run. Useful TFLOP/s = 2 * H * 128 * visible (i, j) pairs / time.
+
+Run on the GPU machine (from the repository root; the library at build/libdsa_indexer.so*):
+
+    python3 bench/peers.py --out docs                         # peers without cuDNN-frontend
+    python3 bench/peers.py --out docs --wheels .whl           # + cuDNN-frontend from wheels
+
+Writes <out>/BENCHMARKS.md (only the part between the peers markers; the rest of an existing
+file, this one or the repository's docs/BENCHMARKS.md, is kept), <out>/img/tflops_vs_sq.png
+and <out>/peers_results.json. Re-render both from saved results on any machine (matplotlib
+needed for the plot):
+
+    python3 bench/peers.py --from-json docs/peers_results.json --out docs
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "bench"))
+
+BEGIN, END = "<!-- peers:begin -->", "<!-- peers:end -->"
+PLOT_NAME = "img/tflops_vs_sq.png"
+JSON_NAME = "peers_results.json"
+HEAD_DIM = 128
+DEVICE = "cuda"
+
+# ------------------------------------------------------------------ cases ----------------
+
+
+@dataclass
+class Case:
+    name: str
+    heads: int
+    ratio: int
+    s_q: int = 0  # BSHD (B = 1)
+    s_k: int = 0
+    cu_q: list = field(default_factory=list)  # THD
+    cu_k: list = field(default_factory=list)
+    w_f32: bool = False
+    series: str = ""  # plot series ("h64r2") or ""
+
+    @property
+    def thd(self) -> bool:
+        return bool(self.cu_q)
+
+    @property
+    def t_q(self) -> int:
+        return self.cu_q[-1] if self.thd else self.s_q
+
+    @property
+    def t_k(self) -> int:
+        return self.cu_k[-1] if self.thd else self.s_k
+
+    @property
+    def max_q(self) -> int:
+        return max(b - a for a, b in zip(self.cu_q, self.cu_q[1:])) if self.thd else self.s_q
+
+    @property
+    def n_cols(self) -> int:
+        return max(b - a for a, b in zip(self.cu_k, self.cu_k[1:])) if self.thd else self.s_k
+
+    def seg_q(self):
+        return self.cu_q if self.thd else [0, self.s_q]
+
+    def seg_k(self):
+        return self.cu_k if self.thd else [0, self.s_k]
+
+    def visible_pairs(self) -> int:
+        from dsa_indexer import visible_pairs_thd
+
+        return visible_pairs_thd(self.seg_q(), self.seg_k(), self.ratio)
+
+    def flops(self) -> float:
+        return 2.0 * self.heads * HEAD_DIM * self.visible_pairs()
+
+
+def bench_cases(quick: bool) -> list[Case]:
+    """The shapes of `dsa-indexer bench` (tools/dsa_indexer_cli.cpp run_bench), same order."""
+    cases = [Case(f"bshd H64 r2 S_q {s}", 64, 2, s, s // 2, series="h64r2") for s in (2048, 4096, 8192, 16384)]
+    cases += [Case(f"bshd H64 r4 S_q {s}", 64, 4, s, s // 4, series="h64r4") for s in (4096, 8192, 16384)]
+    cases += [
+        Case("bshd H64 r2 S_q 8192 fp32-W", 64, 2, 8192, 4096, w_f32=True),
+        Case("bshd H32 r2 S_q 8192", 32, 2, 8192, 4096),
+        Case("bshd H16 r2 S_q 8192", 16, 2, 8192, 4096),
+        Case("thd H64 r2 3 segs T_q 8192", 64, 2, cu_q=[0, 1536, 4608, 8192], cu_k=[0, 768, 2304, 4096]),
+    ]
+    return cases[:4] if quick else cases
+
+
+def small_case(c: Case) -> Case:
+    """The validation shape of a case: same H, ratio, W dtype and layout, 1/16 of the size
+    (BSHD S_q 512, a ragged S_k tail; THD the same segment proportions)."""
+    if c.thd:
+        return Case(c.name + " (check)", c.heads, c.ratio, cu_q=[v // 16 for v in c.cu_q], cu_k=[v // 16 + (v > 0) for v in c.cu_k], w_f32=c.w_f32)
+    return Case(c.name + " (check)", c.heads, c.ratio, 512, 512 // c.ratio + 3, w_f32=c.w_f32)
+
+
+# ------------------------------------------------------------------ inputs ---------------
+
+
+class Inputs:
+    """One random input set in the native layout plus packed views and metadata."""
+
+    def __init__(self, c: Case, seed: int, device: str):
+        import torch
+
+        g = torch.Generator(device=device).manual_seed(seed)
+
+        def nonzero_bf16(shape):
+            x = torch.randn(shape, generator=g, device=device).to(torch.bfloat16)
+            return torch.where(x == 0, torch.ones_like(x), x)
+
+        H, D = c.heads, HEAD_DIM
+        if c.thd:
+            self.q = nonzero_bf16((c.t_q, H, D))
+            self.k = nonzero_bf16((c.t_k, 1, D))
+            self.w = nonzero_bf16((c.t_q, H))
+            self.out = torch.empty((c.t_q, c.n_cols), dtype=torch.float32, device=device)
+        else:
+            self.q = nonzero_bf16((1, c.s_q, H, D))
+            self.k = nonzero_bf16((1, c.s_k, 1, D))
+            self.w = nonzero_bf16((1, c.s_q, H))
+            self.out = torch.empty((1, c.s_q, c.s_k), dtype=torch.float32, device=device)
+        if c.w_f32:
+            self.w = self.w.float()
+        self.q3 = self.q.reshape(c.t_q, H, D)
+        self.k2 = self.k.reshape(c.t_k, D)
+        self.w2 = self.w.reshape(c.t_q, H)
+        self.out2 = self.out.view(c.t_q, c.n_cols)
+        self.cu_q_host = list(c.seg_q())
+        self.cu_k_host = list(c.seg_k())
+        self.cu_q = torch.tensor(self.cu_q_host, dtype=torch.int32, device=device)
+        self.cu_k = torch.tensor(self.cu_k_host, dtype=torch.int32, device=device)
+        self.offsets = torch.zeros(len(self.cu_q_host) - 1, dtype=torch.int32, device=device)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.q, self.k, self.w, self.out))
+
+
+# ------------------------------------------------------------------ implementations ------
+
+
+class Unavailable(Exception):
+    """An implementation that cannot run a case; the message is the reason shown."""
+
+
+@dataclass
+class Impl:
+    key: str
+    label: str
+    tol: float  # rel-L2 accepted on the validation shape
+    make: object = None  # (case, inputs, sm_scale) -> zero-argument callable writing inputs.out
+    available: bool = True
+    reason: str = ""
+    notes: list = field(default_factory=list)
+
+
+def dsa_impl(family: str) -> Impl:
+    import dsa_indexer
+
+    label = f"dsa-indexer {family}"
+    try:
+        version = dsa_indexer.version()
+    except Exception as e:  # noqa: BLE001 (the loader's error is the reason shown)
+        return Impl(f"dsa_{family}", label, 2e-7, available=False, reason=f"library not loaded: {e}")
+
+    def make(c: Case, x: Inputs, sm_scale: float):
+        kw = dict(ratio=c.ratio, sm_scale=sm_scale, out=x.out, family=family)
+        if c.thd:
+            kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=c.max_q, max_seqlen_k=c.n_cols,
+                      cu_seqlens_q_host=x.cu_q_host, cu_seqlens_k_host=x.cu_k_host)
+        return lambda: dsa_indexer.indexer_forward(x.q, x.k, x.w, **kw)
+
+    impl = Impl(f"dsa_{family}", label, 2e-7, make)
+    impl.notes.append(f"library {version} from {dsa_indexer.library_path()}")
+    return impl
+
+
+def _mm_fp32_out():
+    """torch.mm with fp32 output from bf16 inputs if this torch has it (out_dtype), else None."""
+    import torch
+
+    a = torch.ones((16, 16), dtype=torch.bfloat16, device=DEVICE)
+    try:
+        r = torch.mm(a, a, out_dtype=torch.float32)
+        if r.dtype == torch.float32:
+            return lambda x, y: torch.mm(x, y, out_dtype=torch.float32)
+    except (TypeError, RuntimeError, NotImplementedError):
+        pass
+    return None
+
+
+def eager_impl() -> Impl:
+    import torch
+
+    mm32 = _mm_fp32_out()
+    impl = Impl("eager", "PyTorch eager", 1e-5 if mm32 else 2e-2)
+    if mm32 is None:
+        impl.notes.append("torch.mm has no out_dtype here: logits are bf16-rounded (tolerance 2e-2)")
+        mm32 = lambda x, y: torch.mm(x, y).float()  # noqa: E731
+    else:
+        impl.notes.append("torch.mm(bf16, bf16, out_dtype=float32)")
+    budget = 1 << 30  # bytes of fp32 logits per chunk
+
+    def forward(c: Case, x: Inputs, sm_scale: float):
+        H = c.heads
+        neg = float("-inf")
+        for b in range(len(x.cu_q_host) - 1):
+            q0, q1 = x.cu_q_host[b], x.cu_q_host[b + 1]
+            k0, k1 = x.cu_k_host[b], x.cu_k_host[b + 1]
+            len_k = k1 - k0
+            rows = max(1, budget // (4 * H * max(len_k, 1)))
+            for r0 in range(0, q1 - q0, rows):
+                r1 = min(r0 + rows, q1 - q0)
+                ke_last = min(max((r1) // c.ratio, 0), len_k)  # window end of the chunk's last row
+                dst = x.out2[q0 + r0 : q0 + r1]
+                if ke_last == 0:
+                    dst.fill_(neg)
+                    continue
+                logits = mm32(x.q3[q0 + r0 : q0 + r1].reshape(-1, HEAD_DIM), x.k2[k0 : k0 + ke_last].t())
+                s = logits.view(r1 - r0, H, ke_last).relu_().mul_(x.w2[q0 + r0 : q0 + r1].float()[:, :, None]).sum(1)
+                if sm_scale != 1.0:
+                    s.mul_(sm_scale)
+                i = torch.arange(r0, r1, device=s.device)
+                ke = torch.clamp(torch.div(i + 1, c.ratio, rounding_mode="floor"), 0, len_k)
+                s.masked_fill_(torch.arange(ke_last, device=s.device)[None, :] >= ke[:, None], neg)
+                dst[:, :ke_last] = s
+                dst[:, ke_last:] = neg
+
+    impl.make = lambda c, x, sm_scale: (lambda: forward(c, x, sm_scale))
+    return impl
+
+
+def triton_impl() -> Impl:
+    try:
+        import triton
+
+        from triton_indexer import indexer_forward_triton
+    except Exception as e:  # noqa: BLE001
+        return Impl("triton", "Triton (fused)", 1e-5, available=False, reason=f"import failed: {e}")
+
+    def make(c: Case, x: Inputs, sm_scale: float):
+        return lambda: indexer_forward_triton(x.q3, x.k2, x.w2, x.out2, x.cu_q, x.cu_k, x.offsets, c.max_q, c.ratio, sm_scale)
+
+    impl = Impl("triton", "Triton (fused)", 1e-5, make)
+    impl.notes.append(f"triton {triton.__version__}, autotuned over bench/triton_indexer.py CONFIGS per (S_k, S_q, H)")
+    return impl
+
+
+def cudnn_impl(wheel_dirs, site_dir: Path) -> Impl:
+    label = "cuDNN-frontend SM90"
+    notes = []
+    if wheel_dirs:
+        import peer_wheels
+
+        ok, msg = peer_wheels.install([Path(d) for d in wheel_dirs], site_dir)
+        if not ok:
+            return Impl("cudnn", label, 1e-5, available=False, reason=f"not installed: {msg}")
+        notes.append(msg.split(":")[0])
+    # tvm-ffi would JIT-build a torch extension (tens of seconds) on first import to speed up
+    # DLPack exchange; the host-side saving does not show in device time, so skip the build.
+    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+    try:
+        import cudnn
+        from cudnn.deepseek_sparse_attention import indexer_forward_wrapper
+    except Exception as e:  # noqa: BLE001
+        hint = "" if wheel_dirs else " (pass --wheels DIR... with the wheels of bench/requirements-peers.txt)"
+        return Impl("cudnn", label, 1e-5, available=False, reason=f"import failed: {type(e).__name__}: {e}{hint}")
+    try:
+        import cutlass
+
+        notes.append(f"cudnn-frontend {cudnn.__version__}, nvidia-cutlass-dsl {getattr(cutlass, '__version__', '?')}")
+    except Exception:  # noqa: BLE001
+        notes.append(f"cudnn-frontend {cudnn.__version__}")
+
+    def make(c: Case, x: Inputs, sm_scale: float):
+        kw = dict(ratio=c.ratio, sm_scale=sm_scale)
+        if c.thd:
+            kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=c.max_q, max_seqlen_k=c.n_cols)
+        return lambda: indexer_forward_wrapper(x.q, x.k, x.w, out=x.out, **kw)
+
+    impl = Impl("cudnn", label, 1e-5, make)
+    impl.notes += notes
+    return impl
+
+
+# ------------------------------------------------------------------ measuring ------------
+
+
+def check(impl: Impl, c: Case, device: str, sm_scale: float) -> dict:
+    """Runs `impl` on the validation shape of `c` (outputs pre-filled with NaN) and compares
+    with the fp64 oracle."""
+    import torch
+
+    from dsa_indexer.reference import compare, indexer_forward_reference
+
+    s = small_case(c)
+    x = Inputs(s, seed=7, device=device)
+    x.out.fill_(float("nan"))
+    kw = dict(ratio=s.ratio, sm_scale=sm_scale)
+    if s.thd:
+        kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=s.max_q, max_seqlen_k=s.n_cols)
+    ref = indexer_forward_reference(x.q, x.k, x.w, **kw)
+    res = impl.make(s, x, sm_scale)()
+    got = x.out
+    if isinstance(res, dict) or hasattr(res, "keys"):
+        res = res["scores"]
+    if isinstance(res, torch.Tensor) and res.data_ptr() != x.out.data_ptr():
+        got = res
+    torch.cuda.synchronize()
+    r = compare(got.reshape(ref.shape), ref)
+    r["ok"] = r["pattern_mismatch"] == 0 and r["non_finite"] == 0 and r["rel_l2"] <= impl.tol
+    r["shape"] = s.name
+    r["tol"] = impl.tol
+    return r
+
+
+def time_calls(fns, warmup: int, budget_s: float, min_reps: int, max_reps: int) -> dict:
+    """Median device time of fns[i % len(fns)]() over N back-to-back calls with events."""
+    import torch
+
+    for i in range(warmup):
+        fns[i % len(fns)]()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fns[0]()
+    torch.cuda.synchronize()
+    one = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(max_reps, max(min_reps, budget_s / one)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fns[i % len(fns)]()
+        ends[i].record()
+    torch.cuda.synchronize()
+    us = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    return {"median_us": statistics.median(us), "min_us": min(us), "reps": reps}
+
+
+def gemm_ceiling(n: int = 8192, reps: int = 10) -> dict:
+    import torch
+
+    a = torch.randn((n, n), device=DEVICE).to(torch.bfloat16)
+    b = torch.randn((n, n), device=DEVICE).to(torch.bfloat16)
+    t = time_calls([lambda: torch.matmul(a, b)], warmup=3, budget_s=0.0, min_reps=reps, max_reps=reps)
+    t["tflops"] = 2.0 * n**3 / (t["median_us"] * 1e-6) / 1e12
+    t["n"] = n
+    return t
+
+
+def environment(args) -> dict:
+    import torch
+
+    p = torch.cuda.get_device_properties(0)
+    env = {
+        "gpu": p.name,
+        "sm_count": p.multi_processor_count,
+        "compute_capability": f"{p.major}.{p.minor}",
+        "memory_gib": round(p.total_memory / 2**30, 1),
+        "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "command": "python3 " + " ".join(shlex.quote(a) for a in sys.argv),
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    try:
+        q = "name,driver_version,clocks.max.sm,clocks.sm,clocks.max.mem,power.limit"
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        env["nvidia_smi"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else f"unavailable: {out.stderr.strip()}"
+    except Exception as e:  # noqa: BLE001
+        env["nvidia_smi"] = f"unavailable: {e}"
+    try:
+        env["git_commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except Exception:  # noqa: BLE001
+        env["git_commit"] = "unknown"
+    return env
+
+
+def measure(args) -> dict:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("peers.py: needs a CUDA GPU (use --from-json to render saved results)")
+    if args.library:
+        os.environ["DSA_INDEXER_LIBRARY"] = args.library
+    elif "DSA_INDEXER_LIBRARY" not in os.environ:
+        found = sorted((REPO / "build").glob("libdsa_indexer.so*"))
+        if found and not (REPO / "build" / "libdsa_indexer.so").exists():
+            os.environ["DSA_INDEXER_LIBRARY"] = str(found[-1])
+    t_start = time.perf_counter()
+    device = DEVICE
+    results = {"env": environment(args), "cases": [], "impls": {}, "skipped": []}
+    impls = [dsa_impl(f) for f in args.families]
+    if "eager" not in args.skip:
+        impls.append(eager_impl())
+    if "triton" not in args.skip:
+        impls.append(triton_impl())
+    if "cudnn" not in args.skip:
+        impls.append(cudnn_impl(args.wheels, Path(args.site_dir)))
+    for im in impls:
+        results["impls"][im.key] = {"label": im.label, "available": im.available, "reason": im.reason, "notes": im.notes, "tol": im.tol}
+        print(f"[peers] {im.label}: {'ok' if im.available else 'UNAVAILABLE: ' + im.reason}", flush=True)
+    results["ceiling"] = gemm_ceiling()
+    print(f"[peers] bf16 GEMM ceiling: {results['ceiling']['tflops']:.1f} TFLOP/s", flush=True)
+
+    out_dir = Path(args.out)
+    for c in bench_cases(args.quick):
+        row = {"case": asdict(c), "name": c.name, "visible_pairs": c.visible_pairs(), "flops": c.flops(), "series": c.series,
+               "s_q": c.t_q, "runs": {}}
+        sets = None
+        for im in impls:
+            run = {}
+            row["runs"][im.key] = run
+            if not im.available:
+                run["status"] = f"unavailable: {im.reason}"
+                continue
+            if time.perf_counter() - t_start > args.max_seconds:
+                run["status"] = f"not measured: the run's time budget ({args.max_seconds:.0f} s) was spent"
+                continue
+            try:
+                run["check"] = check(im, c, device, args.sm_scale)
+            except Exception as e:  # noqa: BLE001 (the failure is the result shown)
+                run["status"] = f"check failed to run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
+                run["traceback"] = traceback.format_exc()[-3000:]
+                print(f"[peers] {c.name} / {im.label}: {run['status']}", flush=True)
+                continue
+            try:
+                if sets is None:
+                    one = Inputs(c, seed=42, device=device)
+                    nsets = max(2, min(4, math.ceil(200e6 / one.nbytes())))
+                    sets = [one] + [Inputs(c, seed=42 + i, device=device) for i in range(1, nsets)]
+                fns = [im.make(c, x, args.sm_scale) for x in sets]
+                t = time_calls(fns, warmup=3, budget_s=args.budget, min_reps=args.min_reps, max_reps=args.reps)
+                t["tflops"] = c.flops() / (t["median_us"] * 1e-6) / 1e12
+                t["pct_ceiling"] = 100.0 * t["tflops"] / results["ceiling"]["tflops"]
+                run.update(t)
+                run["status"] = "ok" if run["check"]["ok"] else "measured, but the correctness check FAILED"
+            except Exception as e:  # noqa: BLE001
+                run["status"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
+                run["traceback"] = traceback.format_exc()[-3000:]
+            msg = f"{run.get('median_us', float('nan')):10.1f} us {run.get('tflops', float('nan')):7.1f} TF/s"
+            print(f"[peers] {c.name:<30} {im.label:<24} {msg}  rel-L2 {run['check']['rel_l2']:.2e}  {run['status']}", flush=True)
+        del sets
+        torch.cuda.empty_cache()
+        results["cases"].append(row)
+        save_json(results, out_dir)  # partial results survive a kill
+    results["ceiling_end"] = gemm_ceiling()
+    results["triton_configs"] = _triton_configs()
+    results["elapsed_s"] = time.perf_counter() - t_start
+    return results
+
+
+def _triton_configs():
+    try:
+        from triton_indexer import best_config
+
+        return best_config()
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+# ------------------------------------------------------------------ report ---------------
+
+
+def save_json(results: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / JSON_NAME).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+
+
+def _fmt_pairs(n: int) -> str:
+    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
+
+
+def render_section(r: dict) -> str:
+    env, ceil = r["env"], r["ceiling"]
+    keys = list(r["impls"])
+    labels = {k: r["impls"][k]["label"] for k in keys}
+    L = [BEGIN, "## dsa-indexer and its peers", ""]
+    L.append(
+        "Generated by `bench/peers.py` (do not edit between the markers). Regenerate on the GPU machine with "
+        "`python3 bench/peers.py --out docs --wheels DIR...` (the wheels of `bench/requirements-peers.txt`), "
+        "or re-render from the saved `docs/peers_results.json` with `python3 bench/peers.py --from-json docs/peers_results.json --out docs`."
+    )
+    L.append("")
+    L.append(f"- **Command of this run**: `{env['command']}` ({env['date_utc']}, commit {env.get('git_commit', 'unknown')}, {r.get('elapsed_s', 0):.0f} s)")
+    L.append(
+        f"- **Hardware**: {env['gpu']}, {env['sm_count']} SMs, compute capability {env['compute_capability']}, "
+        f"{env['memory_gib']} GiB, L2 {env['l2_mib']} MiB; nvidia-smi (name, driver, max SM clock, SM clock, max memory clock, power limit): {env['nvidia_smi']}"
+    )
+    sw = [f"Python {env['python']}", f"torch {env['torch']} (CUDA {env['torch_cuda']})"]
+    seen_notes = set()
+    for k in keys:
+        for n in r["impls"][k]["notes"]:
+            if n not in seen_notes:
+                seen_notes.add(n)
+                sw.append(f"{labels[k].split(' ')[0] if k.startswith('dsa_') else labels[k]}: {n}")
+    L.append("- **Software**: " + "; ".join(sw))
+    end = r.get("ceiling_end", {})
+    L.append(
+        f"- **Ceiling**: bf16 `torch.matmul` {ceil['n']}^3, median of {ceil['reps']}: {ceil['median_us']:.0f} us = "
+        f"**{ceil['tflops']:.0f} TFLOP/s** (again at the end of the run: {end.get('tflops', float('nan')):.0f} TFLOP/s)"
+    )
+    L.append(
+        "- **Method**: the shapes of `dsa-indexer bench` (D 128, B 1, no offsets, sm_scale 1, inputs N(0,1) in bf16 without zeros); "
+        "CUDA events around each call, calls enqueued back to back over 2-4 rotating input sets of >= 200 MB together "
+        "(L2 is 60 MB), 3 warm-up calls, median of N calls (N adapts to a time budget per cell; in the JSON). "
+        "Useful TFLOP/s = 2 * H * 128 * visible pairs / time; % = of the ceiling above. Every implementation writes every output cell "
+        "(cuDNN-frontend pre-fills -inf itself, inside the timed call)."
+    )
+    L.append("")
+    L.append("### Median time, useful TFLOP/s, % of the bf16 GEMM ceiling")
+    L.append("")
+    L.append("| case | visible pairs | " + " | ".join(labels[k] for k in keys) + " |")
+    L.append("|---|---:|" + "---:|" * len(keys))
+    for row in r["cases"]:
+        cells = []
+        for k in keys:
+            run = row["runs"].get(k, {})
+            if "median_us" in run:
+                flag = "" if run.get("check", {}).get("ok") else " ✗"
+                cells.append(f"{run['median_us']:.1f} us · {run['tflops']:.0f} TF/s · {run['pct_ceiling']:.0f}%{flag}")
+            else:
+                cells.append("—")
+        L.append(f"| {row['name']} | {_fmt_pairs(row['visible_pairs'])} | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("✗: measured, but the implementation failed its correctness check (below); —: not measured (reasons below).")
+    base = "dsa_generic"
+    peers = [k for k in keys if k != base]
+    if base in keys and peers:
+        L.append("")
+        L.append("### Speed-up of dsa-indexer generic (peer time / generic time)")
+        L.append("")
+        L.append("| case | " + " | ".join(labels[k] for k in peers) + " |")
+        L.append("|---|" + "---:|" * len(peers))
+        for row in r["cases"]:
+            g = row["runs"].get(base, {}).get("median_us")
+            cells = []
+            for k in peers:
+                run = row["runs"].get(k, {})
+                t = run.get("median_us")
+                flag = "" if run.get("check", {}).get("ok") else " ✗"
+                cells.append(f"{t / g:.2f}x{flag}" if g and t else "—")
+            L.append(f"| {row['name']} | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("### Correctness on the validation shape of each case (fp64 PyTorch oracle on the same bf16 inputs)")
+    L.append("")
+    L.append("rel-L2 over the visible cells; the -inf pattern must match exactly; outputs are pre-filled with NaN to catch unwritten cells.")
+    L.append("")
+    L.append("| case (validation shape) | " + " | ".join(f"{labels[k]} (tol {r['impls'][k]['tol']:.0e})" for k in keys) + " |")
+    L.append("|---|" + "---:|" * len(keys))
+    for row in r["cases"]:
+        small = small_case(Case(**row["case"]))
+        shape = f"S_q {small.s_q}, S_k {small.s_k}" if not small.thd else f"cu_q {small.cu_q}, cu_k {small.cu_k}"
+        cells = []
+        for k in keys:
+            ch = row["runs"].get(k, {}).get("check")
+            if not ch:
+                cells.append("—")
+                continue
+            verdict = "ok" if ch["ok"] else "**FAIL**"
+            extra = "" if ch["pattern_mismatch"] == 0 and ch["non_finite"] == 0 else f", {ch['pattern_mismatch']} -inf mismatches, {ch['non_finite']} NaN/+inf"
+            cells.append(f"{ch['rel_l2']:.1e} {verdict}{extra}")
+        L.append(f"| {row['name']} ({shape}) | " + " | ".join(cells) + " |")
+    missing = []
+    for k in keys:
+        if not r["impls"][k]["available"]:
+            missing.append(f"- {labels[k]}: {r['impls'][k]['reason']}")
+            continue
+        by_status: dict[str, list[str]] = {}
+        for row in r["cases"]:
+            st = row["runs"].get(k, {}).get("status", "")
+            if st and st != "ok":
+                by_status.setdefault(st, []).append(row["name"])
+        for st, names in by_status.items():
+            where = "every case" if len(names) == len(r["cases"]) else ", ".join(names)
+            missing.append(f"- {labels[k]} ({where}): {st}")
+    if missing:
+        L.append("")
+        L.append("### Not measured or failed")
+        L.append("")
+        L += missing
+    if r.get("triton_configs"):
+        L.append("")
+        L.append("Triton autotuner picks (key: S_k, S_q, H): " + "; ".join(f"{k} -> {v}" for k, v in r["triton_configs"].items()))
+    L.append("")
+    L.append(f"![useful TFLOP/s vs S_q, H 64, ratio 2]({PLOT_NAME})")
+    L.append(END)
+    return "\n".join(L) + "\n"
+
+
+def write_doc(section: str, out_dir: Path) -> Path:
+    """Replaces the marked section of <out>/BENCHMARKS.md (else of the repository's
+    docs/BENCHMARKS.md, copied) or appends it; the rest of the file is kept as it is."""
+    target = out_dir / "BENCHMARKS.md"
+    base = target if target.exists() else REPO / "docs" / "BENCHMARKS.md"
+    text = base.read_text() if base.exists() else "# Benchmarks\n\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + section.rstrip("\n") + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    return target
+
+
+def plot(r: dict, out_dir: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        print(f"[peers] no plot: {e}", file=sys.stderr)
+        return None
+    rows = [row for row in r["cases"] if row["series"] == "h64r2"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=130)
+    markers = "osD^v<>"
+    for i, (k, meta) in enumerate(r["impls"].items()):
+        pts = [(row["s_q"], row["runs"][k]["tflops"]) for row in rows if "tflops" in row["runs"].get(k, {})]
+        if pts:
+            failed = any(not row["runs"][k].get("check", {}).get("ok", False) for row in rows if k in row["runs"])
+            ax.plot(*zip(*pts), marker=markers[i % len(markers)], label=meta["label"] + (" (check failed)" if failed else ""))
+    ceil = r["ceiling"]["tflops"]
+    ax.axhline(ceil, color="k", linestyle="--", linewidth=1, label=f"bf16 GEMM ceiling ({ceil:.0f})")
+    ax.set_xscale("log", base=2)
+    xs = [row["s_q"] for row in rows]
+    if xs:
+        ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("S_q (S_k = S_q / 2, H 64, D 128, ratio 2, B 1)")
+    ax.set_ylabel("useful TFLOP/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"DSA indexer forward on {r['env']['gpu']}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    path = out_dir / PLOT_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="docs", help="directory for BENCHMARKS.md, img/ and the JSON (default docs)")
+    ap.add_argument("--wheels", nargs="+", default=[], metavar="DIR",
+                    help="folders of cuDNN-frontend wheels or of bench/peer_wheels.py parts, installed with pip --target")
+    ap.add_argument("--site-dir", default="/tmp/dsa_peers_site", help="pip --target of --wheels")
+    ap.add_argument("--library", default="", help="path of libdsa_indexer.so (default: $DSA_INDEXER_LIBRARY, else build/)")
+    ap.add_argument("--families", type=lambda s: s.split(","), default=["generic", "reference"], help="dsa-indexer families, comma-separated")
+    ap.add_argument("--skip", type=lambda s: s.split(","), default=[], help="peers to leave out: eager,triton,cudnn")
+    ap.add_argument("--reps", type=int, default=30, help="most timed calls per cell")
+    ap.add_argument("--min-reps", type=int, default=5, help="fewest timed calls per cell")
+    ap.add_argument("--budget", type=float, default=0.6, help="seconds of timed calls per cell (sets N)")
+    ap.add_argument("--max-seconds", type=float, default=500, help="stop starting new cells after this many seconds")
+    ap.add_argument("--sm-scale", type=float, default=1.0)
+    ap.add_argument("--quick", action="store_true", help="only the first 4 cases")
+    ap.add_argument("--from-json", default="", help="render the doc and plot from saved results; measure nothing")
+    args = ap.parse_args(argv)
+    out_dir = Path(args.out)
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text())
+    else:
+        results = measure(args)
+        save_json(results, out_dir)
+    doc = write_doc(render_section(results), out_dir)
+    img = plot(results, out_dir)
+    print(f"[peers] wrote {doc}" + (f", {img}" if img else "") + (f", {out_dir / JSON_NAME}" if not args.from_json else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
