@@ -90,6 +90,7 @@ def stage(parts: list[Path], to: Path) -> None:
 def assemble(dirs: list[Path], work: Path) -> tuple[list[Path], list[str]]:
     """Whole, verified wheels from the given folders (plain wheels or parts + manifest).
     Returns (wheels, problems); a wheel that is incomplete or fails its hash is a problem."""
+    work.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     manifest: dict = {}
     for d in dirs:

@@ -13,7 +13,7 @@ installed, is reported with the reason, never dropped):
   end are not computed;
 - a fused Triton kernel (bench/triton_indexer.py): bf16 tl.dot with fp32 accumulation, tiles
   past the causal window skipped, -inf written for every masked cell;
-- cuDNN-frontend's SM90 `indexer_forward_wrapper` (needs bf16 W), from wheels carried to the
+- cuDNN-frontend's SM90 `indexer_forward_wrapper` (1.32.0 takes bf16 or fp32 W), from wheels carried to the
   GPU machine (bench/requirements-peers.txt, bench/peer_wheels.py).
 
 Shapes: those of `dsa-indexer bench` (tools/dsa_indexer_cli.cpp run_bench): H 64, D 128, B 1,
@@ -506,7 +506,7 @@ def _triton_configs():
 
 def save_json(results: dict, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / JSON_NAME).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    (out_dir / JSON_NAME).write_text(json.dumps(results, indent=1) + "\n")  # key order is the column order
 
 
 def _fmt_pairs(n: int) -> str:
