@@ -485,7 +485,8 @@ def measure(args) -> dict:
         del sets
         torch.cuda.empty_cache()
         results["cases"].append(row)
-        save_json(results, out_dir)  # partial results survive a kill
+        save_json(results, out_dir)  # partial results (and doc) survive a kill
+        write_doc(render_section(results), out_dir)
     results["ceiling_end"] = gemm_ceiling()
     results["triton_configs"] = _triton_configs()
     results["elapsed_s"] = time.perf_counter() - t_start
