@@ -1,10 +1,12 @@
 // The cost of DSA_INDEXER_COMPILE_ISOLATION=process (docs/BENCHMARKS.md, "JIT: compile
-// isolation cost"): wall time of compiling one reference variant in process and through the
-// helper, median of N (default 5) after one warm-up compile of each.
+// isolation cost"): wall time of compiling one variant in process and through the helper,
+// median of N after one warm-up compile of each.
+//   dsa_isolation_bench [reps=5] [helper] [reference|generic]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "codegen.hpp"
@@ -33,6 +35,11 @@ int main(int argc, char** argv) {
   KernelSpec spec;
   spec.family = Family::reference;
   spec.heads = 16;
+  if (argc > 3 && std::string(argv[3]) == "generic") {
+    spec.family = Family::generic;
+    spec.heads = 64;
+    spec.kv_stages = 5;
+  }
   const GeneratedSource g = render(spec);
   const CompileRequest req{g.name, g.text, g.kernels, compile_options(spec.arch), nullptr};
   nvrtc_compile(req);

@@ -3,9 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "disk_cache.hpp"
 #include "runtime.hpp"
@@ -223,4 +226,68 @@ TEST_CASE("runtime: an unwritable cache directory still compiles (memory-only)",
   CHECK_FALSE(from_disk);
   CHECK_FALSE(e.cubin.empty());
   CHECK_FALSE(rt.disk().writable());
+}
+
+// Run under ThreadSanitizer by tests/tsan/run_tsan.sh: one cache object shared by threads, and
+// a degrading directory hit from several threads (the process-wide warning registry).
+TEST_CASE("disk cache: concurrent stores, loads and lists on one object", "[disk_cache]") {
+  dsa_test::TempDir t;
+  DiskCache d(t.path(), "", "13.0");
+  std::vector<CacheEntry> entries;
+  for (int i = 0; i < 4; ++i) entries.push_back(sample("k" + std::to_string(i)));
+  std::atomic<int> failed_stores{0}, failed_loads{0}, bad_reports{0};
+  std::vector<std::thread> threads;
+  for (int th = 0; th < 8; ++th)
+    threads.emplace_back([&, th] {
+      for (int i = 0; i < 50; ++i) {
+        const CacheEntry& e = entries[static_cast<std::size_t>((th + i) % 4)];
+        if (!d.store(e)) ++failed_stores;
+        auto got = d.load(e.key);
+        if (!got || got->cubin != e.cubin) ++failed_loads;  // the entry is there, whole
+        if (i % 10 == 0)
+          for (const auto& r : d.list())  // in-flight temp files may show; a bad entry may not
+            if (!r.ok && r.path.find("/.tmp.") == std::string::npos) ++bad_reports;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(failed_stores.load() == 0);
+  CHECK(failed_loads.load() == 0);
+  CHECK(bad_reports.load() == 0);
+  auto list = d.list();
+  CHECK(list.size() == 4);
+  for (const auto& r : list) CHECK(r.ok);
+}
+
+TEST_CASE("disk cache: a bad directory hit from many threads and objects warns once", "[disk_cache]") {
+  dsa_test::TempDir t;
+  spit(t.path() + "/file", "x");
+  const uint64_t before = disk_cache_warnings();
+  std::vector<std::thread> threads;
+  std::atomic<int> stored{0};
+  for (int th = 0; th < 6; ++th)
+    threads.emplace_back([&] {
+      DiskCache d(t.path() + "/file/cache", "", "13.0");
+      for (int i = 0; i < 5; ++i) stored += d.store(sample(std::to_string(i))) ? 1 : 0;
+    });
+  for (auto& th : threads) th.join();
+  CHECK(stored.load() == 0);
+  CHECK(disk_cache_warnings() - before == 1);
+}
+
+TEST_CASE("runtime: concurrent entry() calls over one cache directory", "[disk_cache]") {
+  dsa_test::TempDir t;
+  Runtime rt(cfg_for(t.path()));
+  std::vector<std::thread> threads;
+  std::vector<std::string> cubins(8);
+  for (int th = 0; th < 8; ++th)
+    threads.emplace_back([&, th] {
+      KernelSpec s = small_spec();
+      s.heads = th % 2 ? 16 : 32;
+      bool from_disk = false;
+      cubins[static_cast<std::size_t>(th)] = rt.entry(s, &from_disk).cubin;
+    });
+  for (auto& th : threads) th.join();
+  for (int th = 2; th < 8; ++th) CHECK(cubins[static_cast<std::size_t>(th)] == cubins[static_cast<std::size_t>(th % 2)]);
+  CHECK(rt.stats().compiles + rt.stats().disk_hits == 8);
+  CHECK(rt.disk().list().size() == 2);
 }
