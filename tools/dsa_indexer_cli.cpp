@@ -149,6 +149,7 @@ struct Timed {
 
 // Median device time of the forward over `sets` rotating input sets.
 Timed time_forward(std::vector<DeviceProblem>& sets, dsa_indexer::KernelFamily fam, int warm, int reps, CUstream stream) {
+  dd::ScopedContext ctx(0);
   dd::Driver& d = dd::Driver::get();
   CUevent e0, e1;
   d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "gpu_runner.hpp"
+#include "gpu_cases.hpp"
 
 int main(int argc, char** argv) {
   std::string why;
@@ -13,5 +13,12 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: no usable Hopper GPU (%s)\n", why.c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  const int rc = Catch::Session().run(argc, argv);
+  const auto& g = dsa_gpu_test::grid_accumulator();
+  if (g.cases > 0) {
+    std::printf("aggregate over %lld oracle cases, %lld visible cells: rel-L2 %.3e (bound %.1e)\n",
+                static_cast<long long>(g.cases), static_cast<long long>(g.cells), g.rel_l2(), dsa_gpu_test::kScoreTol);
+    if (g.rel_l2() > dsa_gpu_test::kScoreTol) return rc ? rc : 1;
+  }
+  return rc;
 }

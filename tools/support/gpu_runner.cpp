@@ -104,8 +104,10 @@ DeviceProblem upload(const HostProblem& p, int device, bool host_seqlens) {
     d.opt.max_seqlen_q = p.max_q;
     d.opt.max_seqlen_k = p.max_k;
     if (host_seqlens) {
-      d.opt.cu_seqlens_q_host = p.cu_q.data();
-      d.opt.cu_seqlens_k_host = p.cu_k.data();
+      d.cu_q_host = p.cu_q;
+      d.cu_k_host = p.cu_k;
+      d.opt.cu_seqlens_q_host = d.cu_q_host.data();
+      d.opt.cu_seqlens_k_host = d.cu_k_host.data();
     }
     d.opt.thd_columns = p.layout == Layout::thd_global ? dsa_indexer::ThdColumns::global : dsa_indexer::ThdColumns::local;
   }

@@ -38,6 +38,7 @@ inline constexpr uint32_t kPoison = 0x7fc0dead;
 
 struct DeviceProblem {
   DeviceBuffer q, k, w, out, lse, offsets, cu_q, cu_k, ks, ke;
+  std::vector<int32_t> cu_q_host, cu_k_host;  // the host mirrors the options point at
   dsa_indexer::TensorDesc tq, tk, tw, tout;
   dsa_indexer::IndexerOptions opt;
 };
