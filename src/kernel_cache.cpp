@@ -145,9 +145,12 @@ std::shared_ptr<LoadedKernel> Runtime::load(const KernelSpec& spec, int device) 
   return k;
 }
 
+std::string memory_key(const KernelSpec& spec, int device) {
+  return fmt::format("dev{}/{}/{}/{}", device, family_name(spec.family), spec.shape_key(), spec.arch);
+}
+
 std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device) {
-  const std::string key = fmt::format("dev{}/{}/{}/{}", device, family_name(spec.family), spec.shape_key(), spec.arch);
-  return lru_.get_or_create(key, [&] { return load(spec, device); });
+  return lru_.get_or_create(memory_key(spec, device), [&] { return load(spec, device); });
 }
 
 CacheStats Runtime::stats() const {

@@ -42,6 +42,11 @@ PreparedSource prepare(const KernelSpec& spec, const TemplateSet& templates = Te
 std::string compute_disk_key(const GeneratedSource& src, const std::vector<std::string>& options,
                              const std::string& arch, const std::string& nvrtc_version, const TemplateSet& templates);
 
+// The in-memory cache key: one loaded module per (device, family, variant, arch). Modules, TMA
+// descriptors and shared-memory attributes are per device, so a module loaded on one device is
+// never launched on another.
+std::string memory_key(const KernelSpec& spec, int device);
+
 class Runtime {
  public:
   static Runtime& get();

@@ -192,8 +192,8 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
       rows.lse_m[s] = neg_inf();
       rows.lse_s[s] = 0.0f;
     }
-    const float* w_cls = w_s + wb * T::kWFloats + (lane & 3) * T::kWClassStride +
-                         cg * T::kTokensPerConsumer * (T::kHeads / 4);
+    const u32 w_cls = smem_addr(w_s + wb * T::kWFloats + (lane & 3) * T::kWClassStride +
+                                cg * T::kTokensPerConsumer * (T::kHeads / 4));
     if (n_kv > 0) {
       mbarrier_wait(&q_full[cg], q_uses & 1);
       for (i32 it = 0; it < n_kv; ++it) {

@@ -39,10 +39,11 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
   s = r;
 }
 
+// w_cls: shared address of this lane class's weights of the warpgroup's tokens.
 // acc: the m64n256 accumulators of one KV tile (rows = 64 KV rows, columns = this warpgroup's
 // 256 packed (token, head) rows). kabs0: absolute K row of the tile's row 0.
 template <class Cfg>
-__device__ __forceinline__ void epilogue_tile(const float (&acc)[128], const float* w_cls, EpilogueRows<Cfg>& rows,
+__device__ __forceinline__ void epilogue_tile(const float (&acc)[128], u32 w_cls, EpilogueRows<Cfg>& rows,
                                               i64 kabs0, bool masked, float sm_scale, float* out, i64 out_cols,
                                               int warp_in_wg, int lane) {
   using T = GenericTraits<Cfg>;
@@ -51,11 +52,10 @@ __device__ __forceinline__ void epilogue_tile(const float (&acc)[128], const flo
   float part[P];
 #pragma unroll
   for (int tl = 0; tl < TPW; ++tl) {
-    const float4* wp = reinterpret_cast<const float4*>(w_cls + tl * (H / 4));
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
     for (int g4 = 0; g4 < H / 16; ++g4) {
-      const float4 wv = wp[g4];
+      const float4 wv = ld_shared_f32x4(w_cls + (tl * (H / 4) + 4 * g4) * 4);
       const int i0 = 4 * (tl * (H / 8) + 2 * g4), i1 = i0 + 4;
       s0 = fmaf(fmaxf(acc[i0 + 0], 0.0f), wv.x, s0);
       s0 = fmaf(fmaxf(acc[i0 + 1], 0.0f), wv.y, s0);

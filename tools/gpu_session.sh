@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
-#   tools/gpu_session.sh OUTDIR [tests|demo|bench|sanitize|all]...
+#   tools/gpu_session.sh OUTDIR [tests|python|demo|bench|sanitize|profile|all]...
 set -u
 out=${1:?usage: gpu_session.sh OUTDIR [steps]}
 shift
@@ -26,13 +26,24 @@ if want tests; then
   run gpu_reference 150 $b/tests/dsa_gpu_tests "[reference]" --durations yes
   run gpu_generic 170 $b/tests/dsa_gpu_tests "[generic]" --durations yes
   run readme_example 30 $b/tests/readme_example
+  run multi_gpu 60 $b/tests/dsa_multi_gpu_tests
 fi
+want python && DSA_INDEXER_LIBRARY=$b/libdsa_indexer.so run python_gpu 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu.py
 want demo && run demo 60 $b/tools/dsa-indexer demo
 want bench && run bench 150 $b/tools/dsa-indexer bench --json "$out/bench.json"
 if want sanitize; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for tool in memcheck racecheck synccheck; do
-    run "sanitize_$tool" 200 "$cs" --tool "$tool" --error-exitcode 9 $b/tests/dsa_gpu_tests "[generic]" -c "generic: partly visible block left of the last one is masked"
-  done
+  # memcheck and synccheck over the whole GPU suite of both families; racecheck (slow with
+  # 220 KB of shared memory per CTA) over a representative subset of each family.
+  run sanitize_memcheck 170 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic]"
+  run sanitize_synccheck 120 "$cs" --tool synccheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic]"
+  run sanitize_racecheck 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
+    "reference: explicit windows" "generic: partly visible block left of the last one is masked" "generic: THD segment boundaries inside a q-tile"
+fi
+if want profile; then
+  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  run ncu_generic 120 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_generic --launch-skip 5 --launch-count 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy $b/tools/dsa-indexer demo
 fi
 exit 0

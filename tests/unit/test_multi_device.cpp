@@ -1,0 +1,72 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "kernel_cache.hpp"
+#include "problems.hpp"
+#include "runtime.hpp"
+#include "validate.hpp"
+
+using namespace dsa_indexer::detail;
+using namespace dsa_test;
+
+namespace {
+KernelSpec generic_spec() {
+  KernelSpec s;
+  s.family = Family::generic;
+  s.kv_stages = 5;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("multi-device: in-memory keys are per device, disk keys are not", "[multi_device]") {
+  const KernelSpec s = generic_spec();
+  CHECK(memory_key(s, 0) != memory_key(s, 1));
+  CHECK(memory_key(s, 1) == memory_key(s, 1));
+  CHECK(memory_key(s, 0).find("dev0/") == 0);
+  // The cubin depends only on the arch, so both devices share one disk entry.
+  CHECK(prepare(s).disk_key == prepare(s).disk_key);
+}
+
+TEST_CASE("multi-device: plans follow each device's SM count", "[multi_device]") {
+  Call c = bshd_call(1, 8192, 4096);
+  Problem p = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  DeviceInfo big{0, 132, 9, 0, 232448, "fake H200"};
+  DeviceInfo cut{1, 114, 9, 0, 232448, "fake H100 PCIe"};
+  Plan a = make_plan(p, big, Family::generic), b = make_plan(p, cut, Family::generic);
+  CHECK(a.grid[0] == 132);
+  CHECK(b.grid[0] == 114);
+  CHECK(a.spec == b.spec);
+  CHECK(cta_tile_order(a, 0) != cta_tile_order(b, 0));
+}
+
+TEST_CASE("multi-device: one production per (device, variant) under concurrent callers", "[multi_device]") {
+  // Fake devices: the produced value records the device it was made for; a value must never be
+  // handed to a caller asking for another device.
+  LruCache<std::shared_ptr<int>> cache(16);
+  std::mutex mu;
+  std::map<std::string, int> made;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> th;
+  const KernelSpec s = generic_spec();
+  for (int t = 0; t < 8; ++t)
+    th.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        const int dev = (t + i) % 2;
+        auto v = cache.get_or_create(memory_key(s, dev), [&, dev] {
+          std::lock_guard<std::mutex> lk(mu);
+          ++made[memory_key(s, dev)];
+          return std::make_shared<int>(dev);
+        });
+        if (*v != dev) wrong.fetch_add(1);
+      }
+    });
+  for (auto& x : th) x.join();
+  CHECK(wrong.load() == 0);
+  REQUIRE(made.size() == 2);
+  for (const auto& [k, n] : made) CHECK(n == 1);
+}
