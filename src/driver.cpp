@@ -49,19 +49,21 @@ void Driver::load() {
 }
 
 Driver& Driver::get() {
+  // Process-lifetime objects, deliberately never destroyed: modules cached by the runtime are
+  // unloaded (if ever) during static destruction, which must find the driver table intact.
   static std::once_flag once;
-  static std::unique_ptr<Driver> inst;
-  static std::exception_ptr failure;
+  static Driver* inst = nullptr;
+  static std::exception_ptr* failure = new std::exception_ptr();
   std::call_once(once, [] {
     auto d = std::unique_ptr<Driver>(new Driver());
     try {
       d->load();
-      inst = std::move(d);
+      inst = d.release();
     } catch (...) {
-      failure = std::current_exception();
+      *failure = std::current_exception();
     }
   });
-  if (!inst) std::rethrow_exception(failure);
+  if (!inst) std::rethrow_exception(*failure);
   return *inst;
 }
 
@@ -93,11 +95,11 @@ int device_count() {
 }
 
 CUcontext primary_context(int ordinal) {
-  static std::mutex mu;
-  static std::map<int, CUcontext> contexts;
-  std::lock_guard<std::mutex> lk(mu);
-  auto it = contexts.find(ordinal);
-  if (it != contexts.end()) return it->second;
+  static std::mutex* mu = new std::mutex();  // process lifetime, see Driver::get
+  static auto* contexts = new std::map<int, CUcontext>();
+  std::lock_guard<std::mutex> lk(*mu);
+  auto it = contexts->find(ordinal);
+  if (it != contexts->end()) return it->second;
   Driver& d = Driver::get();
   int n = 0;
   d.check(d.cuDeviceGetCount(&n), "cuDeviceGetCount");
@@ -107,7 +109,7 @@ CUcontext primary_context(int ordinal) {
   d.check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
   CUcontext ctx = nullptr;
   d.check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  contexts[ordinal] = ctx;
+  (*contexts)[ordinal] = ctx;
   return ctx;
 }
 
@@ -122,11 +124,11 @@ ScopedContext::~ScopedContext() {
 }
 
 const DeviceInfo& device_info(int ordinal) {
-  static std::mutex mu;
-  static std::map<int, DeviceInfo> infos;
-  std::lock_guard<std::mutex> lk(mu);
-  auto it = infos.find(ordinal);
-  if (it != infos.end()) return it->second;
+  static std::mutex* mu = new std::mutex();  // process lifetime, see Driver::get
+  static auto* infos = new std::map<int, DeviceInfo>();
+  std::lock_guard<std::mutex> lk(*mu);
+  auto it = infos->find(ordinal);
+  if (it != infos->end()) return it->second;
   primary_context(ordinal);  // validates the ordinal
   Driver& d = Driver::get();
   CUdevice dev = 0;
@@ -140,7 +142,7 @@ const DeviceInfo& device_info(int ordinal) {
   char name[256] = {0};
   d.check(d.cuDeviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
   info.name = name;
-  return infos.emplace(ordinal, info).first->second;
+  return infos->emplace(ordinal, info).first->second;
 }
 
 void encode_tma_bf16(TmaDescBytes* out, const void* base, int rank, const uint64_t* dims, const uint64_t* strides_bytes,

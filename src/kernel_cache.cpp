@@ -47,8 +47,11 @@ PreparedSource prepare(const KernelSpec& spec, const TemplateSet& templates) {
 }
 
 Runtime& Runtime::get() {
-  static Runtime rt(env());
-  return rt;
+  // Never destroyed: at exit the driver may already be torn down (a Python interpreter
+  // finalizing torch, say), and unloading modules then would crash. The driver releases
+  // everything when the process ends.
+  static Runtime* rt = new Runtime(env());
+  return *rt;
 }
 
 Runtime::Runtime(const EnvConfig& cfg)

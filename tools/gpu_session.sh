@@ -38,7 +38,7 @@ if want sanitize; then
   run sanitize_memcheck 170 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic]"
   run sanitize_synccheck 120 "$cs" --tool synccheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic]"
   run sanitize_racecheck 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
-    "reference: explicit windows" "generic: partly visible block left of the last one is masked" "generic: THD segment boundaries inside a q-tile"
+    "reference: explicit windows,generic: partly visible block left of the last one is masked,generic: THD segment boundaries inside a q-tile"
 fi
 if want profile; then
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
