@@ -63,7 +63,8 @@ int usage() {
              "  cache ls|verify|clear [--cache-dir DIR]\n"
              "  demo               on a GPU: default DeepSeek-V4-like problem, checked against fp64 and timed;\n"
              "                     without one: the warmup of the default manifest\n"
-             "  bench [--json FILE] [--family generic|reference] [--reps N] [--quick]\n");
+             "  bench [--json FILE] [--family generic|reference] [--reps N] [--quick]\n"
+             "  jitcost [--cache-dir DIR]  cold compile, disk-cache hit, module load, per-call host overhead\n");
   return 2;
 }
 
@@ -236,6 +237,95 @@ int run_demo(const Args& a) {
   return ok ? 0 : 1;
 }
 
+// JIT costs (issue 6 / DESIGN section 5): cold NVRTC compile per variant, disk-cache hit,
+// module load, host overhead of a cache-hit call, device memory allocated per call.
+int run_jitcost(const Args& a) {
+  const std::string tmp = a.get("cache-dir", "/tmp/dsa_jitcost_cache");
+  dd::EnvConfig cfg = dd::env();
+  cfg.cache_dir = tmp;
+  cfg.disk_cache = true;
+  dd::Runtime rt(cfg);
+  rt.disk().clear();
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto sec = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  std::vector<dd::KernelSpec> specs;
+  for (int h : {16, 32, 64})
+    for (bool lse : {false, true}) {
+      dd::KernelSpec s;
+      s.family = dd::Family::generic;
+      s.kv_stages = 5;
+      s.heads = h;
+      s.lse = lse;
+      specs.push_back(s);
+    }
+  dd::KernelSpec ref;
+  ref.family = dd::Family::reference;
+  specs.push_back(ref);
+  fmt::print("jitcost: cold NVRTC compile (in process, empty cache {}):\n", tmp);
+  std::vector<double> disk_ms;
+  for (const auto& s : specs) {
+    bool from_disk = false;
+    auto t0 = now();
+    rt.entry(s, &from_disk);
+    const double c = sec(now() - t0);
+    std::vector<double> d;
+    for (int i = 0; i < 5; ++i) {
+      auto t1 = now();
+      rt.entry(s, &from_disk);
+      d.push_back(sec(now() - t1) * 1e3);
+    }
+    disk_ms.push_back(median(d));
+    fmt::print("  {:<24} {:<28} compile {:.3f} s, disk-cache hit (read + verify) {:.2f} ms\n", dd::family_name(s.family),
+               s.shape_key(), c, median(d));
+  }
+  std::string why;
+  if (!gpu_available(&why)) {
+    fmt::print("jitcost: no GPU ({}): module load and per-call overhead not measured\n", why);
+    return 0;
+  }
+  {
+    dd::ScopedContext ctx(0);
+    dd::Driver& d = dd::Driver::get();
+    bool fd = false;
+    dd::CacheEntry e = rt.entry(specs[4], &fd);
+    std::vector<double> ms;
+    for (int i = 0; i < 5; ++i) {
+      CUmodule m = nullptr;
+      auto t0 = now();
+      d.check(d.cuModuleLoadData(&m, e.cubin.data()), "cuModuleLoadData");
+      ms.push_back(sec(now() - t0) * 1e3);
+      d.cuModuleUnload(m);
+    }
+    fmt::print("jitcost: cuModuleLoadData of {} ({} B): median {:.2f} ms; disk hit + load ~{:.2f} ms\n", specs[4].shape_key(),
+               e.cubin.size(), median(ms), median(ms) + disk_ms[4]);
+  }
+  HostProblem p = bshd(64, 64, 2, 64);
+  fill_random(p, 5);
+  DeviceProblem dp = upload(p);
+  dp.opt.family = dsa_indexer::KernelFamily::generic;
+  dd::ScopedContext ctx(0);
+  dd::Driver& d = dd::Driver::get();
+  for (int i = 0; i < 10; ++i) dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, nullptr);
+  d.check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+  size_t free0 = 0, free1 = 0, total = 0;
+  d.check(d.cuMemGetInfo(&free0, &total), "cuMemGetInfo");
+  const int n = 2000;
+  std::vector<double> per;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = now();
+    for (int i = 0; i < n; ++i) dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, nullptr);
+    per.push_back(sec(now() - t0) / n * 1e6);
+    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+  d.check(d.cuMemGetInfo(&free1, &total), "cuMemGetInfo");
+  fmt::print("jitcost: cache-hit call host overhead (validate + pointer checks + lookup + 2 TMA descriptors + launch), "
+             "{} back-to-back calls x 5: median {:.2f} us/call (min {:.2f})\n", n, median(per),
+             *std::min_element(per.begin(), per.end()));
+  fmt::print("jitcost: device memory free before/after {} calls: {} / {} bytes ({} allocated by the library)\n", 5 * n, free0,
+             free1, static_cast<long long>(free0) - static_cast<long long>(free1));
+  return 0;
+}
+
 struct BenchCase {
   std::string name;
   HostProblem p;
@@ -321,6 +411,7 @@ int main(int argc, char** argv) {
     if (cmd == "cache") return run_cache(a);
     if (cmd == "demo") return run_demo(a);
     if (cmd == "bench") return run_bench(a);
+    if (cmd == "jitcost") return run_jitcost(a);
     if (cmd == "--version" || cmd == "version") {
       fmt::print("dsa-indexer {} (NVRTC {})\n", dsa_indexer::version(), dd::nvrtc_version());
       return 0;
