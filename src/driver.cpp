@@ -5,10 +5,20 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "util.hpp"
 
 namespace dsa_indexer::detail {
+
+// The versioned type each entry point is resolved as must be the prototype the call sites
+// compile against; a mismatch here is an ABI bug (see DSA_CU_FUNCTIONS).
+#define DSA_CU_ABI_CHECK(name, ver)                                                     \
+  static_assert(std::is_same<PFN_##name##_v##ver, decltype(&::name)>::value,           \
+                #name ": the resolved ABI version differs from the prototype in cuda.h");
+DSA_CU_FUNCTIONS(DSA_CU_ABI_CHECK)
+#undef DSA_CU_ABI_CHECK
+
 namespace {
 
 std::string result_text(const Driver* d, CUresult r) {
@@ -31,11 +41,11 @@ void Driver::load() {
   auto get_proc = reinterpret_cast<GetProc>(::dlsym(handle_, "cuGetProcAddress_v2"));
   if (!get_proc)
     throw DriverError("the CUDA driver has no cuGetProcAddress_v2 (driver older than CUDA 12.0)", "dlsym", -1);
-#define DSA_CU_RESOLVE(name)                                                                              \
+#define DSA_CU_RESOLVE(name, ver)                                                                         \
   {                                                                                                       \
     void* p = nullptr;                                                                                    \
     CUdriverProcAddressQueryResult st{};                                                                  \
-    CUresult r = get_proc(#name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st);                      \
+    CUresult r = get_proc(#name, &p, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st);                               \
     if (r != CUDA_SUCCESS || !p)                                                                          \
       throw DriverError(fmt::format("the CUDA driver does not provide {} (CUresult {}, status {})", #name, \
                                     static_cast<int>(r), static_cast<int>(st)),                          \

@@ -3,6 +3,7 @@
 // tests and the warmup tool run on machines with no driver. Every CUresult is checked into a
 // DriverError naming the call.
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <cstdint>
 #include <string>
@@ -11,16 +12,26 @@
 
 namespace dsa_indexer::detail {
 
-#define DSA_CU_FUNCTIONS(X)                                                                           \
-  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetAttribute)          \
-  X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuCtxPushCurrent) X(cuCtxPopCurrent)                \
-  X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuStreamGetCtx) X(cuPointerGetAttributes)                  \
-  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)                  \
-  X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled) X(cuGetErrorName)               \
-  X(cuGetErrorString) X(cuMemcpyDtoHAsync) X(cuMemcpyHtoDAsync) X(cuStreamSynchronize) X(cuMemAlloc) \
-  X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD32) X(cuMemsetD8)          \
-  X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)     \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuMemGetInfo) X(cuMemAllocHost) X(cuMemFreeHost)
+// Every entry point with the ABI version it is resolved at. cuGetProcAddress returns the
+// newest ABI not newer than the version asked for, and some functions changed signature after
+// the form our call sites use (cuCtxSynchronize took a CUcontext in 13.0, cuStreamGetCtx a green
+// context out-pointer in 12.5): asking with CUDA_VERSION would hand back those, called with the
+// old argument list. So each function names the version of the signature it is called with,
+// and driver.cpp static_asserts that this version's type (cudaTypedefs.h) is the prototype.
+#define DSA_CU_FUNCTIONS(X)                                                                         \
+  X(cuInit, 2000) X(cuDriverGetVersion, 2020) X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000)         \
+  X(cuDeviceGetAttribute, 2000) X(cuDeviceGetName, 2000) X(cuDevicePrimaryCtxRetain, 7000)           \
+  X(cuCtxPushCurrent, 4000) X(cuCtxPopCurrent, 4000) X(cuCtxGetCurrent, 4000)                       \
+  X(cuCtxSynchronize, 2000) X(cuStreamGetCtx, 9020) X(cuPointerGetAttributes, 7000)                 \
+  X(cuModuleLoadData, 2000) X(cuModuleUnload, 2000) X(cuModuleGetFunction, 2000)                     \
+  X(cuFuncSetAttribute, 9000) X(cuFuncGetAttribute, 2020) X(cuLaunchKernelEx, 11060)                 \
+  X(cuTensorMapEncodeTiled, 12000) X(cuGetErrorName, 6000) X(cuGetErrorString, 6000)                 \
+  X(cuMemcpyDtoHAsync, 3020) X(cuMemcpyHtoDAsync, 3020) X(cuStreamSynchronize, 2000)                 \
+  X(cuMemAlloc, 3020) X(cuMemFree, 3020) X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020)                 \
+  X(cuMemcpyDtoD, 3020) X(cuMemsetD32, 3020) X(cuMemsetD8, 3020) X(cuEventCreate, 2000)              \
+  X(cuEventRecord, 2000) X(cuEventSynchronize, 2000) X(cuEventElapsedTime, 2000)                     \
+  X(cuEventDestroy, 4000) X(cuStreamCreate, 2000) X(cuStreamDestroy, 4000) X(cuMemGetInfo, 3020)     \
+  X(cuMemAllocHost, 3020) X(cuMemFreeHost, 2000)
 
 class Driver {
  public:
@@ -29,7 +40,7 @@ class Driver {
   // Whether a driver with at least one device is usable here; never throws.
   static bool probe(std::string* why = nullptr);
 
-#define DSA_CU_MEMBER(name) decltype(&::name) name = nullptr;
+#define DSA_CU_MEMBER(name, ver) PFN_##name##_v##ver name = nullptr;
   DSA_CU_FUNCTIONS(DSA_CU_MEMBER)
 #undef DSA_CU_MEMBER
 
