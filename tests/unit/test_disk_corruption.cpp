@@ -17,16 +17,11 @@
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;
+using dsa_test::slurp;
+using dsa_test::spit;
 
 namespace {
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-void spit(const std::string& p, const std::string& s) { std::ofstream(p, std::ios::binary | std::ios::trunc) << s; }
 
 EnvConfig cfg_for(const std::string& dir, const std::string& prebuilt = "") {
   EnvConfig c;

@@ -19,6 +19,8 @@
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;
+using dsa_test::slurp;
+using dsa_test::spit;
 
 namespace {
 
@@ -112,7 +114,6 @@ void check_verify_reports(const dsa_test::ChildResult& v, const std::string& pat
   CHECK_THAT(v.output, Catch::Contains(path));
 }
 
-void spit(const std::string& p, const std::string& s) { std::ofstream(p, std::ios::binary | std::ios::trunc) << s; }
 
 // Root ignores permission bits: those cases drop to `nobody` in the child, or are skipped
 // (reported, not passed) where that is impossible.

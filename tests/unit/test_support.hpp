@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace dsa_test {
@@ -27,5 +29,16 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Whole-file read and overwrite, for tests that damage cache entries on purpose.
+inline std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+inline void spit(const std::string& p, const std::string& s) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
+}
 
 }  // namespace dsa_test
