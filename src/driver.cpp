@@ -125,10 +125,14 @@ CUcontext primary_context(int ordinal) {
 
 ScopedContext::ScopedContext(int ordinal) {
   CUcontext ctx = primary_context(ordinal);
+  CUcontext current = nullptr;
+  if (Driver::get().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == ctx) return;
   DSA_CU(cuCtxPushCurrent(ctx));
+  pushed_ = true;
 }
 
 ScopedContext::~ScopedContext() {
+  if (!pushed_) return;
   CUcontext popped = nullptr;
   Driver::get().cuCtxPopCurrent(&popped);
 }

@@ -60,13 +60,18 @@ class Driver {
 // The device's primary context, retained once and kept for the life of the process.
 CUcontext primary_context(int ordinal);
 
-// Makes the device's primary context current for a scope (push / pop).
+// Makes the device's primary context current for a scope (push / pop). When it already is
+// the current context (the usual case: torch and the runtime API make it current), nothing is
+// pushed or popped.
 class ScopedContext {
  public:
   explicit ScopedContext(int ordinal);
   ~ScopedContext();
   ScopedContext(const ScopedContext&) = delete;
   ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  bool pushed_ = false;
 };
 
 // SM count, compute capability and shared-memory limit of a device, cached per ordinal.

@@ -1,6 +1,7 @@
 // The public forward: validate -> pointer checks -> dispatch -> plan -> kernel cache -> launch.
 #include "dsa_indexer/indexer.hpp"
 
+#include "forward.hpp"
 #include "launch.hpp"
 #include "planner.hpp"
 #include "runtime.hpp"
@@ -9,7 +10,6 @@
 
 namespace dsa_indexer {
 namespace detail {
-namespace {
 
 // Every pointer the kernels dereference must be device memory of the call's device (or managed
 // memory): a host pointer would fault inside the kernel instead of raising here.
@@ -44,7 +44,14 @@ void check_stream(CUstream stream, int device) {
                                 "a stream of another context");
 }
 
-}  // namespace
+void check_problem_pointers(const Problem& p) {
+  const struct {
+    const void* ptr;
+    const char* name;
+  } ptrs[] = {{p.q, "q"}, {p.k, "k"}, {p.w, "w"}, {p.out, "scores"}, {p.lse, "lse"}, {p.offsets, "q_causal_offsets"},
+              {p.cu_q, "cu_seqlens_q"}, {p.cu_k, "cu_seqlens_k"}, {p.ks, "ks"}, {p.ke, "ke"}};
+  for (const auto& e : ptrs) check_pointer(e.ptr, e.name, p.device);
+}
 
 void forward(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, const TensorDesc& scores,
              const IndexerOptions& opt, CUstream stream) {
@@ -63,12 +70,7 @@ void forward(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, cons
   const DeviceInfo& dev = device_info(p.device);
   ScopedContext ctx(p.device);
   check_stream(stream, p.device);
-  const struct {
-    const void* ptr;
-    const char* name;
-  } ptrs[] = {{p.q, "q"}, {p.k, "k"}, {p.w, "w"}, {p.out, "scores"}, {p.lse, "lse"}, {p.offsets, "q_causal_offsets"},
-              {p.cu_q, "cu_seqlens_q"}, {p.cu_k, "cu_seqlens_k"}, {p.ks, "ks"}, {p.ke, "ke"}};
-  for (const auto& e : ptrs) check_pointer(e.ptr, e.name, p.device);
+  check_problem_pointers(p);
 
   const Family family = choose_family(p, opt.family);
   const Plan plan = make_plan(p, dev, family);

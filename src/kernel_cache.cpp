@@ -149,7 +149,27 @@ std::shared_ptr<LoadedKernel> Runtime::load(const KernelSpec& spec, int device) 
 }
 
 std::string memory_key(const KernelSpec& spec, int device) {
-  return fmt::format("dev{}/{}/{}/{}", device, family_name(spec.family), spec.shape_key(), spec.arch);
+  // Built by hand: this runs on every call, and fmt's formatting of the shape key costs more
+  // than the lookup itself. Same text as "dev{d}/{family}/{shape_key}/{arch}".
+  std::string k;
+  k.reserve(80);
+  k += "dev";
+  k += std::to_string(device);
+  k += '/';
+  k += family_name(spec.family);
+  k += "/h";
+  k += std::to_string(spec.heads);
+  k += ".w";
+  k += dtype_name(spec.w_dtype);
+  k += spec.lse ? ".lse1." : ".lse0.";
+  k += layout_name(spec.layout);
+  if (spec.family == Family::generic) {
+    k += ".s";
+    k += std::to_string(spec.kv_stages);
+  }
+  k += '/';
+  k += spec.arch;
+  return k;
 }
 
 std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device) {

@@ -37,7 +37,9 @@ class LruCache {
  public:
   explicit LruCache(std::size_t capacity) : capacity_(capacity < 1 ? 1 : capacity) {}
 
-  V get_or_create(const std::string& key, const std::function<V()>& make) {
+  // `make` is any callable returning V (a template, so that a hit costs no std::function).
+  template <class Make>
+  V get_or_create(const std::string& key, Make&& make) {
     std::unique_lock<std::mutex> lk(mu_);
     if (auto it = ready_.find(key); it != ready_.end()) {
       ++stats_.hits;

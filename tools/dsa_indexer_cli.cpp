@@ -18,6 +18,10 @@
 #include "default_manifest.hpp"
 #include "driver.hpp"
 #include "env.hpp"
+#include "forward.hpp"
+#include "launch.hpp"
+#include "planner.hpp"
+#include "validate.hpp"
 #include "gemm_ceiling.hpp"
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
@@ -64,7 +68,8 @@ int usage() {
              "  demo               on a GPU: default DeepSeek-V4-like problem, checked against fp64 and timed;\n"
              "                     without one: the warmup of the default manifest\n"
              "  bench [--json FILE] [--family generic|reference] [--reps N] [--quick]\n"
-             "  jitcost [--cache-dir DIR]  cold compile, disk-cache hit, module load, per-call host overhead\n");
+             "  jitcost [--cache-dir DIR] [--json FILE]\n"
+             "                     cold compile per variant, disk-cache hit, module load, per-call host overhead by stage\n");
   return 2;
 }
 
@@ -238,16 +243,43 @@ int run_demo(const Args& a) {
 }
 
 // JIT costs (issue 6 / DESIGN section 5): cold NVRTC compile per variant, disk-cache hit,
-// module load, host overhead of a cache-hit call, device memory allocated per call.
+// module load, host overhead of a cache-hit call and of each of its stages, device memory
+// allocated per call. `--json FILE` writes the figures for bench/peers.py.
+namespace jit {
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Host time per call of `body`, in µs: `batches` batches of `per_batch` back-to-back calls,
+// median over batches. `between` runs untimed after each batch (a device sync, so that a batch
+// never waits on a full launch queue: 200 launches stay far below its depth).
+template <class Body, class Between>
+std::pair<double, double> per_call_us(int batches, int per_batch, Body&& body, Between&& between) {
+  std::vector<double> v;
+  for (int b = 0; b < batches; ++b) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < per_batch; ++i) body();
+    v.push_back(seconds(Clock::now() - t0) / per_batch * 1e6);
+    between();
+  }
+  return {median(v), *std::min_element(v.begin(), v.end())};
+}
+
+struct Stage {
+  std::string name, what;
+  double median_us = 0, min_us = 0;
+};
+
+}  // namespace jit
+
 int run_jitcost(const Args& a) {
+  using namespace jit;
   const std::string tmp = a.get("cache-dir", "/tmp/dsa_jitcost_cache");
   dd::EnvConfig cfg = dd::env();
   cfg.cache_dir = tmp;
   cfg.disk_cache = true;
   dd::Runtime rt(cfg);
   rt.disk().clear();
-  auto now = [] { return std::chrono::steady_clock::now(); };
-  auto sec = [](auto d) { return std::chrono::duration<double>(d).count(); };
   std::vector<dd::KernelSpec> specs;
   for (int h : {16, 32, 64})
     for (bool lse : {false, true}) {
@@ -261,68 +293,134 @@ int run_jitcost(const Args& a) {
   dd::KernelSpec ref;
   ref.family = dd::Family::reference;
   specs.push_back(ref);
+  std::string json = "{\n  \"nvrtc\": \"" + dd::nvrtc_version() + "\",\n  \"compiles\": [\n";
   fmt::print("jitcost: cold NVRTC compile (in process, empty cache {}):\n", tmp);
   std::vector<double> disk_ms;
-  for (const auto& s : specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& s = specs[i];
     bool from_disk = false;
-    auto t0 = now();
-    rt.entry(s, &from_disk);
-    const double c = sec(now() - t0);
+    auto t0 = Clock::now();
+    dd::CacheEntry e = rt.entry(s, &from_disk);
+    const double c = seconds(Clock::now() - t0);
     std::vector<double> d;
-    for (int i = 0; i < 5; ++i) {
-      auto t1 = now();
+    for (int r = 0; r < 5; ++r) {
+      auto t1 = Clock::now();
       rt.entry(s, &from_disk);
-      d.push_back(sec(now() - t1) * 1e3);
+      d.push_back(seconds(Clock::now() - t1) * 1e3);
     }
     disk_ms.push_back(median(d));
     fmt::print("  {:<24} {:<28} compile {:.3f} s, disk-cache hit (read + verify) {:.2f} ms\n", dd::family_name(s.family),
                s.shape_key(), c, median(d));
+    json += fmt::format("{}    {{\"family\": \"{}\", \"variant\": \"{}\", \"order\": {}, \"compile_s\": {:.4f}, "
+                        "\"disk_hit_ms\": {:.4f}, \"cubin_bytes\": {}}}",
+                        i ? ",\n" : "", dd::family_name(s.family), s.shape_key(), i, c, median(d), e.cubin.size());
   }
+  json += "\n  ]";
+  auto finish = [&](const std::string& tail) {
+    json += tail + "\n}\n";
+    if (a.has("json")) std::ofstream(a.get("json")) << json;
+  };
   std::string why;
   if (!gpu_available(&why)) {
     fmt::print("jitcost: no GPU ({}): module load and per-call overhead not measured\n", why);
+    finish(fmt::format(",\n  \"gpu\": null,\n  \"no_gpu_reason\": \"{}\"", why));
     return 0;
   }
+  dd::ScopedContext ctx(0);
+  dd::Driver& d = dd::Driver::get();
+  const dd::DeviceInfo& dev = dd::device_info(0);
+  double load_ms = 0;
+  size_t load_bytes = 0;
   {
-    dd::ScopedContext ctx(0);
-    dd::Driver& d = dd::Driver::get();
     bool fd = false;
     dd::CacheEntry e = rt.entry(specs[4], &fd);
     std::vector<double> ms;
     for (int i = 0; i < 5; ++i) {
       CUmodule m = nullptr;
-      auto t0 = now();
+      auto t0 = Clock::now();
       d.check(d.cuModuleLoadData(&m, e.cubin.data()), "cuModuleLoadData");
-      ms.push_back(sec(now() - t0) * 1e3);
+      ms.push_back(seconds(Clock::now() - t0) * 1e3);
       d.cuModuleUnload(m);
     }
+    load_ms = median(ms);
+    load_bytes = e.cubin.size();
     fmt::print("jitcost: cuModuleLoadData of {} ({} B): median {:.2f} ms; disk hit + load ~{:.2f} ms\n", specs[4].shape_key(),
-               e.cubin.size(), median(ms), median(ms) + disk_ms[4]);
+               load_bytes, load_ms, load_ms + disk_ms[4]);
   }
+
+  // The per-call host overhead on the process-wide runtime, with the kernel already loaded.
   HostProblem p = bshd(64, 64, 2, 64);
   fill_random(p, 5);
   DeviceProblem dp = upload(p);
   dp.opt.family = dsa_indexer::KernelFamily::generic;
-  dd::ScopedContext ctx(0);
-  dd::Driver& d = dd::Driver::get();
-  for (int i = 0; i < 10; ++i) dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, nullptr);
-  d.check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+  auto call = [&] { dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, nullptr); };
+  auto sync = [&] { d.check(d.cuCtxSynchronize(), "cuCtxSynchronize"); };
+  for (int i = 0; i < 20; ++i) call();
+  sync();
   size_t free0 = 0, free1 = 0, total = 0;
   d.check(d.cuMemGetInfo(&free0, &total), "cuMemGetInfo");
-  const int n = 2000;
-  std::vector<double> per;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t0 = now();
-    for (int i = 0; i < n; ++i) dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, nullptr);
-    per.push_back(sec(now() - t0) / n * 1e6);
-    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize");
-  }
+  const int batches = 50, per_batch = 200;
+  auto [full_med, full_min] = per_call_us(batches, per_batch, call, sync);
   d.check(d.cuMemGetInfo(&free1, &total), "cuMemGetInfo");
+  const long long allocated = static_cast<long long>(free0) - static_cast<long long>(free1);
   fmt::print("jitcost: cache-hit call host overhead (validate + pointer checks + lookup + 2 TMA descriptors + launch), "
-             "{} back-to-back calls x 5: median {:.2f} us/call (min {:.2f})\n", n, median(per),
-             *std::min_element(per.begin(), per.end()));
-  fmt::print("jitcost: device memory free before/after {} calls: {} / {} bytes ({} allocated by the library)\n", 5 * n, free0,
-             free1, static_cast<long long>(free0) - static_cast<long long>(free1));
+             "{} batches of {} back-to-back calls, device sync between batches: median {:.2f} us/call (min {:.2f})\n",
+             batches, per_batch, full_med, full_min);
+  fmt::print("jitcost: device memory free before/after {} calls: {} / {} bytes ({} allocated by the library)\n",
+             batches * per_batch, free0, free1, allocated);
+
+  // The same call, stage by stage (each timed alone in a loop of its own).
+  std::vector<Stage> st;
+  auto no_reader = [](const void*, int32_t*, std::size_t) { throw std::logic_error("jitcost: unexpected cu_seqlens read"); };
+  auto nothing = [] {};
+  dd::Problem prob = dd::validate(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, no_reader);
+  const dd::Family fam = dd::choose_family(prob, dp.opt.family);
+  const dd::Plan plan = dd::make_plan(prob, dev, fam);
+  auto kernel = dd::Runtime::get().kernel(plan.spec, 0);
+  auto add = [&](const char* name, const char* what, std::pair<double, double> t) {
+    st.push_back({name, what, t.first, t.second});
+  };
+  add("validate", "argument validation into a Problem",
+      per_call_us(batches, per_batch, [&] { prob = dd::validate(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, no_reader); }, nothing));
+  add("context", "push + pop of the device's primary context",
+      per_call_us(batches, per_batch, [&] { dd::ScopedContext c(0); }, nothing));
+  add("pointers", "cuPointerGetAttributes per non-null pointer (4 here)",
+      per_call_us(batches, per_batch, [&] { dd::check_problem_pointers(prob); }, nothing));
+  add("plan", "family choice + plan",
+      per_call_us(batches, per_batch, [&] { (void)dd::make_plan(prob, dd::device_info(0), dd::choose_family(prob, dp.opt.family)); }, nothing));
+  add("lookup", "in-memory kernel-cache hit (key + LRU)",
+      per_call_us(batches, per_batch, [&] { kernel = dd::Runtime::get().kernel(plan.spec, 0); }, nothing));
+  {
+    dd::TmaDescBytes qm, km;
+    const dd::TmaGeometry qg = dd::q_tma_geometry(prob), kg = dd::k_tma_geometry(prob);
+    add("tma", "2 cuTensorMapEncodeTiled",
+        per_call_us(batches, per_batch, [&] {
+          dd::encode_tma_bf16(&qm, prob.q, qg.rank, qg.dims, qg.strides_bytes, qg.box);
+          dd::encode_tma_bf16(&km, prob.k, kg.rank, kg.dims, kg.strides_bytes, kg.box);
+        }, nothing));
+  }
+  add("launch", "arguments + 2 TMA encodes + cuLaunchKernelEx",
+      per_call_us(batches, per_batch, [&] { dd::launch_forward(prob, plan, *kernel, nullptr); }, sync));
+  sync();
+  double sum = 0;
+  for (const auto& x : st) {
+    if (x.name != "tma") sum += x.median_us;
+    fmt::print("  stage {:<9} {:>6.3f} us (min {:.3f})  {}\n", x.name, x.median_us, x.min_us, x.what);
+  }
+  fmt::print("  stages (tma counted inside launch): {:.2f} us vs {:.2f} us for the whole call\n", sum, full_med);
+
+  std::string tail = fmt::format(",\n  \"gpu\": \"{}\",\n  \"module_load\": {{\"variant\": \"{}\", \"cubin_bytes\": {}, \"median_ms\": {:.4f}, "
+                                 "\"disk_hit_plus_load_ms\": {:.4f}}},\n",
+                                 dev.name, specs[4].shape_key(), load_bytes, load_ms, load_ms + disk_ms[4]);
+  tail += fmt::format("  \"host_overhead\": {{\"case\": \"bshd S_q 64 S_k 64 H 64 ratio 2, generic, null stream\", \"batches\": {}, "
+                      "\"calls_per_batch\": {}, \"median_us\": {:.4f}, \"min_us\": {:.4f}, \"allocated_bytes\": {}, "
+                      "\"free_before\": {}, \"free_after\": {}}},\n  \"stages\": [\n",
+                      batches, per_batch, full_med, full_min, allocated, free0, free1);
+  for (size_t i = 0; i < st.size(); ++i)
+    tail += fmt::format("{}    {{\"name\": \"{}\", \"what\": \"{}\", \"median_us\": {:.4f}, \"min_us\": {:.4f}}}", i ? ",\n" : "",
+                        st[i].name, st[i].what, st[i].median_us, st[i].min_us);
+  tail += "\n  ]";
+  finish(tail);
   return 0;
 }
 

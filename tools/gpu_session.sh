@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
-#   tools/gpu_session.sh OUTDIR [tests|python|demo|bench|sanitize|profile|all]...
+#   tools/gpu_session.sh OUTDIR [tests|python|demo|bench|jitcost|sanitize|racecheck|profile|all]...
+# racecheck (not in all: it takes minutes) runs every GPU test case of both families under
+# compute-sanitizer racecheck, one process per test case, RACECHECK_JOBS (4) at a time, each
+# limited to RACECHECK_TIMEOUT (540) seconds.
 set -u
 out=${1:?usage: gpu_session.sh OUTDIR [steps]}
 shift
@@ -28,9 +31,11 @@ if want tests; then
   run readme_example 30 $b/tests/readme_example
   run multi_gpu 60 $b/tests/dsa_multi_gpu_tests
 fi
-want python && DSA_INDEXER_LIBRARY=$b/libdsa_indexer.so run python_gpu 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu.py
+lib=$(ls $b/libdsa_indexer.so.*.*.* 2>/dev/null | head -1)
+want python && DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run python_gpu 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu.py
 want demo && run demo 60 $b/tools/dsa-indexer demo
 want bench && run bench 150 $b/tools/dsa-indexer bench --json "$out/bench.json"
+want jitcost && run jitcost 120 $b/tools/dsa-indexer jitcost --json "$out/jitcost.json"
 if want sanitize; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   # memcheck and synccheck over the whole GPU suite of both families; racecheck (slow with
@@ -39,6 +44,19 @@ if want sanitize; then
   run sanitize_synccheck 120 "$cs" --tool synccheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic]"
   run sanitize_racecheck 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
     "reference: explicit windows,generic: partly visible block left of the last one is masked,generic: THD segment boundaries inside a q-tile"
+fi
+if [[ " $steps " == *" racecheck "* ]]; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  rdir="$out/racecheck"
+  mkdir -p "$rdir"
+  t0=$SECONDS
+  # One process per test case; commas in a name are escaped for Catch2's test spec.
+  $b/tests/dsa_gpu_tests --list-test-names-only "[reference],[generic]" | sed '/^$/d' >"$rdir/names.txt"
+  export cs b rdir RACECHECK_TIMEOUT=${RACECHECK_TIMEOUT:-540} RACECHECK_DEADLINE=${RACECHECK_DEADLINE:-}
+  nl -nrz -w2 "$rdir/names.txt" | xargs -P "${RACECHECK_JOBS:-4}" -d '\n' -n1 tools/racecheck_case.sh
+  sort "$rdir/results.txt" -o "$rdir/results.txt"
+  echo "== racecheck: $(grep -c " rc=0 " "$rdir/results.txt")/$(wc -l <"$rdir/names.txt") test cases clean (rc 0) in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+  cat "$rdir/results.txt"
 fi
 if want profile; then
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "kernel_cache.hpp"
@@ -30,6 +33,30 @@ TEST_CASE("multi-device: in-memory keys are per device, disk keys are not", "[mu
   CHECK(memory_key(s, 0).find("dev0/") == 0);
   // The cubin depends only on the arch, so both devices share one disk entry.
   CHECK(prepare(s).disk_key == prepare(s).disk_key);
+}
+
+TEST_CASE("multi-device: the hand-built memory key is dev/family/shape key/arch", "[multi_device]") {
+  // memory_key is built without fmt for speed; it must stay the documented text, one key per
+  // variant.
+  std::set<std::string> seen;
+  for (Family f : {Family::reference, Family::generic})
+    for (int h : {16, 32, 64})
+      for (DType wd : {DType::bf16, DType::f32})
+        for (bool lse : {false, true})
+          for (Layout l : {Layout::bshd, Layout::thd_local, Layout::thd_global})
+            for (int dev : {0, 3, 12}) {
+              KernelSpec s;
+              s.family = f;
+              s.heads = h;
+              s.w_dtype = wd;
+              s.lse = lse;
+              s.layout = l;
+              s.kv_stages = f == Family::generic ? 5 : 0;
+              const std::string want = fmt::format("dev{}/{}/{}/{}", dev, family_name(f), s.shape_key(), s.arch);
+              CHECK(memory_key(s, dev) == want);
+              seen.insert(want);
+            }
+  CHECK(seen.size() == 2u * 3 * 2 * 2 * 3 * 3);
 }
 
 TEST_CASE("multi-device: plans follow each device's SM count", "[multi_device]") {
