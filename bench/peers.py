@@ -705,7 +705,9 @@ def render_jitcost(j) -> list:
     L += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     if j.get("stages"):
         L.append("")
-        L.append("Where a cache-hit call's host time goes (each stage timed alone, same batches; `tma` is part of `launch`):")
+        L.append("Where a cache-hit call's host time goes (each stage timed alone, same batches). `launch` reuses the previous call's "
+                 "tensor maps when base and shape repeat; `tma` is what encoding both costs when they do not; `driver` is "
+                 "`cuLaunchKernelEx` alone, the part no library can remove; `stream` is the whole call on a created stream:")
         L.append("")
         L.append("| stage | what | median | min |")
         L.append("|---|---|---:|---:|")

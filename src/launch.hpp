@@ -16,6 +16,22 @@ struct TmaGeometry {
   uint64_t dims[5] = {};
   uint64_t strides_bytes[4] = {};
   uint32_t box[5] = {};
+  bool operator==(const TmaGeometry& o) const;
+};
+
+// The last tensor map encoded for one operand: re-encodes only when the base address or the
+// geometry differs from the previous call's. One per operand per thread.
+class TmaMemo {
+ public:
+  const TmaDescBytes& get(const void* base, const TmaGeometry& g);
+  uint64_t encodes() const { return encodes_; }
+
+ private:
+  bool valid_ = false;
+  const void* base_ = nullptr;
+  TmaGeometry geometry_;
+  TmaDescBytes map_;
+  uint64_t encodes_ = 0;
 };
 TmaGeometry q_tma_geometry(const Problem& p);
 TmaGeometry k_tma_geometry(const Problem& p);

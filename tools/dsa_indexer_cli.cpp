@@ -399,15 +399,43 @@ int run_jitcost(const Args& a) {
           dd::encode_tma_bf16(&km, prob.k, kg.rank, kg.dims, kg.strides_bytes, kg.box);
         }, nothing));
   }
-  add("launch", "arguments + 2 TMA encodes + cuLaunchKernelEx",
+  add("launch", "arguments + tensor maps (memoized) + cuLaunchKernelEx",
       per_call_us(batches, per_batch, [&] { dd::launch_forward(prob, plan, *kernel, nullptr); }, sync));
+  {
+    // The driver's own share: cuLaunchKernelEx alone, same function, grid and parameters.
+    dd::TmaDescBytes qm, km;
+    const dd::TmaGeometry qg = dd::q_tma_geometry(prob), kg = dd::k_tma_geometry(prob);
+    dd::encode_tma_bf16(&qm, prob.q, qg.rank, qg.dims, qg.strides_bytes, qg.box);
+    dd::encode_tma_bf16(&km, prob.k, kg.rank, kg.dims, kg.strides_bytes, kg.box);
+    dsa::DsaArgs args = dd::make_args(prob, plan);
+    void* params[] = {&qm, &km, &args};
+    CUlaunchConfig lc{};
+    lc.gridDimX = plan.grid[0];
+    lc.gridDimY = plan.grid[1];
+    lc.gridDimZ = plan.grid[2];
+    lc.blockDimX = plan.block[0];
+    lc.blockDimY = plan.block[1];
+    lc.blockDimZ = plan.block[2];
+    lc.sharedMemBytes = plan.smem_bytes;
+    add("driver", "cuLaunchKernelEx alone (the driver's share of launch)",
+        per_call_us(batches, per_batch, [&] { d.check(d.cuLaunchKernelEx(&lc, kernel->functions[0], params, nullptr), "cuLaunchKernelEx"); }, sync));
+  }
   sync();
+  {
+    // The whole call again on a created (non-blocking) stream: adds the stream check.
+    CUstream s = nullptr;
+    d.check(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    auto sync_s = [&] { d.check(d.cuStreamSynchronize(s), "cuStreamSynchronize"); };
+    auto t = per_call_us(batches, per_batch, [&] { dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, s); }, sync_s);
+    add("stream", "the whole call on a created non-blocking stream (adds cuStreamGetCtx)", t);
+    d.check(d.cuStreamDestroy(s), "cuStreamDestroy");
+  }
   double sum = 0;
   for (const auto& x : st) {
-    if (x.name != "tma") sum += x.median_us;
+    if (x.name != "tma" && x.name != "driver" && x.name != "stream") sum += x.median_us;
     fmt::print("  stage {:<9} {:>6.3f} us (min {:.3f})  {}\n", x.name, x.median_us, x.min_us, x.what);
   }
-  fmt::print("  stages (tma counted inside launch): {:.2f} us vs {:.2f} us for the whole call\n", sum, full_med);
+  fmt::print("  stages validate..launch: {:.2f} us vs {:.2f} us for the whole call\n", sum, full_med);
 
   std::string tail = fmt::format(",\n  \"gpu\": \"{}\",\n  \"module_load\": {{\"variant\": \"{}\", \"cubin_bytes\": {}, \"median_ms\": {:.4f}, "
                                  "\"disk_hit_plus_load_ms\": {:.4f}}},\n",

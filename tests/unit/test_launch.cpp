@@ -53,3 +53,28 @@ TEST_CASE("launch: TMA geometry for BSHD and THD", "[launch]") {
   CHECK(kt.rank == 2);
   CHECK(kt.dims[1] == 16);
 }
+
+TEST_CASE("launch: the tensor-map memo keys on every geometry field", "[launch]") {
+  // TmaMemo re-encodes unless base and geometry equal the previous call's; equality must
+  // see every field (the encode itself needs the driver and is covered by the GPU tests).
+  Call c = bshd_call(2, 100, 50, 64);
+  Problem p = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  const TmaGeometry g = q_tma_geometry(p);
+  CHECK(g == q_tma_geometry(p));
+  CHECK_FALSE(g == k_tma_geometry(p));
+  for (int i = 0; i < 5; ++i) {
+    TmaGeometry d = g, b = g;
+    d.dims[i] += 1;
+    b.box[i] += 1;
+    CHECK_FALSE(g == d);
+    CHECK_FALSE(g == b);
+  }
+  for (int i = 0; i < 4; ++i) {
+    TmaGeometry s = g;
+    s.strides_bytes[i] += 16;
+    CHECK_FALSE(g == s);
+  }
+  TmaGeometry r = g;
+  r.rank = 3;
+  CHECK_FALSE(g == r);
+}
