@@ -412,7 +412,8 @@ def environment(args) -> dict:
     except Exception as e:  # noqa: BLE001
         env["nvidia_smi"] = f"unavailable: {e}"
     try:
-        env["git_commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+        # DSA_BENCH_COMMIT: the commit of a working tree copied without its current .git
+        env["git_commit"] = os.environ.get("DSA_BENCH_COMMIT") or subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
     except Exception:  # noqa: BLE001
         env["git_commit"] = "unknown"
     return env
