@@ -149,24 +149,14 @@ std::shared_ptr<LoadedKernel> Runtime::load(const KernelSpec& spec, int device) 
 }
 
 std::string memory_key(const KernelSpec& spec, int device) {
-  // Built by hand: this runs on every call, and fmt's formatting of the shape key costs more
-  // than the lookup itself. Same text as "dev{d}/{family}/{shape_key}/{arch}".
-  std::string k;
+  // "dev{d}/{family}/{shape_key}/{arch}", built without fmt: this runs on every call.
+  std::string k = "dev";
   k.reserve(80);
-  k += "dev";
   k += std::to_string(device);
   k += '/';
   k += family_name(spec.family);
-  k += "/h";
-  k += std::to_string(spec.heads);
-  k += ".w";
-  k += dtype_name(spec.w_dtype);
-  k += spec.lse ? ".lse1." : ".lse0.";
-  k += layout_name(spec.layout);
-  if (spec.family == Family::generic) {
-    k += ".s";
-    k += std::to_string(spec.kv_stages);
-  }
+  k += '/';
+  k += spec.shape_key();
   k += '/';
   k += spec.arch;
   return k;

@@ -103,12 +103,10 @@ const TmaDescBytes& TmaMemo::get(const void* base, const TmaGeometry& g) {
     base_ = base;
     geometry_ = g;
     valid_ = true;
-    ++encodes_;
   }
   return map_;
 }
 
-namespace {
 void launch_one(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t smem, CUstream stream,
                 void** params, const char* what) {
   CUlaunchConfig cfg{};
@@ -125,7 +123,6 @@ void launch_one(CUfunction f, const uint32_t grid[3], const uint32_t block[3], u
   Driver& d = Driver::get();
   d.check(d.cuLaunchKernelEx(&cfg, f, params, nullptr), what);
 }
-}  // namespace
 
 void launch_forward(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) {
   if (plan.empty) return;

@@ -24,17 +24,19 @@ struct TmaGeometry {
 class TmaMemo {
  public:
   const TmaDescBytes& get(const void* base, const TmaGeometry& g);
-  uint64_t encodes() const { return encodes_; }
 
  private:
   bool valid_ = false;
   const void* base_ = nullptr;
   TmaGeometry geometry_;
   TmaDescBytes map_;
-  uint64_t encodes_ = 0;
 };
 TmaGeometry q_tma_geometry(const Problem& p);
 TmaGeometry k_tma_geometry(const Problem& p);
+
+// One cuLaunchKernelEx on `stream`; `what` names the call in the DriverError.
+void launch_one(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t smem, CUstream stream,
+                void** params, const char* what);
 
 void launch_forward(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream);
 

@@ -18,8 +18,19 @@ const char* family_name(Family f) {
 }
 
 std::string KernelSpec::shape_key() const {
-  std::string k = fmt::format("h{}.w{}.lse{}.{}", heads, dtype_name(w_dtype), lse ? 1 : 0, layout_name(layout));
-  if (family == Family::generic) k += fmt::format(".s{}", kv_stages);
+  // "h{heads}.w{dtype}.lse{0|1}.{layout}[.s{stages}]", built without fmt: the in-memory key
+  // (memory_key) is made from it on every call.
+  std::string k = "h";
+  k.reserve(40);
+  k += std::to_string(heads);
+  k += ".w";
+  k += dtype_name(w_dtype);
+  k += lse ? ".lse1." : ".lse0.";
+  k += layout_name(layout);
+  if (family == Family::generic) {
+    k += ".s";
+    k += std::to_string(kv_stages);
+  }
   return k;
 }
 

@@ -30,4 +30,24 @@ inline std::vector<std::pair<std::string, dsa_indexer::detail::KernelSpec>> gold
   return v;
 }
 
+// Every variant of a family: H x W dtype x lse x layout (the generic family at 5 KV stages).
+inline std::vector<dsa_indexer::detail::KernelSpec> all_specs(dsa_indexer::detail::Family f) {
+  using namespace dsa_indexer::detail;
+  std::vector<KernelSpec> v;
+  for (int h : {16, 32, 64})
+    for (auto w : {dsa_indexer::DType::bf16, dsa_indexer::DType::f32})
+      for (bool lse : {false, true})
+        for (auto l : {Layout::bshd, Layout::thd_local, Layout::thd_global}) {
+          KernelSpec s;
+          s.family = f;
+          s.heads = h;
+          s.w_dtype = w;
+          s.lse = lse;
+          s.layout = l;
+          s.kv_stages = f == Family::generic ? 5 : 0;
+          v.push_back(s);
+        }
+  return v;
+}
+
 }  // namespace dsa_test

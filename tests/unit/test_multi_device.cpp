@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "golden_specs.hpp"
 #include "kernel_cache.hpp"
 #include "problems.hpp"
 #include "runtime.hpp"
@@ -36,26 +37,20 @@ TEST_CASE("multi-device: in-memory keys are per device, disk keys are not", "[mu
 }
 
 TEST_CASE("multi-device: the hand-built memory key is dev/family/shape key/arch", "[multi_device]") {
-  // memory_key is built without fmt for speed; it must stay the documented text, one key per
-  // variant.
+  // memory_key and shape_key are built without fmt for speed; they must stay the documented
+  // text, one key per variant.
   std::set<std::string> seen;
   for (Family f : {Family::reference, Family::generic})
-    for (int h : {16, 32, 64})
-      for (DType wd : {DType::bf16, DType::f32})
-        for (bool lse : {false, true})
-          for (Layout l : {Layout::bshd, Layout::thd_local, Layout::thd_global})
-            for (int dev : {0, 3, 12}) {
-              KernelSpec s;
-              s.family = f;
-              s.heads = h;
-              s.w_dtype = wd;
-              s.lse = lse;
-              s.layout = l;
-              s.kv_stages = f == Family::generic ? 5 : 0;
-              const std::string want = fmt::format("dev{}/{}/{}/{}", dev, family_name(f), s.shape_key(), s.arch);
-              CHECK(memory_key(s, dev) == want);
-              seen.insert(want);
-            }
+    for (const KernelSpec& s : all_specs(f))
+      for (int dev : {0, 3, 12}) {
+        std::string shape = fmt::format("h{}.w{}.lse{}.{}", s.heads, dsa_indexer::dtype_name(s.w_dtype), s.lse ? 1 : 0,
+                                        layout_name(s.layout));
+        if (f == Family::generic) shape += fmt::format(".s{}", s.kv_stages);
+        CHECK(s.shape_key() == shape);
+        const std::string want = fmt::format("dev{}/{}/{}/{}", dev, family_name(f), shape, s.arch);
+        CHECK(memory_key(s, dev) == want);
+        seen.insert(want);
+      }
   CHECK(seen.size() == 2u * 3 * 2 * 2 * 3 * 3);
 }
 

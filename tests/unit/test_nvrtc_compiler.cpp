@@ -6,28 +6,13 @@
 #include "codegen.hpp"
 #include "dsa_indexer/errors.hpp"
 #include "nvrtc_compiler.hpp"
+#include "golden_specs.hpp"
 #include "planner.hpp"
 
 using namespace dsa_indexer::detail;
+using dsa_test::all_specs;
 
 namespace {
-std::vector<KernelSpec> all_specs(Family f) {
-  std::vector<KernelSpec> v;
-  for (int h : {16, 32, 64})
-    for (auto w : {dsa_indexer::DType::bf16, dsa_indexer::DType::f32})
-      for (bool lse : {false, true})
-        for (auto l : {Layout::bshd, Layout::thd_local, Layout::thd_global}) {
-          KernelSpec s;
-          s.family = f;
-          s.heads = h;
-          s.w_dtype = w;
-          s.lse = lse;
-          s.layout = l;
-          s.kv_stages = f == Family::generic ? 5 : 0;
-          v.push_back(s);
-        }
-  return v;
-}
 
 struct Compiled {
   std::string key;
