@@ -1,6 +1,5 @@
 #include "disk_cache.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,11 +7,13 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "cache_fs.hpp"
 #include "sha256.hpp"
 #include "util.hpp"
 
@@ -21,14 +22,21 @@ namespace {
 
 constexpr const char* kMagic = "dsa-indexer-kernel";
 constexpr const char* kSuffix = ".dsak";
+constexpr const char* kTempPrefix = ".tmp.";
 
-std::string format_dir(const std::string& root) { return fmt::format("{}/v{}", root, kCacheFormatVersion); }
+std::string format_name() { return fmt::format("v{}", kCacheFormatVersion); }
+std::string format_dir(const std::string& root) { return root + "/" + format_name(); }
 
 bool is_hex_key(const std::string& k) {
   if (k.size() != 64) return false;
   for (char c : k)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
+}
+
+bool has_suffix(const std::string& n, const char* suffix) {
+  const std::size_t l = std::strlen(suffix);
+  return n.size() > l && n.compare(n.size() - l, std::string::npos, suffix) == 0;
 }
 
 // mkdir -p with mode 0700 for every directory we create; EEXIST of a directory is success.
@@ -55,39 +63,87 @@ bool make_dirs(const std::string& path, std::string* why) {
 // Entries are a few hundred KB; anything far larger is not ours and is not read into memory.
 constexpr std::size_t kMaxEntryBytes = std::size_t(256) << 20;
 
-struct FileId {
-  dev_t dev = 0;
-  ino_t ino = 0;
-};
+Trust trust_of(bool writable_root) { return writable_root ? Trust::own : Trust::prebuilt; }
 
-bool read_file(const std::string& path, std::string* out, FileId* id = nullptr) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+// Opens one directory level below `parent`, checking it is a directory we may trust. With
+// `create`, a missing level is made (0700) and a non-directory in its place (a link, a FIFO, a
+// file) is removed first: the parent is ours. On failure *why names the path; *untrusted tells
+// an ownership problem from a missing or unreadable level.
+DirFd open_level(const DirFd& parent, const std::string& name, const std::string& path, Trust t, bool create,
+                 std::string* why, bool* untrusted) {
+  DirFd d = open_subdir(parent, name);
+  if (!d && create && (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)) {
+    struct stat st {};
+    if (errno != ENOENT && ::fstatat(parent.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
+      ::unlinkat(parent.get(), name.c_str(), 0);
+    if (::mkdirat(parent.get(), name.c_str(), 0700) != 0 && errno != EEXIST) {
+      *why = fmt::format("cannot create {}: {}", path, std::strerror(errno));
+      return DirFd();
+    }
+    d = open_subdir(parent, name);
+  }
+  if (!d) {
+    const int err = errno;
+    struct stat st {};
+    if ((err == ELOOP || err == ENOTDIR) && ::fstatat(parent.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+      *why = fmt::format("{} is {}, not a directory", path, file_kind(st));
+    else
+      *why = fmt::format("{}: {}", path, std::strerror(err));
+    errno = err;
+    return DirFd();
+  }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
-    ::close(fd);
-    errno = EFBIG;
-    return false;
+  if (::fstat(d.get(), &st) != 0) {
+    *why = fmt::format("{}: {}", path, std::strerror(errno));
+    return DirFd();
   }
-  if (id) *id = FileId{st.st_dev, st.st_ino};
-  out->resize(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < out->size()) {
-    ssize_t n = ::read(fd, out->data() + got, out->size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
+  if (std::string p = trust_problem(st, t, path); !p.empty()) {
+    *why = p;
+    *untrusted = true;
+    return DirFd();
   }
-  ::close(fd);
-  out->resize(got);
-  return true;
+  return d;
 }
 
-// Removes a bad entry only if the path still names the file that was read: a racing process
-// may have renamed a good entry over it since, and deleting that would cost it a recompile.
-void unlink_if_same(const std::string& path, const FileId& id) {
+// root, checked; errno ENOENT (and an empty *why) when it does not exist.
+DirFd open_trusted_root(const std::string& root, Trust t, std::string* why, bool* untrusted) {
+  DirFd r = open_root(root);
+  if (!r) {
+    const int err = errno;
+    *why = err == ENOENT ? std::string() : fmt::format("{}: {}", root, err == ENOTDIR ? "not a directory" : std::strerror(err));
+    errno = err;
+    return r;
+  }
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && st.st_dev == id.dev && st.st_ino == id.ino) ::unlink(path.c_str());
+  if (::fstat(r.get(), &st) != 0) {
+    *why = fmt::format("{}: {}", root, std::strerror(errno));
+    return DirFd();
+  }
+  if (std::string p = trust_problem(st, t, root); !p.empty()) {
+    *why = p;
+    *untrusted = true;
+    return DirFd();
+  }
+  return r;
+}
+
+// root/v<format>/<fan>, every level checked.
+DirFd open_fanout(const std::string& root, const std::string& fan, Trust t, bool create, std::string* why,
+                  bool* untrusted) {
+  DirFd r = open_trusted_root(root, t, why, untrusted);
+  if (!r) return r;
+  DirFd v = open_level(r, format_name(), format_dir(root), t, create, why, untrusted);
+  if (!v) return v;
+  return open_level(v, fan, format_dir(root) + "/" + fan, t, create, why, untrusted);
+}
+
+// Removes name below dir only if it still is the file that was examined: a racing process may
+// have renamed a good entry over it since, and deleting that would cost it a recompile.
+void unlink_if_same(const DirFd& dir, const std::string& name, const struct stat& seen) {
+  struct stat st {};
+  if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == seen.st_dev &&
+      st.st_ino == seen.st_ino)
+    ::unlinkat(dir.get(), name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
 }
 
 bool write_all(int fd, const std::string& s) {
@@ -109,28 +165,38 @@ std::string unique_suffix() {
 
 std::atomic<uint64_t> g_warnings{0};
 
+// One warning per process and directory: a training job that builds several runtimes (or a
+// tool next to the library) over one bad directory must not repeat it.
+bool first_warning_for(const std::string& what) {
+  static std::mutex warned_mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lk(warned_mu);
+  return warned.insert(what).second;
+}
+
 }  // namespace
 
 uint64_t disk_cache_warnings() { return g_warnings.load(); }
 
-std::string cubin_problem(const std::string& cubin, const std::vector<std::string>& kernels) {
-  // e_ident: magic, ELFCLASS64 (2), little-endian (1); e_machine at byte 18 is EM_CUDA (190).
-  if (cubin.size() < 64 || cubin.compare(0, 4, "\x7f" "ELF") != 0) return "cubin is not an ELF file";
-  if (cubin[4] != 2 || cubin[5] != 1) return "cubin is not a 64-bit little-endian ELF";
-  const unsigned machine = static_cast<unsigned char>(cubin[18]) | (static_cast<unsigned char>(cubin[19]) << 8);
-  if (machine != 190) return fmt::format("cubin ELF machine is {}, expected 190 (EM_CUDA)", machine);
-  for (const auto& k : kernels) {
-    const std::string sym = std::string(1, '\0') + k + std::string(1, '\0');
-    if (cubin.find(sym) == std::string::npos) return fmt::format("cubin has no kernel {} (the header names it)", k);
-  }
-  return {};
+std::string entry_digest(const CacheEntry& e) {
+  Sha256 h;
+  h.field("dsa-indexer entry");
+  h.field(std::to_string(kCacheFormatVersion));
+  h.field(e.key);
+  h.field(e.nvrtc_version);
+  h.field(e.arch);
+  h.field(e.source_name);
+  h.field(std::to_string(e.kernels.size()));
+  for (const auto& k : e.kernels) h.field(k);
+  h.field(e.cubin);
+  return h.hex_digest();
 }
 
 std::string serialize_entry(const CacheEntry& e) {
   std::string h = fmt::format("{} {}\nkey {}\nnvrtc {}\narch {}\nsource {}\nkernels {}\n", kMagic, kCacheFormatVersion,
                               e.key, e.nvrtc_version, e.arch, e.source_name, e.kernels.size());
   for (const auto& k : e.kernels) h += fmt::format("kernel {}\n", k);
-  h += fmt::format("cubin-size {}\ncubin-sha256 {}\nend\n", e.cubin.size(), sha256_hex(e.cubin));
+  h += fmt::format("cubin-size {}\ndigest {}\nend\n", e.cubin.size(), entry_digest(e));
   return h + e.cubin;
 }
 
@@ -146,7 +212,7 @@ std::optional<CacheEntry> parse_entry(const std::string& bytes, std::string* why
   CacheEntry e;
   int format = -1;
   std::size_t nkernels = 0, size = 0;
-  std::string sha;
+  std::string digest;
   if (!(in >> tag >> format) || tag != kMagic) return reject("bad magic");
   if (format != kCacheFormatVersion) return reject(fmt::format("format version {} (this library writes {})", format, kCacheFormatVersion));
   std::getline(in, line);
@@ -169,14 +235,14 @@ std::optional<CacheEntry> parse_entry(const std::string& bytes, std::string* why
   }
   if (!field("cubin-size", &tmp)) return reject("malformed header");
   size = std::strtoull(tmp.c_str(), nullptr, 10);
-  if (!field("cubin-sha256", &sha)) return reject("malformed header");
+  if (!field("digest", &digest)) return reject("malformed header");
   const std::size_t body = end + 5;
   if (bytes.size() - body != size)
     return reject(fmt::format("cubin is {} bytes, header says {}", bytes.size() - body, size));
   if (size == 0) return reject("empty cubin");
   e.cubin = bytes.substr(body);
-  if (sha256_hex(e.cubin) != sha) return reject("cubin sha256 mismatch (corrupt)");
-  if (std::string p = cubin_problem(e.cubin, e.kernels); !p.empty()) return reject(p);
+  if (entry_digest(e) != digest) return reject("digest mismatch (damaged, or copied from another entry)");
+  if (std::string p = cubin_problem(e.cubin, e.kernels, e.arch); !p.empty()) return reject(p);
   return e;
 }
 
@@ -194,19 +260,11 @@ std::string DiskCache::entry_path(const std::string& root, const std::string& ke
   return fmt::format("{}/{}/{}{}", format_dir(root), key.substr(0, 2), key, kSuffix);
 }
 
-void DiskCache::degrade_locked(const std::string& why) {
+void DiskCache::degrade_locked(const std::string& why, bool untrusted) {
   writable_ = false;
-  // One warning per process and directory: a training job that builds several runtimes (or a
-  // tool next to the library) over one bad directory must not repeat it.
-  static std::mutex warned_mu;
-  static std::set<std::string> warned_dirs;
-  bool first;
-  {
-    std::lock_guard<std::mutex> lk(warned_mu);
-    first = warned_dirs.insert(dir_).second;
-  }
+  untrusted_ = untrusted_ || untrusted;
   const std::string msg = fmt::format("kernel disk cache disabled, caching in memory only: {}", why);
-  if (first) {
+  if (first_warning_for(dir_)) {
     g_warnings.fetch_add(1);
     log_warning(msg);
   } else {
@@ -218,11 +276,18 @@ bool DiskCache::ensure_dir_locked() {
   if (!writable_) return false;
   if (dir_ready_) return true;
   std::string why;
-  if (!make_dirs(format_dir(dir_), &why)) {
+  bool untrusted = false;
+  if (!make_dirs(dir_, &why)) {
     degrade_locked(why);
     return false;
   }
-  if (::access(format_dir(dir_).c_str(), W_OK | X_OK) != 0) {
+  DirFd root = open_trusted_root(dir_, Trust::own, &why, &untrusted);
+  DirFd v = root ? open_level(root, format_name(), format_dir(dir_), Trust::own, true, &why, &untrusted) : DirFd();
+  if (!v) {
+    degrade_locked(why.empty() ? fmt::format("{}: {}", dir_, std::strerror(errno)) : why, untrusted);
+    return false;
+  }
+  if (::faccessat(v.get(), ".", W_OK | X_OK, AT_EACCESS) != 0) {
     degrade_locked(fmt::format("{} is not writable: {}", format_dir(dir_), std::strerror(errno)));
     return false;
   }
@@ -243,15 +308,31 @@ std::optional<CacheEntry> DiskCache::verify(const std::string& bytes, const std:
 }
 
 std::optional<CacheEntry> DiskCache::load_from(const std::string& root, const std::string& key, bool writable_root) {
-  const std::string path = entry_path(root, key);
-  std::string bytes;
-  FileId id;
-  if (!read_file(path, &bytes, &id)) return std::nullopt;
+  const Trust t = trust_of(writable_root);
   std::string why;
-  auto e = verify(bytes, key, &why);
+  bool untrusted = false;
+  DirFd fan = open_fanout(root, key.substr(0, 2), t, false, &why, &untrusted);
+  if (!fan) {
+    if (untrusted && writable_root) {
+      std::lock_guard<std::mutex> lk(mu_);
+      degrade_locked(why, true);
+    } else if (untrusted) {
+      const std::string msg = fmt::format("ignoring the prebuilt kernel directory: {}", why);
+      if (first_warning_for("prebuilt:" + root)) log_warning(msg); else log_info(msg);
+    }
+    return std::nullopt;
+  }
+  const std::string name = key + kSuffix, path = entry_path(root, key);
+  std::string bytes;
+  struct stat st {};
+  why = read_regular_at(fan, name, kMaxEntryBytes, &bytes, &st);
+  if (why.empty()) why = trust_problem(st, t, path);
+  std::optional<CacheEntry> e;
+  if (why.empty()) e = verify(bytes, key, &why);
   if (!e) {
+    if (st.st_ino == 0) return std::nullopt;  // nothing there (or nothing we could reach)
     log_info(fmt::format("ignoring cache entry {}: {}", path, why));
-    if (writable_root) unlink_if_same(path, id);
+    if (writable_root && st.st_ino != 0) unlink_if_same(fan, name, st);
   }
   return e;
 }
@@ -259,12 +340,14 @@ std::optional<CacheEntry> DiskCache::load_from(const std::string& root, const st
 std::optional<CacheEntry> DiskCache::load(const std::string& key) {
   if (!is_hex_key(key)) return std::nullopt;
   if (!dir_.empty()) {
-    bool w;
+    bool w, u;
     {
       std::lock_guard<std::mutex> lk(mu_);
       w = writable_;
+      u = untrusted_;
     }
-    if (auto e = load_from(dir_, key, w)) return e;
+    if (!u)
+      if (auto e = load_from(dir_, key, w)) return e;
   }
   if (!prebuilt_.empty())
     if (auto e = load_from(prebuilt_, key, false)) return e;
@@ -275,53 +358,65 @@ bool DiskCache::store(const CacheEntry& e) {
   if (!is_hex_key(e.key) || e.cubin.empty()) return false;
   std::lock_guard<std::mutex> lk(mu_);
   if (!ensure_dir_locked()) return false;
-  const std::string sub = fmt::format("{}/{}", format_dir(dir_), e.key.substr(0, 2));
-  std::string why;
-  if (!make_dirs(sub, &why)) {
-    degrade_locked(why);
-    return false;
-  }
-  const std::string final_path = entry_path(dir_, e.key);
-  const std::string tmp_path = fmt::format("{}/.tmp.{}.{}", sub, e.key, unique_suffix());
-  int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    degrade_locked(fmt::format("cannot create {}: {}", tmp_path, std::strerror(errno)));
-    return false;
-  }
   const std::string bytes = serialize_entry(e);
-  bool ok = write_all(fd, bytes);
-  int err = errno;
-  if (ok && ::fsync(fd) != 0) {
-    ok = false;
-    err = errno;
+  const std::string sub = fmt::format("{}/{}", format_dir(dir_), e.key.substr(0, 2));
+  const std::string final_name = e.key + kSuffix;
+  // Two attempts: a concurrent `cache clear` may remove our temp file (or a concurrent rm its
+  // directory) between create and rename; that is maintenance, not a broken directory.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::string why;
+    bool untrusted = false;
+    DirFd fan = open_fanout(dir_, e.key.substr(0, 2), Trust::own, true, &why, &untrusted);
+    if (!fan) {
+      degrade_locked(why.empty() ? fmt::format("{}: {}", dir_, std::strerror(errno)) : why, untrusted);
+      return false;
+    }
+    const std::string tmp = fmt::format("{}{}.{}", kTempPrefix, e.key, unique_suffix());
+    int fd = ::openat(fan.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (errno == ENOENT && attempt == 0) continue;
+      degrade_locked(fmt::format("cannot create {}/{}: {}", sub, tmp, std::strerror(errno)));
+      return false;
+    }
+    bool ok = write_all(fd, bytes);
+    int err = errno;
+    if (ok && ::fsync(fd) != 0) {
+      ok = false;
+      err = errno;
+    }
+    if (::close(fd) != 0 && ok) {
+      ok = false;
+      err = errno;
+    }
+    if (!ok) {
+      ::unlinkat(fan.get(), tmp.c_str(), 0);
+      degrade_locked(fmt::format("cannot write {}/{}: {}", sub, tmp, std::strerror(err)));
+      return false;
+    }
+    // rename replaces atomically; a racing process publishing the same key writes the same bytes.
+    if (::renameat(fan.get(), tmp.c_str(), fan.get(), final_name.c_str()) != 0) {
+      err = errno;
+      ::unlinkat(fan.get(), tmp.c_str(), 0);
+      if (err == ENOENT) {
+        log_info(fmt::format("publishing {}/{}: the temp file was removed (a concurrent cache clear){}", sub, final_name,
+                             attempt == 0 ? ", retrying" : "; not stored this time"));
+        continue;
+      }
+      degrade_locked(fmt::format("cannot publish {}/{}: {}", sub, final_name, std::strerror(err)));
+      return false;
+    }
+    ::fsync(fan.get());
+    return true;
   }
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    ::unlink(tmp_path.c_str());
-    degrade_locked(fmt::format("cannot write {}: {}", tmp_path, std::strerror(err)));
-    return false;
-  }
-  // rename replaces atomically; a racing process publishing the same key writes the same bytes.
-  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp_path.c_str());
-    degrade_locked(fmt::format("cannot publish {}: {}", final_path, std::strerror(err)));
-    return false;
-  }
-  int dfd = ::open(sub.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return true;
+  return false;
 }
 
 void DiskCache::remove(const std::string& key) {
   if (dir_.empty() || !is_hex_key(key)) return;
-  ::unlink(entry_path(dir_, key).c_str());
+  std::string why;
+  bool untrusted = false;
+  DirFd fan = open_fanout(dir_, key.substr(0, 2), Trust::own, false, &why, &untrusted);
+  if (fan) ::unlinkat(fan.get(), (key + kSuffix).c_str(), 0);
 }
 
 std::string DiskCache::directory_problem() const {
@@ -329,112 +424,199 @@ std::string DiskCache::directory_problem() const {
   struct stat st {};
   if (::stat(dir_.c_str(), &st) != 0) return fmt::format("{}: {}", dir_, std::strerror(errno));
   if (!S_ISDIR(st.st_mode)) return fmt::format("{}: not a directory", dir_);
+  std::string why;
+  bool untrusted = false;
+  DirFd root = open_trusted_root(dir_, Trust::own, &why, &untrusted);
+  if (!root) return why.empty() ? fmt::format("{}: {}", dir_, std::strerror(errno)) : why;
   // Probe where the next store would write: the format directory if it exists, else the root.
-  std::string where = format_dir(dir_);
-  if (::stat(where.c_str(), &st) != 0)
-    where = dir_;
-  else if (!S_ISDIR(st.st_mode))
-    return fmt::format("{}: not a directory", where);
-  const std::string probe = fmt::format("{}/.tmp.probe.{}", where, unique_suffix());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  std::string where = dir_;
+  DirFd v = open_level(root, format_name(), format_dir(dir_), Trust::own, false, &why, &untrusted);
+  if (!v && (untrusted || errno != ENOENT)) return why;
+  if (v) where = format_dir(dir_);
+  const DirFd& at = v ? v : root;
+  const std::string probe = fmt::format("{}probe.{}", kTempPrefix, unique_suffix());
+  int fd = ::openat(at.get(), probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return fmt::format("{}: not writable ({})", where, std::strerror(errno));
   // 64 KiB, a small entry's size: enough to hit a full disk or a file-size limit.
   const bool ok = write_all(fd, std::string(std::size_t(64) << 10, '\0'));
   const int err = errno;
   ::close(fd);
-  ::unlink(probe.c_str());
+  ::unlinkat(at.get(), probe.c_str(), 0);
   if (!ok) return fmt::format("{}: cannot write ({})", where, std::strerror(err));
   return {};
 }
 
-namespace {
-// Calls f(subdir, name) for every file of every fan-out directory under root's format
-// directory, and bad(path, why) for a directory that exists but cannot be read.
-template <class F, class B>
-void for_each_file(const std::string& root, F f, B bad) {
-  const std::string top = format_dir(root);
-  DIR* d = ::opendir(top.c_str());
-  if (!d) {
-    if (errno != ENOENT && errno != ENOTDIR) bad(top, std::strerror(errno));
-    return;
-  }
-  std::vector<std::string> subs;
-  while (dirent* de = ::readdir(d)) {
-    std::string n = de->d_name;
-    if (n.size() == 2 && n[0] != '.') subs.push_back(top + "/" + n);
-  }
-  ::closedir(d);
-  for (const auto& s : subs) {
-    DIR* sd = ::opendir(s.c_str());
-    if (!sd) {
-      bad(s, std::strerror(errno));
+std::string DiskCache::prebuilt_problem() const {
+  if (prebuilt_.empty()) return {};
+  std::string why;
+  bool untrusted = false;
+  DirFd root = open_trusted_root(prebuilt_, Trust::prebuilt, &why, &untrusted);
+  if (!root) return why.empty() ? fmt::format("{}: {}", prebuilt_, std::strerror(errno)) : why;
+  DirFd v = open_level(root, format_name(), format_dir(prebuilt_), Trust::prebuilt, false, &why, &untrusted);
+  if (!v && (untrusted || errno != ENOENT)) return why;
+  return {};
+}
+
+void DiskCache::walk(const std::string& root, bool writable_root, std::vector<EntryReport>* out) const {
+  const Trust t = trust_of(writable_root);
+  auto bad = [&](const std::string& path, const std::string& why) {
+    EntryReport r;
+    r.path = path;
+    r.problem = why;
+    out->push_back(r);
+  };
+  // An untrusted level is reported and still walked, so that `cache verify` shows what is there.
+  auto level = [&](const DirFd* parent, const std::string& name, const std::string& path) {
+    DirFd d = parent ? open_subdir(*parent, name) : open_root(path);
+    if (!d) {
+      const int err = errno;
+      struct stat st {};
+      if (err == ENOENT || (!parent && err == ENOTDIR)) return d;  // directory_problem's to report
+      if (parent && (err == ELOOP || err == ENOTDIR) &&
+          ::fstatat(parent->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+        bad(path, fmt::format("{}, not a directory (not followed)", file_kind(st)));
+      else
+        bad(path, fmt::format("unreadable directory: {}", std::strerror(err)));
+      return d;
+    }
+    struct stat st {};
+    if (::fstat(d.get(), &st) == 0)
+      if (std::string p = trust_problem(st, t, path); !p.empty()) bad(path, "untrusted directory: " + p);
+    return d;
+  };
+  DirFd r = level(nullptr, "", root);
+  if (!r) return;
+  DirFd v = level(&r, format_name(), format_dir(root));
+  if (!v) return;
+  std::vector<std::string> fans;
+  if (!list_names(v, &fans)) return bad(format_dir(root), fmt::format("unreadable directory: {}", std::strerror(errno)));
+  for (const auto& fan : fans) {
+    if (fan.size() != 2 || fan[0] == '.') continue;
+    const std::string sub = format_dir(root) + "/" + fan;
+    DirFd f = level(&v, fan, sub);
+    if (!f) continue;
+    std::vector<std::string> names;
+    if (!list_names(f, &names)) {
+      bad(sub, fmt::format("unreadable directory: {}", std::strerror(errno)));
       continue;
     }
-    std::vector<std::string> names;
-    while (dirent* de = ::readdir(sd)) {
-      std::string n = de->d_name;
-      if (n != "." && n != "..") names.push_back(n);
+    for (const auto& name : names) {
+      EntryReport rep;
+      rep.path = sub + "/" + name;
+      struct stat st {};
+      if (name.rfind(kTempPrefix, 0) == 0) {
+        const bool fresh = ::fstatat(f.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+                           std::time(nullptr) - st.st_mtime < kInFlightSeconds;
+        if (fresh) continue;  // another process's publish in flight
+        rep.problem = "leftover temp file (an interrupted publish)";
+        out->push_back(rep);
+        continue;
+      }
+      if (!has_suffix(name, kSuffix)) {
+        rep.problem = "not a cache entry";
+        out->push_back(rep);
+        continue;
+      }
+      const std::string key = name.substr(0, name.size() - std::strlen(kSuffix));
+      rep.key = key;
+      std::string bytes, why = read_regular_at(f, name, kMaxEntryBytes, &bytes, &st);
+      if (!why.empty()) {
+        rep.problem = fmt::format("unreadable: {}", why);
+        out->push_back(rep);
+        continue;
+      }
+      if (std::string p = trust_problem(st, t, rep.path); !p.empty()) {
+        rep.problem = "untrusted entry: " + p;
+        out->push_back(rep);
+        continue;
+      }
+      auto e = verify(bytes, key, &why);
+      if (e && key.compare(0, 2, fan) != 0) {
+        why = fmt::format("in fan-out directory {}, its key starts with {}", fan, key.substr(0, 2));
+        e.reset();
+      }
+      if (e) {
+        rep.ok = true;
+        rep.source_name = e->source_name;
+        rep.cubin_bytes = e->cubin.size();
+      } else {
+        rep.problem = why;
+      }
+      out->push_back(rep);
     }
-    ::closedir(sd);
-    for (const auto& n : names) f(s, n);
   }
 }
-}  // namespace
 
 std::vector<EntryReport> DiskCache::list() const {
   std::vector<EntryReport> out;
-  for (const std::string* root : {&dir_, &prebuilt_}) {
-    if (root->empty()) continue;
-    for_each_file(*root, [&](const std::string& sub, const std::string& name) {
-      EntryReport r;
-      r.path = sub + "/" + name;
-      if (name.rfind(".tmp.", 0) == 0) {
-        r.problem = "leftover temp file (an interrupted publish)";
-        out.push_back(r);
-        return;
-      }
-      const std::size_t sl = name.size() - std::strlen(kSuffix);
-      if (name.size() <= std::strlen(kSuffix) || name.compare(sl, std::string::npos, kSuffix) != 0) {
-        r.problem = "not a cache entry";
-        out.push_back(r);
-        return;
-      }
-      const std::string key = name.substr(0, sl);
-      std::string bytes, why;
-      if (!read_file(r.path, &bytes)) {
-        r.problem = fmt::format("unreadable: {}", std::strerror(errno));
-        out.push_back(r);
-        return;
-      }
-      auto e = verify(bytes, key, &why);
-      r.key = key;
-      if (e) {
-        r.ok = true;
-        r.source_name = e->source_name;
-        r.cubin_bytes = e->cubin.size();
-      } else {
-        r.problem = why;
-      }
-      out.push_back(r);
-    }, [&](const std::string& path, const std::string& why) {
-      EntryReport r;
-      r.path = path;
-      r.problem = fmt::format("unreadable directory: {}", why);
-      out.push_back(r);
-    });
-  }
+  if (!dir_.empty()) walk(dir_, true, &out);
+  if (!prebuilt_.empty()) walk(prebuilt_, false, &out);
   return out;
 }
 
-std::size_t DiskCache::clear() {
-  std::size_t n = 0;
-  if (dir_.empty()) return 0;
-  for_each_file(dir_, [&](const std::string& sub, const std::string& name) {
-    const bool entry = name.size() > std::strlen(kSuffix) &&
-                       name.compare(name.size() - std::strlen(kSuffix), std::string::npos, kSuffix) == 0;
-    if ((entry || name.rfind(".tmp.", 0) == 0) && ::unlink((sub + "/" + name).c_str()) == 0) ++n;
-  }, [](const std::string&, const std::string&) {});
-  return n;
+ClearReport DiskCache::clear() {
+  ClearReport rep;
+  if (dir_.empty()) return rep;
+  auto problem = [&](const std::string& path, const std::string& what, int err) {
+    rep.problems.push_back(fmt::format("{}: {}: {}", path, what, std::strerror(err)));
+  };
+  // A link (or any non-directory) where a directory of ours belongs is removed as itself.
+  auto remove_node = [&](const DirFd& parent, const std::string& name, const std::string& path) {
+    if (::unlinkat(parent.get(), name.c_str(), 0) == 0)
+      ++rep.removed;
+    else
+      problem(path, "cannot remove", errno);
+  };
+  DirFd r = open_root(dir_);
+  if (!r) {
+    if (errno != ENOENT) problem(dir_, "cannot open the cache directory", errno);
+    return rep;
+  }
+  struct stat st {};
+  DirFd v = open_subdir(r, format_name());
+  if (!v) {
+    const int err = errno;
+    if ((err == ELOOP || err == ENOTDIR) && ::fstatat(r.get(), format_name().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+      remove_node(r, format_name(), format_dir(dir_));
+    else if (err != ENOENT)
+      problem(format_dir(dir_), "cannot open", err);
+    return rep;
+  }
+  std::vector<std::string> fans;
+  if (!list_names(v, &fans)) {
+    problem(format_dir(dir_), "cannot read", errno);
+    return rep;
+  }
+  for (const auto& fan : fans) {
+    if (fan.size() != 2 || fan[0] == '.') continue;
+    const std::string sub = format_dir(dir_) + "/" + fan;
+    DirFd f = open_subdir(v, fan);
+    if (!f) {
+      const int err = errno;
+      if ((err == ELOOP || err == ENOTDIR) && ::fstatat(v.get(), fan.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+        remove_node(v, fan, sub);
+      else
+        problem(sub, "cannot open", err);
+      continue;
+    }
+    std::vector<std::string> names;
+    if (!list_names(f, &names)) {
+      problem(sub, "cannot read", errno);
+      continue;
+    }
+    for (const auto& name : names) {
+      if (!has_suffix(name, kSuffix) && name.rfind(kTempPrefix, 0) != 0) continue;  // not ours: left alone
+      const std::string path = sub + "/" + name;
+      if (::unlinkat(f.get(), name.c_str(), 0) == 0) {
+        ++rep.removed;
+      } else if (errno == EISDIR && ::unlinkat(f.get(), name.c_str(), AT_REMOVEDIR) == 0) {
+        ++rep.removed;
+      } else if (errno != ENOENT) {  // ENOENT: a concurrent clear or publish got there first
+        problem(path, "cannot remove", errno);
+      }
+    }
+  }
+  return rep;
 }
 
 }  // namespace dsa_indexer::detail

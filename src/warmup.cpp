@@ -3,9 +3,18 @@
 #include <chrono>
 #include <sstream>
 
+#include "cache_fs.hpp"
 #include "util.hpp"
 
 namespace dsa_indexer::detail {
+
+std::string read_manifest_file(const std::string& path) {
+  std::string text;
+  const std::string why = read_regular_file(path, kMaxManifestBytes, &text);
+  if (!why.empty())
+    fail_param<InvalidArgument>("manifest", path, fmt::format("a readable regular file of at most {} bytes", kMaxManifestBytes), why);
+  return text;
+}
 
 std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::string& file) {
   std::vector<ManifestProblem> out;

@@ -24,6 +24,11 @@ struct ManifestProblem {
   KernelFamily family = KernelFamily::automatic;
 };
 
+// The text of a manifest file: a regular file (or a link to one) of at most kMaxManifestBytes.
+// Throws InvalidArgument naming the path for anything else (a directory, a FIFO, /dev/zero).
+inline constexpr std::size_t kMaxManifestBytes = std::size_t(16) << 20;
+std::string read_manifest_file(const std::string& path);
+
 // Throws InvalidArgument naming the file, the line and the token for a malformed line.
 std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::string& file);
 

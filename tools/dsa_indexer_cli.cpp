@@ -76,17 +76,15 @@ int usage() {
 dd::EnvConfig config_with_dir(const Args& a) {
   dd::EnvConfig c = dd::env();
   if (a.has("cache-dir")) c.cache_dir = a.get("cache-dir");
+  // --prebuilt-dir alone examines that read-only directory only.
+  if (a.has("prebuilt-dir")) {
+    c.prebuilt_dir = a.get("prebuilt-dir");
+    if (!a.has("cache-dir")) c.cache_dir.clear();
+  }
   c.disk_cache = true;
   return c;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw dsa_indexer::InvalidArgument(fmt::format("warmup: --manifest: expected a readable file, got '{}'", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 int run_warmup(const std::string& manifest_text, const std::string& manifest_name, const Args& a) {
   dd::EnvConfig cfg = config_with_dir(a);
@@ -120,12 +118,19 @@ int run_cache(const Args& a) {
   dd::DiskCache disk(cfg.cache_dir, cfg.prebuilt_dir, dd::nvrtc_version());
   const std::string& sub = a.pos[0];
   if (sub == "clear") {
-    fmt::print("cache clear: removed {} files from {}\n", disk.clear(), cfg.cache_dir);
-    return 0;
+    const dd::ClearReport r = disk.clear();
+    for (const auto& p : r.problems) fmt::print(stderr, "cache clear: {}\n", p);
+    fmt::print("cache clear: removed {} files from {}{}\n", r.removed, cfg.cache_dir,
+               r.problems.empty() ? "" : fmt::format(", {} could not be removed or read", r.problems.size()));
+    return r.problems.empty() ? 0 : 1;
   }
   if (sub != "ls" && sub != "verify") return usage();
-  const std::string problem = disk.directory_problem();
+  std::string problem = cfg.cache_dir.empty() && !cfg.prebuilt_dir.empty() ? std::string() : disk.directory_problem();
   if (!problem.empty()) fmt::print("cache directory problem: {}\n", problem);
+  if (const std::string p = disk.prebuilt_problem(); !p.empty()) {
+    fmt::print("prebuilt directory problem: {}\n", p);
+    problem += p;
+  }
   auto entries = disk.list();
   int bad = 0;
   uint64_t bytes = 0;
@@ -522,7 +527,7 @@ int main(int argc, char** argv) {
       const std::string m = a.get("manifest");
       if (m.empty()) return usage();
       if (m == "default") return run_warmup(kDefaultManifest, "default manifest", a);
-      return run_warmup(read_text(m), m, a);
+      return run_warmup(dd::read_manifest_file(m), m, a);
     }
     if (cmd == "cache") return run_cache(a);
     if (cmd == "demo") return run_demo(a);

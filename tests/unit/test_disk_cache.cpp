@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "cubin_support.hpp"
 #include "disk_cache.hpp"
 #include "runtime.hpp"
 #include "sha256.hpp"
@@ -21,25 +22,16 @@ using dsa_test::spit;
 
 namespace {
 
-// Bytes that pass the loader's cubin check (a 64-bit little-endian EM_CUDA ELF header and the
-// kernel's name as a symbol string) without running NVRTC.
-std::string fake_cubin(const std::string& kernel, const std::string& seed) {
-  std::string c(64, '\0');
-  c.replace(0, 4, "\x7f" "ELF");
-  c[4] = 2;
-  c[5] = 1;
-  c[18] = static_cast<char>(190);
-  return c + std::string(1, '\0') + kernel + std::string(1, '\0') + std::string(1000, 'c') + seed;
-}
-
+// An entry around a real (tiny) cubin: the loader checks the ELF structure and the symbols.
 CacheEntry sample(const std::string& seed = "x") {
+  const dsa_test::TinyCubin c = dsa_test::tiny_cubin(seed);
   CacheEntry e;
   e.key = sha256_hex(seed);
   e.nvrtc_version = "13.0";
   e.arch = "sm_90a";
   e.source_name = "test.cu";
-  e.kernels = {"_Z6kernelv"};
-  e.cubin = fake_cubin(e.kernels[0], seed);
+  e.kernels = {c.kernel};
+  e.cubin = c.cubin;
   return e;
 }
 
@@ -71,7 +63,7 @@ TEST_CASE("disk cache: a published entry is a verified hit", "[disk_cache]") {
   CHECK(got->cubin == e.cubin);
   CHECK(got->kernels == e.kernels);
   struct stat st {};
-  REQUIRE(::stat((t.path() + "/v1").c_str(), &st) == 0);
+  REQUIRE(::stat(fmt::format("{}/v{}", t.path(), kCacheFormatVersion).c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
   auto list = d.list();
   REQUIRE(list.size() == 1);
@@ -96,7 +88,7 @@ TEST_CASE("disk cache: corrupted entries are misses and get replaced", "[disk_ca
   bad["another valid entry"] = serialize_entry(other);
   CacheEntry oldfmt = e;
   std::string old = serialize_entry(oldfmt);
-  old.replace(old.find(" 1\n"), 3, " 0\n");
+  old.replace(old.find(fmt::format(" {}\n", kCacheFormatVersion)), 3, " 0\n");
   bad["other format"] = old;
   CacheEntry newer = e;
   newer.nvrtc_version = "12.8";
@@ -157,7 +149,9 @@ TEST_CASE("disk cache: no temp files remain after publishing", "[disk_cache]") {
   for (int i = 0; i < 5; ++i) REQUIRE(d.store(sample(std::to_string(i))));
   for (const auto& r : d.list()) CHECK(r.ok);
   CHECK(d.list().size() == 5);
-  CHECK(d.clear() == 5);
+  const ClearReport cleared = d.clear();
+  CHECK(cleared.removed == 5);
+  CHECK(cleared.problems.empty());
   CHECK(d.list().empty());
 }
 

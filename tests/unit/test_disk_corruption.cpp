@@ -74,11 +74,12 @@ std::map<std::string, Damage> damages() {
     std::string why;
     CacheEntry e = *parse_entry(g, &why);
     e.cubin = cubin;
-    return serialize_entry(e);  // size and sha256 agree: only the kernel manifest catches it
+    return serialize_entry(e);  // size and digest agree: only the kernel manifest catches it
   };
   d["other format version"] = [](const std::string& g, auto&, auto&) {
     std::string b = g;
-    b.replace(b.find(" 1\n"), 3, " 2\n");
+    const std::string here = fmt::format(" {}\n", kCacheFormatVersion);
+    b.replace(b.find(here), here.size(), fmt::format(" {}\n", kCacheFormatVersion + 1));
     return b;
   };
   d["other NVRTC version"] = [](const std::string& g, auto&, auto&) {
@@ -173,7 +174,8 @@ TEST_CASE("staleness: caches of another format or NVRTC version are ignored", "[
     std::string fan = fmt::format("{}/v{}/{}", t.path(), v, e.key.substr(0, 2));
     REQUIRE(std::system(fmt::format("mkdir -p '{}'", fan).c_str()) == 0);
     std::string b = bytes;
-    b.replace(b.find(" 1\n"), 3, fmt::format(" {}\n", v));
+    const std::string here = fmt::format(" {}\n", kCacheFormatVersion);
+    b.replace(b.find(here), here.size(), fmt::format(" {}\n", v));
     spit(fmt::format("{}/{}.dsak", fan, e.key), b);
   }
   // An entry another NVRTC version wrote lives under another key (the version is hashed in).
