@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     p.add_argument("--part-mib", type=float, default=56.0)
     s = sub.add_parser("stage", help="copy part folders into a directory that outlives the call")
     s.add_argument("parts", type=Path, nargs="+")
-    s.add_argument("--to", type=Path, default=Path("/tmp/dsa_peers_stage"))
+    s.add_argument("--to", type=Path, default=None, help="staging directory (default: a private tempfile.mkdtemp directory)")
     c = sub.add_parser("check", help="reassemble and verify without installing")
     c.add_argument("dirs", type=Path, nargs="+")
     a = ap.parse_args(argv)
@@ -168,6 +168,8 @@ def main(argv=None) -> int:
             size = sum(f.stat().st_size for f in d.iterdir())
             print(f"{d}: {size / MIB:.1f} MiB, {len(list(d.iterdir()))} files")
     elif a.cmd == "stage":
+        if a.to is None:
+            a.to = Path(tempfile.mkdtemp(prefix="dsa_peers_stage."))
         stage(a.parts, a.to)
         print(f"staged {', '.join(map(str, a.parts))} into {a.to}: {sorted(os.listdir(a.to))}")
     else:

@@ -49,6 +49,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -471,7 +472,7 @@ def measure(args) -> dict:
     if "triton" not in args.skip:
         impls.append(triton_impl())
     if "cudnn" not in args.skip:
-        impls.append(cudnn_impl(args.wheels, Path(args.site_dir)))
+        impls.append(cudnn_impl(args.wheels, Path(args.site_dir or tempfile.mkdtemp(prefix="dsa_peers_site."))))
     for im in impls:
         results["impls"][im.key] = {"label": im.label, "available": im.available, "reason": im.reason, "notes": im.notes, "tol": im.tol}
         print(f"[peers] {im.label}: {'ok' if im.available else 'UNAVAILABLE: ' + im.reason}", flush=True)
@@ -775,7 +776,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="docs", help="directory for BENCHMARKS.md, img/ and the JSON (default docs)")
     ap.add_argument("--wheels", nargs="+", default=[], metavar="DIR",
                     help="folders of cuDNN-frontend wheels or of bench/peer_wheels.py parts, installed with pip --target")
-    ap.add_argument("--site-dir", default="/tmp/dsa_peers_site", help="pip --target of --wheels")
+    ap.add_argument("--site-dir", default=None, help="pip --target of --wheels (default: a private tempfile.mkdtemp directory)")
     ap.add_argument("--library", default="", help="path of libdsa_indexer.so (default: $DSA_INDEXER_LIBRARY, else build/)")
     ap.add_argument("--families", type=lambda s: s.split(","), default=["generic", "reference"], help="dsa-indexer families, comma-separated")
     ap.add_argument("--skip", type=lambda s: s.split(","), default=[], help="peers to leave out: eager,triton,cudnn")

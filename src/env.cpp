@@ -69,6 +69,8 @@ EnvConfig parse_env(const EnvGetter& get) {
 
   c.compile_helper = get_str(get, "DSA_INDEXER_COMPILE_HELPER");
 
+  if (std::string t = get_str(get, "TMPDIR"); !t.empty()) c.temp_dir = t;
+
   std::string lvl = get_str(get, "DSA_INDEXER_LOG");
   if (lvl.empty() || lvl == "warn")
     c.log_level = LogLevel::warn;

@@ -20,6 +20,7 @@ struct EnvConfig {
   CompileIsolation isolation = CompileIsolation::in_process;  // DSA_INDEXER_COMPILE_ISOLATION=process
   std::string compile_helper;   // DSA_INDEXER_COMPILE_HELPER, path of dsa-indexer-nvrtc-helper
   LogLevel log_level = LogLevel::warn;  // DSA_INDEXER_LOG=quiet|warn|info
+  std::string temp_dir = "/tmp";  // TMPDIR: where the tools make their private mkdtemp directories
 };
 
 using EnvGetter = std::function<const char*(const char*)>;

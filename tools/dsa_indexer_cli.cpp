@@ -4,6 +4,9 @@
 //   demo                                                      default problem, checked and timed
 //   bench [--json FILE] [--family generic|reference] [--reps N]
 #include <fmt/format.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -275,16 +278,37 @@ struct Stage {
   double median_us = 0, min_us = 0;
 };
 
+// A private directory from mkdtemp (0700, a fresh name nobody could have pre-created or
+// linked), removed with everything in it when the scope ends, however it ends.
+class PrivateTempDir {
+ public:
+  explicit PrivateTempDir(const std::string& base) {
+    std::string tmpl = base + "/dsa_jitcost.XXXXXX";
+    if (!::mkdtemp(tmpl.data()))
+      throw dsa_indexer::CacheError(fmt::format("cannot create a private directory under {}: {}", base, std::strerror(errno)));
+    path_ = tmpl;
+  }
+  ~PrivateTempDir() {
+    ::nftw(path_.c_str(), [](const char* p, const struct stat*, int type, FTW*) {
+      return type == FTW_DP ? ::rmdir(p) : ::unlink(p);
+    }, 16, FTW_DEPTH | FTW_PHYS);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace jit
 
 int run_jitcost(const Args& a) {
   using namespace jit;
-  const std::string tmp = a.get("cache-dir", "/tmp/dsa_jitcost_cache");
   dd::EnvConfig cfg = dd::env();
+  const PrivateTempDir scratch(a.has("cache-dir") ? a.get("cache-dir") : cfg.temp_dir);
+  const std::string tmp = scratch.path();
   cfg.cache_dir = tmp;
   cfg.disk_cache = true;
   dd::Runtime rt(cfg);
-  rt.disk().clear();
   std::vector<dd::KernelSpec> specs;
   for (int h : {16, 32, 64})
     for (bool lse : {false, true}) {

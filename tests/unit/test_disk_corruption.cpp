@@ -174,8 +174,8 @@ TEST_CASE("staleness: caches of another format or NVRTC version are ignored", "[
     std::string fan = fmt::format("{}/v{}/{}", t.path(), v, e.key.substr(0, 2));
     REQUIRE(std::system(fmt::format("mkdir -p '{}'", fan).c_str()) == 0);
     std::string b = bytes;
-    const std::string here = fmt::format(" {}\n", kCacheFormatVersion);
-    b.replace(b.find(here), here.size(), fmt::format(" {}\n", v));
+    const std::string current = fmt::format(" {}\n", kCacheFormatVersion);
+    b.replace(b.find(current), current.size(), fmt::format(" {}\n", v));
     spit(fmt::format("{}/{}.dsak", fan, e.key), b);
   }
   // An entry another NVRTC version wrote lives under another key (the version is hashed in).

@@ -1,0 +1,59 @@
+// The command-line tool (docs/RELIABILITY.md): no fixed temp paths, the helper found from the
+// build tree, options never misread (issue 12, items 4, 5 and 6).
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "process_support.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+dsa_test::ChildResult tool(std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
+  args.insert(args.begin(), DSA_TEST_TOOL);
+  return dsa_test::run_program(args, [env] {
+    ::alarm(120);  // survives exec: a hanging tool dies by SIGALRM
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    return true;
+  });
+}
+
+int count_entries(const std::string& dir) {
+  static int n;
+  n = 0;
+  ::nftw(dir.c_str(), [](const char*, const struct stat*, int, FTW*) { ++n; return 0; }, 16, FTW_PHYS);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("temp paths: jitcost works in a private mkdtemp directory, never a fixed /tmp name", "[temp_paths]") {
+  dsa_test::TempDir t;
+  const std::string fixed = "/tmp/dsa_jitcost_cache";  // the name jitcost used to clear and fill
+  struct stat st {};
+  const bool planted = ::lstat(fixed.c_str(), &st) != 0;
+  const std::string victim = t.path() + "/victim", victim_file = victim + "/v1/ab/" + std::string(64, 'a') + ".dsak";
+  REQUIRE(std::system(fmt::format("mkdir -p '{}/v1/ab' '{}/v2/ab' '{}/tmp'", victim, victim, t.path()).c_str()) == 0);
+  dsa_test::spit(victim_file, "another user's file");
+  if (planted) {
+    REQUIRE(::symlink(victim.c_str(), fixed.c_str()) == 0);  // what another user could pre-create
+  } else {
+    WARN(fixed << " exists on this machine: only the TMPDIR part of this test runs");
+  }
+  // A compile helper that fails at once keeps the run short: jitcost stops at its first compile.
+  auto r = tool({"jitcost"}, {{"TMPDIR", t.path() + "/tmp"}, {"DSA_INDEXER_COMPILE_ISOLATION", "process"},
+                              {"DSA_INDEXER_COMPILE_HELPER", "/bin/false"}});
+  if (planted) ::unlink(fixed.c_str());
+  INFO(r.output);
+  REQUIRE(r.signal == 0);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.output, Catch::Contains(t.path() + "/tmp/dsa_jitcost."));  // it said where it worked
+  CHECK(dsa_test::slurp(victim_file) == "another user's file");
+  CHECK(count_entries(victim) == 6);           // nothing created in the link's target either
+  CHECK(count_entries(t.path() + "/tmp") == 1);  // and its private directory is gone
+}
