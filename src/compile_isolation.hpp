@@ -8,16 +8,30 @@
 // helper that dies mid-request gives EPIPE, never SIGPIPE, and no process-wide signal setting is
 // touched), stderr on a pipe that becomes the error's log. The cost is a process start plus
 // NVRTC's own initialisation per compile (docs/BENCHMARKS.md, "JIT: compile isolation cost").
+//
+// Nothing the helper does can hang or exhaust the caller: the helper runs in a process group
+// of its own, which is killed when the compile timeout passes, when the reply or stderr grows
+// past its cap, when the helper itself has exited (stragglers holding our pipes), and whenever
+// the exchange ends early (an exception in the caller); the helper dies with its parent
+// (PR_SET_PDEATHSIG). Each limit hit is a CompileError naming it.
+#include <cstddef>
 #include <string>
 
 #include "nvrtc_compiler.hpp"
 
 namespace dsa_indexer::detail {
 
+struct CompileLimits {
+  int timeout_s = 600;                           // DSA_INDEXER_COMPILE_TIMEOUT
+  std::size_t max_reply = std::size_t(512) << 20;  // a cubin is a few hundred KB
+  std::size_t max_stderr = std::size_t(16) << 20;  // the last 64 KiB are kept as the log
+};
+
 // Compiles with the helper at `helper` (an executable path). Throws CompileError for a compile
-// failure, a crash (the message names the signal), a helper that cannot be started, or a
-// malformed reply.
-CompileOutput compile_in_subprocess(const CompileRequest& req, const std::string& helper);
+// failure, a crash (the message names the signal), a helper that cannot be started, a
+// malformed reply, or a limit hit (the message names the limit).
+CompileOutput compile_in_subprocess(const CompileRequest& req, const std::string& helper,
+                                    const CompileLimits& limits = CompileLimits());
 // The same with compile_helper_path(env().compile_helper).
 CompileOutput compile_in_subprocess(const CompileRequest& req);
 

@@ -69,6 +69,17 @@ EnvConfig parse_env(const EnvGetter& get) {
 
   c.compile_helper = get_str(get, "DSA_INDEXER_COMPILE_HELPER");
 
+  std::string timeout = get_str(get, "DSA_INDEXER_COMPILE_TIMEOUT");
+  if (!timeout.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long n = std::strtoull(timeout.c_str(), &end, 10);
+    if (errno != 0 || end == timeout.c_str() || *end != '\0' || timeout[0] == '-' || n < 1 || n > 86400)
+      fail_param<InvalidArgument>("environment", "DSA_INDEXER_COMPILE_TIMEOUT", "an integer number of seconds in [1, 86400]",
+                                  fmt::format("'{}'", timeout));
+    c.compile_timeout_s = static_cast<int>(n);
+  }
+
   if (std::string t = get_str(get, "TMPDIR"); !t.empty()) c.temp_dir = t;
 
   std::string lvl = get_str(get, "DSA_INDEXER_LOG");

@@ -19,6 +19,7 @@ struct EnvConfig {
   bool disable_lean = false;    // DSA_INDEXER_DISABLE_LEAN or CUDNNFE_DSA_INDEXER_FWD_DISABLE_LEAN non-empty
   CompileIsolation isolation = CompileIsolation::in_process;  // DSA_INDEXER_COMPILE_ISOLATION=process
   std::string compile_helper;   // DSA_INDEXER_COMPILE_HELPER, path of dsa-indexer-nvrtc-helper
+  int compile_timeout_s = 600;  // DSA_INDEXER_COMPILE_TIMEOUT, seconds an isolated compile may take
   LogLevel log_level = LogLevel::warn;  // DSA_INDEXER_LOG=quiet|warn|info
   std::string temp_dir = "/tmp";  // TMPDIR: where the tools make their private mkdtemp directories
 };

@@ -84,7 +84,9 @@ CacheEntry Runtime::compile(const PreparedSource& ps, const KernelSpec& spec) {
   try {
     // The runtime's own config names the helper (not the process environment), so a runtime
     // built from an explicit EnvConfig isolates with the helper that config asks for.
-    out = cfg_.isolation == CompileIsolation::process ? compile_in_subprocess(req, compile_helper_path(cfg_.compile_helper))
+    CompileLimits lim;
+    lim.timeout_s = cfg_.compile_timeout_s;
+    out = cfg_.isolation == CompileIsolation::process ? compile_in_subprocess(req, compile_helper_path(cfg_.compile_helper), lim)
                                                       : nvrtc_compile(req);
   } catch (const CompileError& e) {
     dump_compile(cfg_.dump_dir, ps, e.log(), "");

@@ -4,6 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <vector>
@@ -170,4 +174,106 @@ TEST_CASE("isolation: a helper that exits without reading never raises SIGPIPE i
     const std::string all = f.get();
     CHECK(dsa_test::count_of(all, "no valid reply") == 10);
   }
+}
+
+namespace {
+
+// A stand-in helper written as a shell script in `dir` (executable, private to the test).
+std::string script(const std::string& dir, const std::string& name, const std::string& body) {
+  const std::string p = dir + "/" + name;
+  dsa_test::spit(p, "#!/bin/sh\n" + body);
+  ::chmod(p.c_str(), 0700);
+  return p;
+}
+
+// Whether `pid` is gone (or only a zombie waiting for a reaper that is not us).
+bool process_gone(pid_t pid) {
+  for (int i = 0; i < 50; ++i) {
+    const std::string stat = dsa_test::slurp(fmt::format("/proc/{}/stat", pid));
+    const std::size_t close = stat.rfind(')');
+    if (stat.empty() || (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z')) return true;
+    ::usleep(20000);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("isolation limits: a hanging helper is killed with its process group at the timeout", "[isolation_limits]") {
+  dsa_test::TempDir t;
+  // The helper starts a grandchild that holds the pipes open, then hangs itself.
+  const std::string h = script(t.path(), "hang.sh", fmt::format("sleep 1000 &\necho $! > {}/grandchild\nsleep 1000\n", t.path()));
+  CompileLimits lim;
+  lim.timeout_s = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = compile_error_of([&] { compile_in_subprocess(reference_request(), h, lim); });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK_THAT(msg, Catch::Contains("compile timeout of 1 s (DSA_INDEXER_COMPILE_TIMEOUT)") &&
+                      Catch::Contains("process group was killed"));
+  CHECK(s < 10);
+  const pid_t grandchild = static_cast<pid_t>(std::atol(dsa_test::slurp(t.path() + "/grandchild").c_str()));
+  REQUIRE(grandchild > 0);
+  CHECK(process_gone(grandchild));
+}
+
+TEST_CASE("isolation limits: a helper that exits but leaves a child holding the pipes does not hang", "[isolation_limits]") {
+  dsa_test::TempDir t;
+  const std::string h = script(t.path(), "leave.sh", fmt::format("sleep 1000 &\necho $! > {}/grandchild\nexit 3\n", t.path()));
+  CompileLimits lim;
+  lim.timeout_s = 60;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = compile_error_of([&] { compile_in_subprocess(reference_request(), h, lim); });
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 10);
+  CHECK_THAT(msg, Catch::Contains("exited with status 3"));
+  CHECK(process_gone(static_cast<pid_t>(std::atol(dsa_test::slurp(t.path() + "/grandchild").c_str()))));
+}
+
+TEST_CASE("isolation limits: a helper flooding its reply or its stderr hits a cap", "[isolation_limits]") {
+  dsa_test::TempDir t;
+  CompileLimits lim;
+  lim.timeout_s = 60;
+  lim.max_reply = std::size_t(4) << 20;
+  lim.max_stderr = std::size_t(4) << 20;
+  const std::string out = script(t.path(), "flood_out.sh", "exec cat /dev/zero\n");
+  const std::string err = script(t.path(), "flood_err.sh", "exec cat /dev/zero >&2\n");
+  CHECK_THAT(compile_error_of([&] { compile_in_subprocess(reference_request(), out, lim); }),
+             Catch::Contains("reply cap of 4194304 bytes"));
+  const std::string e = compile_error_of([&] { compile_in_subprocess(reference_request(), err, lim); });
+  CHECK_THAT(e, Catch::Contains("stderr cap of 4194304 bytes"));
+  CHECK(e.size() < (std::size_t(1) << 20));  // the log is the bounded tail, not the flood
+}
+
+TEST_CASE("isolation limits: the runtime applies DSA_INDEXER_COMPILE_TIMEOUT from its config", "[isolation_limits]") {
+  dsa_test::TempDir t;
+  EnvConfig cfg;
+  cfg.cache_dir = t.path() + "/cache";
+  cfg.isolation = CompileIsolation::process;
+  cfg.compile_helper = script(t.path(), "hang.sh", "exec sleep 1000\n");
+  cfg.compile_timeout_s = 1;
+  Runtime rt(cfg);
+  bool from_disk = false;
+  KernelSpec s;
+  s.family = Family::reference;
+  CHECK_THAT(compile_error_of([&] { rt.entry(s, &from_disk); }), Catch::Contains("compile timeout of 1 s"));
+  auto env_of = [](const char* v) {
+    return parse_env([v](const char* n) { return std::string(n) == "DSA_INDEXER_COMPILE_TIMEOUT" ? v : nullptr; });
+  };
+  CHECK(env_of("30").compile_timeout_s == 30);
+  CHECK(env_of(nullptr).compile_timeout_s == 600);
+  for (const char* bad : {"0", "-1", "abc", "86401", "1.5"}) CHECK_THROWS_AS(env_of(bad), dsa_indexer::InvalidArgument);
+}
+
+TEST_CASE("isolation limits: the build-tree tool finds the helper as the installed one does", "[isolation_limits]") {
+  dsa_test::TempDir t;
+  dsa_test::spit(t.path() + "/m.txt", "sq=64 sk=64 heads=16 family=reference\n");
+  auto r = dsa_test::run_program({DSA_TEST_TOOL, "warmup", "--manifest", t.path() + "/m.txt", "--cache-dir", t.path() + "/c"},
+                                 [] {
+                                   ::alarm(120);
+                                   ::unsetenv("DSA_INDEXER_COMPILE_HELPER");
+                                   ::setenv("DSA_INDEXER_COMPILE_ISOLATION", "process", 1);
+                                   return true;
+                                 });
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("1 compiled, 0 already cached, 0 failed"));
 }
