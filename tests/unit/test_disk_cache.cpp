@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -279,4 +282,53 @@ TEST_CASE("runtime: concurrent entry() calls over one cache directory", "[disk_c
   for (int th = 2; th < 8; ++th) CHECK(cubins[static_cast<std::size_t>(th)] == cubins[static_cast<std::size_t>(th % 2)]);
   CHECK(rt.stats().compiles + rt.stats().disk_hits == 8);
   CHECK(rt.disk().list().size() == 2);
+}
+
+TEST_CASE("concurrent maintenance: a writer racing cache clear keeps its disk cache", "[concurrent_maintenance]") {
+  dsa_test::TempDir t;
+  std::vector<CacheEntry> entries;
+  for (int i = 0; i < 4; ++i) entries.push_back(sample("m" + std::to_string(i)));
+  DiskCache writer(t.path(), "", "13.0"), cleaner(t.path(), "", "13.0");
+  const uint64_t w0 = disk_cache_warnings();
+  std::atomic<bool> done{false};
+  std::atomic<int> failed{0};
+  std::atomic<uint64_t> removed{0};
+  // A clear every millisecond: far more maintenance than any real cache sees, and each one
+  // catches a store between its create and its rename with fair probability.
+  std::thread clear_loop([&] {
+    while (!done.load()) {
+      removed += cleaner.clear().removed;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  for (int i = 0; i < 400; ++i)
+    if (!writer.store(entries[static_cast<std::size_t>(i % 4)])) ++failed;
+  done = true;
+  clear_loop.join();
+  INFO("stores that failed twice: " << failed.load() << ", files the cleaner removed: " << removed.load());
+  CHECK(writer.writable());  // never disabled for the rest of the process
+  CHECK(disk_cache_warnings() == w0);
+  CHECK(failed.load() < 400);  // a store fails only when clears hit both of its attempts
+  CHECK(removed.load() > 0);
+  REQUIRE(writer.store(entries[0]));
+  CHECK(writer.load(entries[0].key));
+}
+
+TEST_CASE("concurrent maintenance: verify does not report another process's temp file in flight", "[concurrent_maintenance]") {
+  dsa_test::TempDir t;
+  DiskCache d(t.path(), "", "13.0");
+  const CacheEntry e = sample("inflight");
+  REQUIRE(d.store(e));
+  const std::string path = d.entry_path(t.path(), e.key);
+  const std::string tmp = path.substr(0, path.rfind('/')) + "/.tmp." + e.key + ".12345.0.00000000deadbeef";
+  spit(tmp, serialize_entry(e).substr(0, 100));  // half written, as a writer in flight leaves it
+  for (const auto& r : d.list()) CHECK(r.ok);
+  CHECK(d.list().size() == 1);
+  struct timespec old[2] = {{std::time(nullptr) - 86400, 0}, {std::time(nullptr) - 86400, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, tmp.c_str(), old, 0) == 0);  // a day old: an interrupted publish
+  auto list = d.list();
+  REQUIRE(list.size() == 2);
+  int leftovers = 0;
+  for (const auto& r : list) leftovers += !r.ok && r.path == tmp && r.problem.find("leftover") != std::string::npos;
+  CHECK(leftovers == 1);
 }
