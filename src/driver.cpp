@@ -1,6 +1,7 @@
 #include "driver.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <map>
 #include <memory>
@@ -29,6 +30,23 @@ std::string result_text(const Driver* d, CUresult r) {
   return fmt::format("{} ({})", name ? name : fmt::format("CUresult {}", static_cast<int>(r)), desc ? desc : "no description");
 }
 
+// Where the dynamic linker found libcuda.so.1, for messages.
+std::string loaded_from(void* handle) {
+  link_map* lm = nullptr;
+  if (::dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) return lm->l_name;
+  return "libcuda.so.1";
+}
+
+// CUDA_ERROR_STUB_LIBRARY: the toolkit's link-time stub (lib64/stubs/libcuda.so) was found
+// first, typically through LD_LIBRARY_PATH; every call into it returns 34.
+[[noreturn]] void stub_library(void* handle, const char* call) {
+  throw DriverError(fmt::format("the CUDA driver loaded from {} is the CUDA toolkit's stub library (CUDA_ERROR_STUB_LIBRARY, "
+                                "CUresult 34 from {}), not a driver: install the NVIDIA driver, or remove the toolkit's "
+                                "stubs directory from LD_LIBRARY_PATH",
+                                loaded_from(handle), call),
+                    call, static_cast<int>(CUDA_ERROR_STUB_LIBRARY));
+}
+
 }  // namespace
 
 void Driver::load() {
@@ -46,6 +64,7 @@ void Driver::load() {
     void* p = nullptr;                                                                                    \
     CUdriverProcAddressQueryResult st{};                                                                  \
     CUresult r = get_proc(#name, &p, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st);                               \
+    if (r == CUDA_ERROR_STUB_LIBRARY) stub_library(handle_, "cuGetProcAddress_v2(" #name ")");              \
     if (r != CUDA_SUCCESS || !p)                                                                          \
       throw DriverError(fmt::format("the CUDA driver does not provide {} (CUresult {}, status {})", #name, \
                                     static_cast<int>(r), static_cast<int>(st)),                          \
@@ -54,7 +73,9 @@ void Driver::load() {
   }
   DSA_CU_FUNCTIONS(DSA_CU_RESOLVE)
 #undef DSA_CU_RESOLVE
-  check(cuInit(0), "cuInit");
+  const CUresult init = cuInit(0);
+  if (init == CUDA_ERROR_STUB_LIBRARY) stub_library(handle_, "cuInit");
+  check(init, "cuInit");
   check(cuDriverGetVersion(&version_), "cuDriverGetVersion");
 }
 

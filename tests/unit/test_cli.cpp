@@ -57,3 +57,19 @@ TEST_CASE("temp paths: jitcost works in a private mkdtemp directory, never a fix
   CHECK(count_entries(victim) == 6);           // nothing created in the link's target either
   CHECK(count_entries(t.path() + "/tmp") == 1);  // and its private directory is gone
 }
+
+TEST_CASE("driver stub: a libcuda.so.1 that is the toolkit's stub gets a message saying so", "[driver_stub]") {
+  const std::string stub = DSA_TEST_CUDA_STUB;
+  struct stat st {};
+  if (stub.empty() || ::stat(stub.c_str(), &st) != 0) {
+    WARN("SKIPPED: the CUDA toolkit has no stubs/libcuda.so here");
+    return;
+  }
+  dsa_test::TempDir t;
+  REQUIRE(::symlink(stub.c_str(), (t.path() + "/libcuda.so.1").c_str()) == 0);
+  // bench probes the driver first and stops there without a GPU.
+  auto r = tool({"bench"}, {{"LD_LIBRARY_PATH", t.path()}});
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.output, Catch::Contains("stub library (CUDA_ERROR_STUB_LIBRARY") && Catch::Contains(t.path()));
+}
