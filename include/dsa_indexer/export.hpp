@@ -1,5 +1,6 @@
 #pragma once
-// Symbols of the public API are the only ones the shared library exports.
+/* Symbols of the public API are the only ones the shared library exports. C89-clean: c_api.h
+ * includes it. */
 #if defined(_WIN32)
 #define DSA_INDEXER_API
 #else

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <sstream>
+#include <vector>
 
 #include "process_support.hpp"
 #include "test_support.hpp"
@@ -72,4 +74,46 @@ TEST_CASE("driver stub: a libcuda.so.1 that is the toolkit's stub gets a message
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK_THAT(r.output, Catch::Contains("stub library (CUDA_ERROR_STUB_LIBRARY") && Catch::Contains(t.path()));
+}
+
+TEST_CASE("newcomer: cache verify exits 0 on a valid read-only prebuilt cache", "[newcomer]") {
+  dsa_test::TempDir t;
+  const std::string pre = t.path() + "/pre";
+  dsa_test::spit(t.path() + "/m.txt", "sq=64 sk=64 heads=16 family=reference\n");
+  auto w = tool({"warmup", "--manifest", t.path() + "/m.txt", "--cache-dir", pre});
+  REQUIRE(w.code == 0);
+  REQUIRE(std::system(fmt::format("chmod -R a-w '{}'", pre).c_str()) == 0);  // as an image ships it
+  // --prebuilt-dir alone: that directory is verified as a read-only cache (ownership, entries),
+  // not probed for writing.
+  auto v = tool({"cache", "verify", "--prebuilt-dir", pre});
+  INFO(v.output);
+  CHECK(v.code == 0);
+  CHECK_THAT(v.output, Catch::Contains("1 entries ok, 0 bad"));
+  // As the writable directory it is reported (a store there would fail).
+  v = tool({"cache", "verify", "--cache-dir", pre});
+  INFO(v.output);
+  if (::geteuid() != 0) CHECK(v.code != 0);  // root may write a 0555 directory
+  std::system(fmt::format("chmod -R u+w '{}'", pre).c_str());
+}
+
+TEST_CASE("newcomer: error messages carry one prefix", "[newcomer]") {
+  dsa_test::TempDir t;
+  dsa_test::spit(t.path() + "/bad.txt", "heads=48 sq=1 sk=1\n");
+  dsa_test::spit(t.path() + "/file", "x");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"warmup", "--manifest", t.path() + "/missing"},
+        std::vector<std::string>{"warmup", "--manifest", t.path() + "/bad.txt", "--cache-dir", t.path() + "/c"},
+        std::vector<std::string>{"cache", "verify", "--cache-dir", t.path() + "/file"},
+        std::vector<std::string>{"cache", "clear", "--cache-dir", t.path() + "/file"}}) {
+    auto r = tool(args);
+    INFO(r.output);
+    CHECK(r.code != 0);
+    // "warmup: warmup: ...", "manifest: manifest: ..." and the like.
+    std::istringstream in(r.output);
+    std::string w, prev;
+    while (in >> w) {
+      CHECK_FALSE((w == prev && w.back() == ':'));
+      prev = w;
+    }
+  }
 }
