@@ -1,12 +1,20 @@
 #include "warmup.hpp"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <set>
 #include <sstream>
 
 #include "cache_fs.hpp"
 #include "util.hpp"
 
 namespace dsa_indexer::detail {
+namespace {
+// S_q, S_k (T_q, T_k) and the ratio: the public API's bound for each (validate.cpp).
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+}  // namespace
 
 std::string read_manifest_file(const std::string& path) {
   std::string text;
@@ -32,15 +40,22 @@ std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::
     auto bad = [&](const std::string& what, const std::string& expected) {
       fail_param<InvalidArgument>("manifest", fmt::format("{}:{}: {}", file, no, what), expected, fmt::format("'{}'", tok));
     };
+    std::set<std::string> seen;
     while (toks >> tok) {
       any = true;
       const auto eq = tok.find('=');
       if (eq == std::string::npos) bad("token", "key=value");
       const std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
-      auto num = [&](int64_t lo) {
-        char* end = nullptr;
-        long long n = std::strtoll(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || n < lo) bad(k, fmt::format("an integer >= {}", lo));
+      // A key given twice is an error, not "the last one wins": the line says two things.
+      if (!seen.insert(k).second) bad(k, "each key once per line");
+      // The ranges the public API accepts for the same value (validate.cpp): digits only, no
+      // clamping, no wrap-around (strtoll saturates and a cast to int truncates).
+      auto num = [&](int64_t lo, int64_t hi) {
+        const std::string expected = fmt::format("an integer in [{}, {}]", lo, hi);
+        if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) bad(k, expected);
+        errno = 0;
+        const long long n = std::strtoll(v.c_str(), nullptr, 10);
+        if (errno == ERANGE || n < lo || n > hi) bad(k, expected);
         return static_cast<int64_t>(n);
       };
       if (k == "layout") {
@@ -49,16 +64,16 @@ std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::
         else if (v == "thd_global") p.layout = Layout::thd_global;
         else bad(k, "bshd, thd_local or thd_global");
       } else if (k == "heads") {
-        p.heads = static_cast<int>(num(1));
+        p.heads = static_cast<int>(num(1, kInt32Max));
         if (p.heads != 16 && p.heads != 32 && p.heads != 64) bad(k, "16, 32 or 64");
       } else if (k == "sq") {
-        p.sq = num(1);
+        p.sq = num(1, kInt32Max);
         have_sq = true;
       } else if (k == "sk") {
-        p.sk = num(1);
+        p.sk = num(1, kInt32Max);
         have_sk = true;
       } else if (k == "ratio") {
-        p.ratio = num(1);
+        p.ratio = num(1, kInt32Max);
       } else if (k == "w") {
         if (v == "bf16") p.w = DType::bf16;
         else if (v == "f32" || v == "fp32") p.w = DType::f32;

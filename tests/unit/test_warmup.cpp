@@ -69,3 +69,29 @@ TEST_CASE("warmup into an unwritable directory reports failures", "[warmup]") {
   REQUIRE(s.failures.size() == 1);
   CHECK_THAT(s.failures[0], Contains("not stored"));
 }
+
+TEST_CASE("manifest values are range-checked as the public API checks them", "[warmup][manifest_ranges]") {
+  const std::string ok = "layout=bshd heads=64 sq=8192 sk=4096 ratio=2 w=bf16";
+  // Out of range, saturating, wrapping, signed, spaced or empty values: each an InvalidArgument
+  // that names the key (never clamped into a plan the planner then overflows on).
+  for (const std::string& bad :
+       {"sq=99999999999999999999 sk=1", "sq=2147483648 sk=1", "sq=1 sk=9223372036854775807", "heads=4294967312 sq=1 sk=1",
+        "heads=-16 sq=1 sk=1", "sq=0 sk=1", "sq=+5 sk=1", "sq=1 sk=1 ratio=0", "sq=1 sk=1 ratio=2147483648",
+        "sq=1 sk=1 ratio=", "sq=0x10 sk=1", "sq=1e3 sk=1"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_manifest(bad + "\n", "m.txt"), dsa_indexer::InvalidArgument);
+  }
+  CHECK_THROWS_WITH(parse_manifest("heads=4294967312 sq=1 sk=1\n", "m.txt"), Contains("heads") && Contains("4294967312"));
+  CHECK_THROWS_WITH(parse_manifest("sq=99999999999999999999 sk=1\n", "m.txt"), Contains("[1, 2147483647]"));
+  // A key given twice is an error, whichever value would have won.
+  CHECK_THROWS_WITH(parse_manifest(ok + " heads=16\n", "m.txt"), Contains("heads") && Contains("once"));
+  CHECK_THROWS_WITH(parse_manifest("sq=1 sk=1 sq=1\n", "m.txt"), Contains("once"));
+  // The largest values the API accepts plan without overflow (this test runs under UBSan in
+  // tests/fuzz/run_fuzz.sh's manifest target as well).
+  auto v = parse_manifest("layout=bshd heads=16 sq=2147483647 sk=2147483647 ratio=2147483647\n"
+                          "layout=thd_global heads=64 sq=2147483647 sk=1 ratio=1 family=reference\n", "m.txt");
+  REQUIRE(v.size() == 2);
+  CHECK(v[0].sq == 2147483647);
+  auto specs = manifest_specs(v, DeviceInfo::h200());
+  CHECK(specs.size() == 2);
+}
