@@ -1,7 +1,7 @@
 #pragma once
 // The epilogue the wgmma families share: relu(acc) * w summed over a thread's heads and the
 // 4-lane reduce-scatter that completes the head sum, in one fixed order, so every family that
-// uses it produces the same bits for the same inputs (DESIGN "Determinism"); and the -inf fill
+// uses it produces the same bits for the same inputs (docs/DESIGN.md, "Contract"); and the -inf fill
 // of cells no KV tile covers.
 #include "dsa_types.cuh"
 #include "ptx/sync.cuh"

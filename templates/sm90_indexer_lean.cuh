@@ -289,11 +289,16 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
       named_barrier_arrive(other_bar, 256);
       wgmma_wait_group<0>();
       wgmma_fence_operands(acc);
+      // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
+      // load under this last epilogue. fp32 weights are still read from shared memory. The
+      // weights were read through the generic proxy and the bulk copy that overwrites them is
+      // async-proxy: fence before releasing the buffer.
+      const bool release_q = !Cfg::kWeightsF32 && it == n_kv - 1;
+      if (release_q) fence_proxy_async_shared();
+      __syncwarp();
       if (lane == 0) {
         mbarrier_arrive(&kv_empty[stage]);
-        // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
-        // load under this last epilogue. fp32 weights are still read from shared memory.
-        if (!Cfg::kWeightsF32 && it == n_kv - 1) mbarrier_arrive(&q_empty[cg]);
+        if (release_q) mbarrier_arrive(&q_empty[cg]);
       }
       if (++stage == T::kStages) {
         stage = 0;
@@ -315,7 +320,11 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
         store_streaming(my_row + kabs, v);
       }
     }
-    if (Cfg::kWeightsF32 && lane == 0) mbarrier_arrive(&q_empty[cg]);
+    if (Cfg::kWeightsF32) {
+      fence_proxy_async_shared();
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&q_empty[cg]);
+    }
     ++q_uses;
   }
   if (cg == 0) named_barrier_sync(kLeanPingPong0, 256);  // consume consumer 1's last arrival

@@ -299,7 +299,7 @@ int run_demo(const Args& a) {
   return ok && same_bits ? 0 : 1;
 }
 
-// JIT costs (issue 6 / DESIGN section 5): cold NVRTC compile per variant, disk-cache hit,
+// JIT costs (docs/DESIGN.md, "Speed targets"): cold NVRTC compile per variant, disk-cache hit,
 // module load, host overhead of a cache-hit call and of each of its stages, device memory
 // allocated per call. `--json FILE` writes the figures for bench/peers.py.
 namespace jit {
