@@ -465,11 +465,17 @@ def time_graph(fn, one_us: float, budget_s: float, min_reps: int, max_reps: int)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
+    caller = torch.cuda.current_stream()
     try:
-        # thread_local: as the CLI's capture (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        with torch.cuda.graph(g, capture_error_mode="thread_local"):
-            for _ in range(per_graph):
-                fn()
+        try:
+            # thread_local: as the CLI's capture (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                for _ in range(per_graph):
+                    fn()
+        except BaseException:
+            # torch.cuda.graph's __exit__ leaves its capture stream current when capture_end raises
+            torch.cuda.set_stream(caller)
+            raise
         for _ in range(2):
             g.replay()
         torch.cuda.synchronize()
@@ -1118,6 +1124,10 @@ def main(argv=None) -> int:
         save_json(results, out_dir)
     doc = write_doc(render_section(results), out_dir)
     img = plot(results, out_dir)
+    if not args.from_json and LEAN in results["impls"]:
+        for what, value, threshold, fmt in TARGETS:
+            cells = [_target_cell(results["cases"], value, threshold, fmt, mode) for mode in ("cold", "warm")]
+            print(f"[peers] target {what}: cold {cells[0]}; warm {cells[1]}", flush=True)
     print(f"[peers] wrote {doc}" + (f", {img}" if img else "") + (f", {out_dir / JSON_NAME}" if not args.from_json else ""))
     return 0
 
