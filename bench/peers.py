@@ -5,24 +5,35 @@ Implementations (each first checked against an fp64 PyTorch oracle on a small sh
 same configuration: exact -inf pattern and rel-L2; one that fails, or cannot be imported or
 installed, is reported with the reason, never dropped):
 
-- dsa-indexer, every kernel family through the Python binding (`family=`: generic, reference;
-  add auto with --families);
+- dsa-indexer through the Python binding, one column per kernel family (`family=`; default
+  lean, generic and auto; reference with --families). A named family whose gate fails on a
+  case (lean: H 64, BSHD, S_q a multiple of 8, q-tiles x B >= the SMs, ...) raises
+  UnsupportedConfig: that cell is "not served" with the library's reason;
 - PyTorch eager, chunked over query rows so memory stays bounded: bf16 matmul with fp32
   output (torch.mm(..., out_dtype=float32) where available, else bf16 output upcast), relu,
   * w, sum over heads, * sm_scale, masked_fill -inf; key columns past a chunk's last window
-  end are not computed;
+  end are not computed; batches are taken as segments;
 - a fused Triton kernel (bench/triton_indexer.py): bf16 tl.dot with fp32 accumulation, tiles
-  past the causal window skipped, -inf written for every masked cell;
-- cuDNN-frontend's SM90 `indexer_forward_wrapper` (1.32.0 takes bf16 or fp32 W), from wheels carried to the
-  GPU machine (bench/requirements-peers.txt, bench/peer_wheels.py).
+  past the causal window skipped, -inf written for every masked cell; BSHD batches as THD
+  segments of equal length;
+- cuDNN-frontend's SM90 `indexer_forward_wrapper` (1.32.0 takes bf16 or fp32 W), from wheels
+  carried to the GPU machine (bench/requirements-peers.txt, bench/peer_wheels.py).
 
-Shapes: those of `dsa-indexer bench` (tools/dsa_indexer_cli.cpp run_bench): H 64, D 128, B 1,
-ratio 2 with S_k = S_q/2 for S_q 2048..16384, ratio 4 with S_k = S_q/4, fp32 W, H 32, H 16
-and a 3-segment THD problem; inputs N(0,1) rounded to bf16 with zeros replaced. Timing:
-CUDA events around each call, calls enqueued back to back over 2-4 rotating input sets of
->= 200 MB together (more than the 60 MB L2), 3 warm-up calls, the median of N (N adapts to a
-time budget per cell). The bf16 GEMM ceiling (torch.matmul 8192^3) is measured in the same
-run. Useful TFLOP/s = 2 * H * 128 * visible (i, j) pairs / time.
+Shapes: those of `dsa-indexer bench` (tools/dsa_indexer_cli.cpp run_bench, same order): H 64,
+D 128, B 1, sm_scale 0.125, ratio 2 with S_k = S_q/2 for S_q 2048..16384, ratio 4 with
+S_k = S_q/4, then at S_q 8192 ratio 2: fp32 W, B 4, sm_scale 1, H 32, H 16, and a 3-segment
+THD problem; inputs N(0,1) rounded to bf16 with zeros replaced. Every implementation gets the
+case's B and sm_scale.
+
+Timing (CUDA events, the median of N calls; N adapts to a time budget per cell):
+- cold: calls enqueued back to back over 2-4 rotating input sets of >= 200 MB together (more
+  than the 60 MB L2), 3 warm-up calls;
+- warm: the same inputs every call, replayed from a torch.cuda.CUDAGraph that captured up to
+  10 back-to-back calls (time per call = replay time / calls), as the CLI's warm column. An
+  implementation that cannot be captured is timed with plain back-to-back calls on the same
+  inputs instead, and its warm cells are marked.
+The bf16 GEMM ceiling (torch.matmul 8192^3) is measured in the same run. Useful TFLOP/s =
+2 * H * 128 * visible (i, j) pairs / time.
 
 Run on the GPU machine (from the repository root; the library at build/libdsa_indexer.so*):
 
@@ -32,7 +43,8 @@ Run on the GPU machine (from the repository root; the library at build/libdsa_in
 Writes <out>/BENCHMARKS.md (only the part between the peers markers; the rest of an existing
 file, this one or the repository's docs/BENCHMARKS.md, is kept), <out>/img/tflops_vs_sq.png
 and <out>/peers_results.json. Re-render both from saved results on any machine (matplotlib
-needed for the plot):
+needed for the plot; results of older runs, without warm times or lean, render with those
+columns blank):
 
     python3 bench/peers.py --from-json docs/peers_results.json --out docs
 """
@@ -52,7 +64,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,10 +74,17 @@ sys.path.insert(0, str(REPO / "bench"))
 BEGIN, END = "<!-- peers:begin -->", "<!-- peers:end -->"
 PLOT_NAME = "img/tflops_vs_sq.png"
 JSON_NAME = "peers_results.json"
+RESULTS_FORMAT = 2  # 1 (no "format" key): cold only, sm_scale 1 everywhere, S_q 512 validation shapes
 HEAD_DIM = 128
 DEVICE = "cuda"
 
 # ------------------------------------------------------------------ cases ----------------
+
+SM_SCALE = 0.125  # the CLI bench's bshd() default
+# q-tiles (of 8 query rows) x B of the BSHD validation shapes: more than the H200's 132 SMs, so
+# that lean (which needs q-tiles x B >= the SMs) serves the validation shape of a case it
+# serves (raised to the device's SM count on a larger GPU).
+LEAN_CHECK_TILES = 160
 
 
 @dataclass
@@ -73,12 +92,14 @@ class Case:
     name: str
     heads: int
     ratio: int
-    s_q: int = 0  # BSHD (B = 1)
+    s_q: int = 0  # BSHD, per batch
     s_k: int = 0
     cu_q: list = field(default_factory=list)  # THD
     cu_k: list = field(default_factory=list)
     w_f32: bool = False
     series: str = ""  # plot series ("h64r2") or ""
+    batch: int = 1  # BSHD B (THD: the segments)
+    sm_scale: float = SM_SCALE
 
     @property
     def thd(self) -> bool:
@@ -86,11 +107,11 @@ class Case:
 
     @property
     def t_q(self) -> int:
-        return self.cu_q[-1] if self.thd else self.s_q
+        return self.cu_q[-1] if self.thd else self.batch * self.s_q
 
     @property
     def t_k(self) -> int:
-        return self.cu_k[-1] if self.thd else self.s_k
+        return self.cu_k[-1] if self.thd else self.batch * self.s_k
 
     @property
     def max_q(self) -> int:
@@ -101,10 +122,11 @@ class Case:
         return max(b - a for a, b in zip(self.cu_k, self.cu_k[1:])) if self.thd else self.s_k
 
     def seg_q(self):
-        return self.cu_q if self.thd else [0, self.s_q]
+        """Row offsets of the segments (BSHD: the batches, S_q rows each)."""
+        return list(self.cu_q) if self.thd else [b * self.s_q for b in range(self.batch + 1)]
 
     def seg_k(self):
-        return self.cu_k if self.thd else [0, self.s_k]
+        return list(self.cu_k) if self.thd else [b * self.s_k for b in range(self.batch + 1)]
 
     def visible_pairs(self) -> int:
         from dsa_indexer import visible_pairs_thd
@@ -114,6 +136,11 @@ class Case:
     def flops(self) -> float:
         return 2.0 * self.heads * HEAD_DIM * self.visible_pairs()
 
+    def dims(self) -> str:
+        if self.thd:
+            return f"cu_q {self.cu_q}, cu_k {self.cu_k}"
+        return (f"B {self.batch}, " if self.batch != 1 else "") + f"S_q {self.s_q}, S_k {self.s_k}"
+
 
 def bench_cases(quick: bool) -> list[Case]:
     """The shapes of `dsa-indexer bench` (tools/dsa_indexer_cli.cpp run_bench), same order."""
@@ -121,26 +148,39 @@ def bench_cases(quick: bool) -> list[Case]:
     cases += [Case(f"bshd H64 r4 S_q {s}", 64, 4, s, s // 4, series="h64r4") for s in (4096, 8192, 16384)]
     cases += [
         Case("bshd H64 r2 S_q 8192 fp32-W", 64, 2, 8192, 4096, w_f32=True),
+        Case("bshd H64 r2 S_q 8192 B4", 64, 2, 8192, 4096, batch=4),
+        Case("bshd H64 r2 S_q 8192 scale1", 64, 2, 8192, 4096, sm_scale=1.0),
         Case("bshd H32 r2 S_q 8192", 32, 2, 8192, 4096),
         Case("bshd H16 r2 S_q 8192", 16, 2, 8192, 4096),
-        Case("thd H64 r2 3 segs T_q 8192", 64, 2, cu_q=[0, 1536, 4608, 8192], cu_k=[0, 768, 2304, 4096]),
+        # The CLI builds this one from a bare HostProblem, whose sm_scale is 1 (not bshd()'s 0.125).
+        Case("thd H64 r2 3 segs T_q 8192", 64, 2, cu_q=[0, 1536, 4608, 8192], cu_k=[0, 768, 2304, 4096], sm_scale=1.0),
     ]
     return cases[:4] if quick else cases
 
 
-def small_case(c: Case) -> Case:
-    """The validation shape of a case: same H, ratio, W dtype and layout, 1/16 of the size
-    (BSHD S_q 512, a ragged S_k tail; THD the same segment proportions)."""
+def small_case(c: Case, q_tiles: int = LEAN_CHECK_TILES) -> Case:
+    """The validation shape of a case: same H, ratio, W dtype, B, sm_scale and layout. BSHD:
+    S_q = 8 * ceil(q_tiles / B) (enough q-tiles for lean), a ragged S_k tail (S_q / ratio + 3);
+    THD: 1/16 of the segments."""
+    kw = dict(w_f32=c.w_f32, batch=c.batch, sm_scale=c.sm_scale)
     if c.thd:
-        return Case(c.name + " (check)", c.heads, c.ratio, cu_q=[v // 16 for v in c.cu_q], cu_k=[v // 16 + (v > 0) for v in c.cu_k], w_f32=c.w_f32)
-    return Case(c.name + " (check)", c.heads, c.ratio, 512, 512 // c.ratio + 3, w_f32=c.w_f32)
+        return Case(c.name + " (check)", c.heads, c.ratio, cu_q=[v // 16 for v in c.cu_q], cu_k=[v // 16 + (v > 0) for v in c.cu_k], **kw)
+    s_q = 8 * -(-q_tiles // c.batch)
+    return Case(c.name + " (check)", c.heads, c.ratio, s_q, s_q // c.ratio + 3, **kw)
+
+
+def legacy_small_dims(case: dict) -> str:
+    """The validation shape of results written before the check recorded it (S_q 512)."""
+    if case.get("cu_q"):
+        return f"cu_q {[v // 16 for v in case['cu_q']]}, cu_k {[v // 16 + (v > 0) for v in case['cu_k']]}"
+    return f"S_q 512, S_k {512 // case['ratio'] + 3}"
 
 
 # ------------------------------------------------------------------ inputs ---------------
 
 
 class Inputs:
-    """One random input set in the native layout plus packed views and metadata."""
+    """One random input set in the native layout plus packed (THD-like) views and metadata."""
 
     def __init__(self, c: Case, seed: int, device: str):
         import torch
@@ -158,18 +198,21 @@ class Inputs:
             self.w = nonzero_bf16((c.t_q, H))
             self.out = torch.empty((c.t_q, c.n_cols), dtype=torch.float32, device=device)
         else:
-            self.q = nonzero_bf16((1, c.s_q, H, D))
-            self.k = nonzero_bf16((1, c.s_k, 1, D))
-            self.w = nonzero_bf16((1, c.s_q, H))
-            self.out = torch.empty((1, c.s_q, c.s_k), dtype=torch.float32, device=device)
+            B = c.batch
+            self.q = nonzero_bf16((B, c.s_q, H, D))
+            self.k = nonzero_bf16((B, c.s_k, 1, D))
+            self.w = nonzero_bf16((B, c.s_q, H))
+            self.out = torch.empty((B, c.s_q, c.s_k), dtype=torch.float32, device=device)
         if c.w_f32:
             self.w = self.w.float()
+        # Packed views: BSHD batch b is segment b (rows [b S_q, (b+1) S_q), keys [b S_k, ...)),
+        # with local columns; out (B, S_q, S_k) is then (B S_q, S_k).
         self.q3 = self.q.reshape(c.t_q, H, D)
         self.k2 = self.k.reshape(c.t_k, D)
         self.w2 = self.w.reshape(c.t_q, H)
         self.out2 = self.out.view(c.t_q, c.n_cols)
-        self.cu_q_host = list(c.seg_q())
-        self.cu_k_host = list(c.seg_k())
+        self.cu_q_host = c.seg_q()
+        self.cu_k_host = c.seg_k()
         self.cu_q = torch.tensor(self.cu_q_host, dtype=torch.int32, device=device)
         self.cu_k = torch.tensor(self.cu_k_host, dtype=torch.int32, device=device)
         self.offsets = torch.zeros(len(self.cu_q_host) - 1, dtype=torch.int32, device=device)
@@ -190,10 +233,18 @@ class Impl:
     key: str
     label: str
     tol: float  # rel-L2 accepted on the validation shape
-    make: object = None  # (case, inputs, sm_scale) -> zero-argument callable writing inputs.out
+    make: object = None  # (case, inputs) -> zero-argument callable writing inputs.out (case.sm_scale, case.batch)
     available: bool = True
     reason: str = ""
     notes: list = field(default_factory=list)
+    unsupported: object = None  # (case) -> "" or the reason this implementation cannot run it
+
+
+def not_served_reason(message: str) -> str:
+    """The failed gate of an UnsupportedConfig message, without the call and family prefix."""
+    import re
+
+    return re.sub(r"^indexer_forward: (family \w+: )?", "", message.strip().splitlines()[0] if message.strip() else "")
 
 
 def dsa_impl(family: str) -> Impl:
@@ -204,9 +255,12 @@ def dsa_impl(family: str) -> Impl:
         version = dsa_indexer.version()
     except Exception as e:  # noqa: BLE001 (the loader's error is the reason shown)
         return Impl(f"dsa_{family}", label, 2e-7, available=False, reason=f"library not loaded: {e}")
+    if family not in dsa_indexer._lib.FAMILIES:
+        return Impl(f"dsa_{family}", label, 2e-7, available=False,
+                    reason=f"this binding has no family {family!r} (it has {', '.join(dsa_indexer._lib.FAMILIES)})")
 
-    def make(c: Case, x: Inputs, sm_scale: float):
-        kw = dict(ratio=c.ratio, sm_scale=sm_scale, out=x.out, family=family)
+    def make(c: Case, x: Inputs):
+        kw = dict(ratio=c.ratio, sm_scale=c.sm_scale, out=x.out, family=family)
         if c.thd:
             kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=c.max_q, max_seqlen_k=c.n_cols,
                       cu_seqlens_q_host=x.cu_q_host, cu_seqlens_k_host=x.cu_k_host)
@@ -243,8 +297,8 @@ def eager_impl() -> Impl:
         impl.notes.append("torch.mm(bf16, bf16, out_dtype=float32)")
     budget = 1 << 30  # bytes of fp32 logits per chunk
 
-    def forward(c: Case, x: Inputs, sm_scale: float):
-        H = c.heads
+    def forward(c: Case, x: Inputs):
+        H, sm_scale = c.heads, c.sm_scale
         neg = float("-inf")
         for b in range(len(x.cu_q_host) - 1):
             q0, q1 = x.cu_q_host[b], x.cu_q_host[b + 1]
@@ -268,7 +322,7 @@ def eager_impl() -> Impl:
                 dst[:, :ke_last] = s
                 dst[:, ke_last:] = neg
 
-    impl.make = lambda c, x, sm_scale: (lambda: forward(c, x, sm_scale))
+    impl.make = lambda c, x: (lambda: forward(c, x))
     return impl
 
 
@@ -280,10 +334,14 @@ def triton_impl() -> Impl:
     except Exception as e:  # noqa: BLE001
         return Impl("triton", "Triton (fused)", 1e-5, available=False, reason=f"import failed: {e}")
 
-    def make(c: Case, x: Inputs, sm_scale: float):
-        return lambda: indexer_forward_triton(x.q3, x.k2, x.w2, x.out2, x.cu_q, x.cu_k, x.offsets, c.max_q, c.ratio, sm_scale)
+    def make(c: Case, x: Inputs):
+        # BSHD batches are segments of equal length (x.cu_q = [0, S_q, 2 S_q, ...]).
+        return lambda: indexer_forward_triton(x.q3, x.k2, x.w2, x.out2, x.cu_q, x.cu_k, x.offsets, c.max_q, c.ratio, c.sm_scale)
 
-    impl = Impl("triton", "Triton (fused)", 1e-5, make)
+    def unsupported(c: Case) -> str:
+        return "" if all(m % c.heads == 0 for m in (128, 256)) else f"H {c.heads} does not divide the tile rows (128, 256)"
+
+    impl = Impl("triton", "Triton (fused)", 1e-5, make, unsupported=unsupported)
     impl.notes.append(f"triton {triton.__version__}, autotuned over bench/triton_indexer.py CONFIGS per (S_k, S_q, H)")
     return impl
 
@@ -314,13 +372,17 @@ def cudnn_impl(wheel_dirs, site_dir: Path) -> Impl:
     except Exception:  # noqa: BLE001
         notes.append(f"cudnn-frontend {cudnn.__version__}")
 
-    def make(c: Case, x: Inputs, sm_scale: float):
-        kw = dict(ratio=c.ratio, sm_scale=sm_scale)
+    def make(c: Case, x: Inputs):
+        # BSHD (B, S_q, H, D) with any B and sm_scale a runtime argument (not in its compile key).
+        kw = dict(ratio=c.ratio, sm_scale=c.sm_scale)
         if c.thd:
             kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=c.max_q, max_seqlen_k=c.n_cols)
         return lambda: indexer_forward_wrapper(x.q, x.k, x.w, out=x.out, **kw)
 
-    impl = Impl("cudnn", label, 1e-5, make)
+    def unsupported(c: Case) -> str:
+        return "" if c.heads in (16, 32, 64) else f"its SM90 kernel takes H 16, 32 or 64, not {c.heads}"
+
+    impl = Impl("cudnn", label, 1e-5, make, unsupported=unsupported)
     impl.notes += notes
     return impl
 
@@ -328,21 +390,28 @@ def cudnn_impl(wheel_dirs, site_dir: Path) -> Impl:
 # ------------------------------------------------------------------ measuring ------------
 
 
-def check(impl: Impl, c: Case, device: str, sm_scale: float) -> dict:
+def check(impl: Impl, c: Case, device: str, q_tiles: int = LEAN_CHECK_TILES, cache: dict | None = None) -> dict:
     """Runs `impl` on the validation shape of `c` (outputs pre-filled with NaN) and compares
-    with the fp64 oracle."""
+    with the fp64 oracle. `cache` keeps each validation shape's inputs and oracle for the
+    next implementation."""
     import torch
 
     from dsa_indexer.reference import compare, indexer_forward_reference
 
-    s = small_case(c)
-    x = Inputs(s, seed=7, device=device)
+    s = small_case(c, q_tiles)
+    hit = cache.get(s.name) if cache is not None else None
+    if hit is None:
+        x = Inputs(s, seed=7, device=device)
+        kw = dict(ratio=s.ratio, sm_scale=s.sm_scale)
+        if s.thd:
+            kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=s.max_q, max_seqlen_k=s.n_cols)
+        hit = (x, indexer_forward_reference(x.q, x.k, x.w, **kw))
+        if cache is not None:
+            cache.clear()  # one shape at a time
+            cache[s.name] = hit
+    x, ref = hit
     x.out.fill_(float("nan"))
-    kw = dict(ratio=s.ratio, sm_scale=sm_scale)
-    if s.thd:
-        kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=s.max_q, max_seqlen_k=s.n_cols)
-    ref = indexer_forward_reference(x.q, x.k, x.w, **kw)
-    res = impl.make(s, x, sm_scale)()
+    res = impl.make(s, x)()
     got = x.out
     if isinstance(res, dict) or hasattr(res, "keys"):
         res = res["scores"]
@@ -352,6 +421,7 @@ def check(impl: Impl, c: Case, device: str, sm_scale: float) -> dict:
     r = compare(got.reshape(ref.shape), ref)
     r["ok"] = r["pattern_mismatch"] == 0 and r["non_finite"] == 0 and r["rel_l2"] <= impl.tol
     r["shape"] = s.name
+    r["dims"] = s.dims()
     r["tol"] = impl.tol
     return r
 
@@ -377,6 +447,69 @@ def time_calls(fns, warmup: int, budget_s: float, min_reps: int, max_reps: int) 
     torch.cuda.synchronize()
     us = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
     return {"median_us": statistics.median(us), "min_us": min(us), "reps": reps}
+
+
+PER_GRAPH = 10  # calls captured in one warm graph (as the CLI's time_forward_graph), fewer for slow calls
+
+
+def time_graph(fn, one_us: float, budget_s: float, min_reps: int, max_reps: int) -> dict:
+    """Median device time per call of `fn` on the same inputs, replayed from a CUDA graph of
+    `per_graph` captured back-to-back calls. Raises when `fn` cannot be captured."""
+    import torch
+
+    per_graph = max(1, min(PER_GRAPH, int(20e3 / max(one_us, 1.0))))  # a replay of ~20 ms at most
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (torch's recipe), same inputs
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    caller = torch.cuda.current_stream()
+    try:
+        try:
+            # thread_local: as the CLI's capture (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                for _ in range(per_graph):
+                    fn()
+        except BaseException:
+            # torch.cuda.graph's __exit__ leaves its capture stream current when capture_end raises
+            torch.cuda.set_stream(caller)
+            raise
+        for _ in range(2):
+            g.replay()
+        torch.cuda.synchronize()
+        reps = int(min(max_reps, max(min_reps, budget_s / (per_graph * one_us * 1e-6))))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            starts[i].record()
+            g.replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+        us = [s.elapsed_time(e) * 1e3 / per_graph for s, e in zip(starts, ends)]
+    finally:
+        del g
+    return {"median_us": statistics.median(us), "min_us": min(us), "reps": reps, "per_graph": per_graph, "mode": "graph"}
+
+
+def time_warm(fn, one_us: float, args) -> dict:
+    """Warm time: a CUDA-graph replay; if `fn` cannot be captured, back-to-back calls on the
+    same inputs (mode "loop", the capture's error kept)."""
+    import torch
+
+    try:
+        return time_graph(fn, one_us, args.budget, args.min_reps, args.reps)
+    except Exception as e:  # noqa: BLE001 (the fallback below is labelled with it)
+        err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 (an error of the failed capture surfacing here)
+        pass
+    t = time_calls([fn], warmup=3, budget_s=args.budget, min_reps=args.min_reps, max_reps=args.reps)
+    t.update(mode="loop", graph_error=err)
+    return t
 
 
 def gemm_ceiling(n: int = 8192, reps: int = 10) -> dict:
@@ -450,6 +583,61 @@ def run_jitcost(args) -> dict:
         return r
 
 
+def _err(e: Exception) -> str:
+    msg = str(e).strip()
+    return f"{type(e).__name__}: {msg.splitlines()[0] if msg else ''}"[:400]
+
+
+def _rates(t: dict, c: Case, ceiling_tflops: float) -> dict:
+    t["tflops"] = c.flops() / (t["median_us"] * 1e-6) / 1e12
+    t["pct_ceiling"] = 100.0 * t["tflops"] / ceiling_tflops
+    return t
+
+
+def measure_cell(im: Impl, c: Case, row_sets: list, args, ceiling_tflops: float, q_tiles: int, check_cache: dict) -> dict:
+    """One (case, implementation) cell: check, cold time, warm time. `row_sets` holds the
+    case's rotating input sets, created by the first implementation that needs them."""
+    from dsa_indexer.errors import UnsupportedConfig
+
+    run: dict = {}
+    why = im.unsupported(c) if im.unsupported else ""
+    if why:
+        run["status"] = f"unavailable for this case: {why}"
+        return run
+    try:
+        run["check"] = check(im, c, DEVICE, q_tiles, check_cache)
+    except UnsupportedConfig as e:
+        run["status"] = f"not served: {not_served_reason(str(e))}"
+        return run
+    except Exception as e:  # noqa: BLE001 (the failure is the result shown)
+        run["status"] = f"check failed to run: {_err(e)}"
+        run["traceback"] = traceback.format_exc()[-3000:]
+        return run
+    try:
+        if not row_sets:
+            one = Inputs(c, seed=42, device=DEVICE)
+            nsets = max(2, min(4, math.ceil(200e6 / one.nbytes())))
+            row_sets += [one] + [Inputs(c, seed=42 + i, device=DEVICE) for i in range(1, nsets)]
+        fns = [im.make(c, x) for x in row_sets]
+        run.update(_rates(time_calls(fns, warmup=3, budget_s=args.budget, min_reps=args.min_reps, max_reps=args.reps), c, ceiling_tflops))
+    except UnsupportedConfig as e:
+        run["status"] = f"not served: {not_served_reason(str(e))}"
+        return run
+    except Exception as e:  # noqa: BLE001
+        run["status"] = f"failed: {_err(e)}"
+        run["traceback"] = traceback.format_exc()[-3000:]
+        return run
+    run["status"] = "ok" if run["check"]["ok"] else "measured, but the correctness check FAILED"
+    if "warm" in args.skip:
+        return run
+    try:
+        run["warm"] = _rates(time_warm(fns[0], run["median_us"], args), c, ceiling_tflops)
+    except Exception as e:  # noqa: BLE001
+        run["warm"] = {"error": f"warm timing failed: {_err(e)}"}
+        run["warm_traceback"] = traceback.format_exc()[-3000:]
+    return run
+
+
 def measure(args) -> dict:
     import torch
 
@@ -462,8 +650,10 @@ def measure(args) -> dict:
         if found and not (REPO / "build" / "libdsa_indexer.so").exists():
             os.environ["DSA_INDEXER_LIBRARY"] = str(found[-1])
     t_start = time.perf_counter()
-    device = DEVICE
-    results = {"env": environment(args), "cases": [], "impls": {}, "skipped": []}
+    results = {"format": RESULTS_FORMAT, "env": environment(args), "cases": [], "impls": {}, "skipped": []}
+    q_tiles = max(LEAN_CHECK_TILES, results["env"]["sm_count"])
+    results["method"] = {"per_graph": PER_GRAPH, "capture_error_mode": "thread_local", "check_q_tiles": q_tiles,
+                         "budget_s": args.budget, "min_reps": args.min_reps, "max_reps": args.reps}
     results["jitcost"] = run_jitcost(args)
     print(f"[peers] jitcost: {results['jitcost'].get('error') or 'measured in %.1f s' % results['jitcost']['elapsed_s']}", flush=True)
     impls = [dsa_impl(f) for f in args.families]
@@ -477,46 +667,32 @@ def measure(args) -> dict:
         results["impls"][im.key] = {"label": im.label, "available": im.available, "reason": im.reason, "notes": im.notes, "tol": im.tol}
         print(f"[peers] {im.label}: {'ok' if im.available else 'UNAVAILABLE: ' + im.reason}", flush=True)
     results["ceiling"] = gemm_ceiling()
-    print(f"[peers] bf16 GEMM ceiling: {results['ceiling']['tflops']:.1f} TFLOP/s", flush=True)
+    ceiling = results["ceiling"]["tflops"]
+    print(f"[peers] bf16 GEMM ceiling: {ceiling:.1f} TFLOP/s", flush=True)
 
     out_dir = Path(args.out)
+    check_cache: dict = {}
     for c in bench_cases(args.quick):
         row = {"case": asdict(c), "name": c.name, "visible_pairs": c.visible_pairs(), "flops": c.flops(), "series": c.series,
-               "s_q": c.t_q, "runs": {}}
-        sets = None
+               "s_q": c.t_q if c.thd else c.s_q, "runs": {}}
+        sets: list = []
         for im in impls:
-            run = {}
-            row["runs"][im.key] = run
             if not im.available:
-                run["status"] = f"unavailable: {im.reason}"
-                continue
-            if time.perf_counter() - t_start > args.max_seconds:
-                run["status"] = f"not measured: the run's time budget ({args.max_seconds:.0f} s) was spent"
-                continue
-            try:
-                run["check"] = check(im, c, device, args.sm_scale)
-            except Exception as e:  # noqa: BLE001 (the failure is the result shown)
-                run["status"] = f"check failed to run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
-                run["traceback"] = traceback.format_exc()[-3000:]
-                print(f"[peers] {c.name} / {im.label}: {run['status']}", flush=True)
-                continue
-            try:
-                if sets is None:
-                    one = Inputs(c, seed=42, device=device)
-                    nsets = max(2, min(4, math.ceil(200e6 / one.nbytes())))
-                    sets = [one] + [Inputs(c, seed=42 + i, device=device) for i in range(1, nsets)]
-                fns = [im.make(c, x, args.sm_scale) for x in sets]
-                t = time_calls(fns, warmup=3, budget_s=args.budget, min_reps=args.min_reps, max_reps=args.reps)
-                t["tflops"] = c.flops() / (t["median_us"] * 1e-6) / 1e12
-                t["pct_ceiling"] = 100.0 * t["tflops"] / results["ceiling"]["tflops"]
-                run.update(t)
-                run["status"] = "ok" if run["check"]["ok"] else "measured, but the correctness check FAILED"
-            except Exception as e:  # noqa: BLE001
-                run["status"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
-                run["traceback"] = traceback.format_exc()[-3000:]
-            msg = f"{run.get('median_us', float('nan')):10.1f} us {run.get('tflops', float('nan')):7.1f} TF/s"
-            print(f"[peers] {c.name:<30} {im.label:<24} {msg}  rel-L2 {run['check']['rel_l2']:.2e}  {run['status']}", flush=True)
+                run = {"status": f"unavailable: {im.reason}"}
+            elif time.perf_counter() - t_start > args.max_seconds:
+                run = {"status": f"not measured: the run's time budget ({args.max_seconds:.0f} s) was spent"}
+            else:
+                run = measure_cell(im, c, sets, args, ceiling, q_tiles, check_cache)
+            row["runs"][im.key] = run
+            w = run.get("warm", {})
+            msg = (f"cold {run.get('median_us', float('nan')):9.1f} us {run.get('tflops', float('nan')):6.1f} TF/s  "
+                   f"warm {w.get('median_us', float('nan')):9.1f} us {w.get('tflops', float('nan')):6.1f} TF/s {w.get('mode', '')}")
+            rel = run.get("check", {}).get("rel_l2", float("nan"))
+            print(f"[peers] {c.name:<30} {im.label:<24} {msg}  rel-L2 {rel:.2e}  {run['status']}", flush=True)
+            if w.get("graph_error"):
+                print(f"[peers]   not graph-captured: {w['graph_error']}", flush=True)
         del sets
+        check_cache.clear()
         torch.cuda.empty_cache()
         results["cases"].append(row)
         save_json(results, out_dir)  # partial results (and doc) survive a kill
@@ -548,10 +724,133 @@ def _fmt_pairs(n: int) -> str:
     return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
 
 
+LEAN, GENERIC, AUTO, CUDNN = "dsa_lean", "dsa_generic", "dsa_auto", "cudnn"
+TFLOPS_TARGET_CASE = "bshd H64 r2 S_q 8192"
+NOT_SERVED = "not served: "
+
+
+def case_from_dict(d: dict) -> Case:
+    """A Case from its JSON form (older files lack batch and sm_scale: the defaults)."""
+    names = {f.name for f in fields(Case)}
+    return Case(**{k: v for k, v in d.items() if k in names})
+
+
+def _timing(run: dict, mode: str):
+    """The cold (top level, as in older files) or warm timing dict of a run, or None."""
+    t = run if mode == "cold" else run.get("warm") or {}
+    return t if "median_us" in t else None
+
+
+def _check_flag(*runs) -> str:
+    return "" if all(r.get("check", {}).get("ok") for r in runs) else " ✗"
+
+
+def _loop_flag(mode: str, *runs) -> str:
+    return " †" if mode == "warm" and any((r.get("warm") or {}).get("mode") == "loop" for r in runs) else ""
+
+
+def _cell(run: dict, mode: str) -> str:
+    t = _timing(run, mode)
+    if t:
+        return f"{t['median_us']:.1f} us · {t['tflops']:.0f} TF/s · {t['pct_ceiling']:.0f}%{_check_flag(run)}{_loop_flag(mode, run)}"
+    st = run.get("status", "")
+    if st.startswith(NOT_SERVED):
+        return f"— ({st[len(NOT_SERVED):]})"
+    return "—"
+
+
+def speedup(row: dict, a: str, b: str, mode: str):
+    """Time of b / time of a (> 1: a is faster) in `mode`, or None."""
+    ta, tb = _timing(row["runs"].get(a, {}), mode), _timing(row["runs"].get(b, {}), mode)
+    return tb["median_us"] / ta["median_us"] if ta and tb else None
+
+
+def _speedup_cell(row: dict, a: str, b: str) -> str:
+    out = []
+    for mode in ("cold", "warm"):
+        v = speedup(row, a, b, mode)
+        ra, rb = row["runs"].get(a, {}), row["runs"].get(b, {})
+        out.append(f"{v:.2f}x{_check_flag(ra, rb)}{_loop_flag(mode, ra, rb)}" if v else "—")
+    return " / ".join(out)
+
+
+def speedup_pairs(keys: list) -> list:
+    """(a, b) columns of the speed-up table: lean (else generic) against every other
+    implementation but auto, then generic against cuDNN-frontend."""
+    base = LEAN if LEAN in keys else GENERIC if GENERIC in keys else None
+    if base is None:
+        return []
+    pairs = [(base, k) for k in keys if k not in (base, AUTO)]
+    if base == LEAN and GENERIC in keys and CUDNN in keys:
+        pairs.append((GENERIC, CUDNN))
+    return pairs
+
+
+# The project's targets for lean (docs/DESIGN.md): (what, measured value, threshold, format).
+def _lean_vs(peer: str, sq_pred):
+    def value(row: dict, mode: str):
+        if not sq_pred(row) or any(not row["runs"].get(k, {}).get("check", {}).get("ok") for k in (LEAN, peer)):
+            return None
+        return speedup(row, LEAN, peer, mode)
+
+    return value
+
+
+def _lean_tflops(row: dict, mode: str):
+    run = row["runs"].get(LEAN, {})
+    t = _timing(run, mode)
+    return t["tflops"] if t and row["name"] == TFLOPS_TARGET_CASE and run.get("check", {}).get("ok") else None
+
+
+def _row_sq(row: dict) -> int:
+    return row["case"]["s_q"] if not row["case"].get("cu_q") else row["s_q"]
+
+
+TARGETS = [
+    ("lean >= 1.3x cuDNN-frontend at S_q >= 4096", _lean_vs(CUDNN, lambda row: _row_sq(row) >= 4096), 1.3, "{:.2f}x"),
+    ("lean >= 1.2x cuDNN-frontend at S_q 2048", _lean_vs(CUDNN, lambda row: _row_sq(row) < 4096), 1.2, "{:.2f}x"),
+    ("lean >= 1.15x generic", _lean_vs(GENERIC, lambda row: True), 1.15, "{:.2f}x"),
+    (f"lean >= 650 TFLOP/s at {TFLOPS_TARGET_CASE} (H 64, ratio 2, B 1)", _lean_tflops, 650.0, "{:.0f} TF/s"),
+]
+
+
+def _target_cell(rows: list, value, threshold: float, fmt: str, mode: str) -> str:
+    vals = [(row["name"], v) for row in rows if (v := value(row, mode)) is not None]
+    if not vals:
+        return "not measured"
+    missed = [(n, v) for n, v in vals if v < threshold]
+    if len(vals) == 1:
+        return f"{fmt.format(vals[0][1])} " + ("met" if not missed else "**missed**")
+    if not missed:
+        n, v = min(vals, key=lambda t: t[1])
+        return f"met in all {len(vals)} cases (lowest {fmt.format(v)}: {n})"
+    return f"**missed** in {len(missed)} of {len(vals)}: " + "; ".join(f"{n} {fmt.format(v)}" for n, v in missed)
+
+
+def _method(r: dict) -> str:
+    if r.get("format", 1) < 2:
+        return ("the shapes of `dsa-indexer bench` (D 128, B 1, no offsets, sm_scale 1, inputs N(0,1) in bf16 without zeros); "
+                "CUDA events around each call, calls enqueued back to back over 2-4 rotating input sets of >= 200 MB together "
+                "(L2 is 60 MB), 3 warm-up calls, median of N calls (N adapts to a time budget per cell; in the JSON). "
+                "This run predates the warm timing and the lean family.")
+    m = r.get("method", {})
+    return ("the shapes of `dsa-indexer bench` (D 128, no offsets, B 1 but in the B4 case, sm_scale 0.125 but in the scale1 and THD "
+            "cases (1, as the CLI's), inputs N(0,1) in bf16 without zeros), every implementation given the case's B and sm_scale; "
+            "CUDA events, median of N (N adapts to a time budget per cell; in the JSON). **Cold**: calls enqueued back to back over "
+            "2-4 rotating input sets of >= 200 MB together (L2 is 60 MB), 3 warm-up calls. **Warm**: the same inputs every call, "
+            f"a `torch.cuda.CUDAGraph` of up to {m.get('per_graph', PER_GRAPH)} back-to-back captured calls replayed "
+            f"(capture_error_mode {m.get('capture_error_mode', 'thread_local')}; time per call = replay time / calls), as the "
+            "CLI's warm column; † marks an implementation that could not be captured, timed instead with back-to-back calls "
+            "on the same inputs (its launch cost then shows where it exceeds the kernel time).")
+
+
 def render_section(r: dict) -> str:
     env, ceil = r["env"], r["ceiling"]
     keys = list(r["impls"])
     labels = {k: r["impls"][k]["label"] for k in keys}
+    short = {k: labels[k].replace("dsa-indexer ", "") if k.startswith("dsa_") else labels[k] for k in keys}
+    rows = r["cases"]
+    any_warm = any(_timing(run, "warm") for row in rows for run in row["runs"].values())
     L = [BEGIN, "## dsa-indexer and its peers", ""]
     L.append(
         "Generated by `bench/peers.py` (do not edit between the markers), JIT costs included. Regenerate on the GPU machine with "
@@ -578,46 +877,45 @@ def render_section(r: dict) -> str:
         f"**{ceil['tflops']:.0f} TFLOP/s** (again at the end of the run: {end.get('tflops', float('nan')):.0f} TFLOP/s)"
     )
     L.append(
-        "- **Method**: the shapes of `dsa-indexer bench` (D 128, B 1, no offsets, sm_scale 1, inputs N(0,1) in bf16 without zeros); "
-        "CUDA events around each call, calls enqueued back to back over 2-4 rotating input sets of >= 200 MB together "
-        "(L2 is 60 MB), 3 warm-up calls, median of N calls (N adapts to a time budget per cell; in the JSON). "
-        "Useful TFLOP/s = 2 * H * 128 * visible pairs / time; % = of the ceiling above. Every implementation writes every output cell "
-        "(cuDNN-frontend pre-fills -inf itself, inside the timed call)."
+        "- **Method**: " + _method(r) + " Useful TFLOP/s = 2 * H * 128 * visible pairs / time; % = of the ceiling above. "
+        "Every implementation writes every output cell (cuDNN-frontend pre-fills -inf itself, inside the timed call)."
     )
-    L.append("")
-    L.append("### Median time, useful TFLOP/s, % of the bf16 GEMM ceiling")
-    L.append("")
-    L.append("| case | visible pairs | " + " | ".join(labels[k] for k in keys) + " |")
-    L.append("|---|---:|" + "---:|" * len(keys))
-    for row in r["cases"]:
-        cells = []
-        for k in keys:
-            run = row["runs"].get(k, {})
-            if "median_us" in run:
-                flag = "" if run.get("check", {}).get("ok") else " ✗"
-                cells.append(f"{run['median_us']:.1f} us · {run['tflops']:.0f} TF/s · {run['pct_ceiling']:.0f}%{flag}")
-            else:
-                cells.append("—")
-        L.append(f"| {row['name']} | {_fmt_pairs(row['visible_pairs'])} | " + " | ".join(cells) + " |")
-    L.append("")
-    L.append("✗: measured, but the implementation failed its correctness check (below); —: not measured (reasons below).")
-    base = "dsa_generic"
-    peers = [k for k in keys if k != base]
-    if base in keys and peers:
+    titles = {"cold": "Cold (rotating inputs > L2): median time, useful TFLOP/s, % of the bf16 GEMM ceiling",
+              "warm": "Warm (same inputs, CUDA-graph replay): median time per call, useful TFLOP/s, % of the bf16 GEMM ceiling"}
+    for mode in ("cold", "warm"):
         L.append("")
-        L.append("### Speed-up of dsa-indexer generic (peer time / generic time)")
+        L.append(f"### {titles[mode]}")
         L.append("")
-        L.append("| case | " + " | ".join(labels[k] for k in peers) + " |")
-        L.append("|---|" + "---:|" * len(peers))
-        for row in r["cases"]:
-            g = row["runs"].get(base, {}).get("median_us")
-            cells = []
-            for k in peers:
-                run = row["runs"].get(k, {})
-                t = run.get("median_us")
-                flag = "" if run.get("check", {}).get("ok") else " ✗"
-                cells.append(f"{t / g:.2f}x{flag}" if g and t else "—")
-            L.append(f"| {row['name']} | " + " | ".join(cells) + " |")
+        if mode == "warm" and not any_warm:
+            L.append("Not measured in this run (it predates the warm timing, or ran with `--skip warm`).")
+            continue
+        L.append("| case | visible pairs | " + " | ".join(labels[k] for k in keys) + " |")
+        L.append("|---|---:|" + "---:|" * len(keys))
+        for row in rows:
+            cells = [_cell(row["runs"].get(k, {}), mode) for k in keys]
+            L.append(f"| {row['name']} | {_fmt_pairs(row['visible_pairs'])} | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("✗: measured, but the implementation failed its correctness check (below); † (warm): not graph-captured, back-to-back "
+             "calls on the same inputs; — (reason): the family does not serve the case; —: not measured (reasons below).")
+    pairs = speedup_pairs(keys)
+    if pairs:
+        L.append("")
+        L.append("### Speed-ups (time of the second / time of the first; > 1: the first is faster), cold / warm")
+        L.append("")
+        L.append("| case | " + " | ".join(f"{short[a]} vs {short[b]}" for a, b in pairs) + " |")
+        L.append("|---|" + "---:|" * len(pairs))
+        for row in rows:
+            L.append(f"| {row['name']} | " + " | ".join(_speedup_cell(row, a, b) for a, b in pairs) + " |")
+    if LEAN in keys:
+        L.append("")
+        L.append("### Targets of the lean family")
+        L.append("")
+        L.append("Cells whose correctness check failed are not counted; — above (not served, not measured) neither.")
+        L.append("")
+        L.append("| target | cold | warm |")
+        L.append("|---|---|---|")
+        for what, value, threshold, fmt in TARGETS:
+            L.append(f"| {what} | " + " | ".join(_target_cell(rows, value, threshold, fmt, mode) for mode in ("cold", "warm")) + " |")
     L.append("")
     L.append("### Correctness on the validation shape of each case (fp64 PyTorch oracle on the same bf16 inputs)")
     L.append("")
@@ -625,42 +923,50 @@ def render_section(r: dict) -> str:
     L.append("")
     L.append("| case (validation shape) | " + " | ".join(f"{labels[k]} (tol {r['impls'][k]['tol']:.0e})" for k in keys) + " |")
     L.append("|---|" + "---:|" * len(keys))
-    for row in r["cases"]:
-        small = small_case(Case(**row["case"]))
-        shape = f"S_q {small.s_q}, S_k {small.s_k}" if not small.thd else f"cu_q {small.cu_q}, cu_k {small.cu_k}"
+    for row in rows:
+        dims = next((run["check"]["dims"] for run in row["runs"].values() if run.get("check", {}).get("dims")), None)
+        if dims is None:
+            dims = legacy_small_dims(row["case"]) if r.get("format", 1) < 2 else small_case(case_from_dict(row["case"])).dims()
         cells = []
         for k in keys:
-            ch = row["runs"].get(k, {}).get("check")
+            run = row["runs"].get(k, {})
+            ch = run.get("check")
             if not ch:
-                cells.append("—")
+                cells.append("— (not served)" if run.get("status", "").startswith(NOT_SERVED) else "—")
                 continue
             verdict = "ok" if ch["ok"] else "**FAIL**"
             extra = "" if ch["pattern_mismatch"] == 0 and ch["non_finite"] == 0 else f", {ch['pattern_mismatch']} -inf mismatches, {ch['non_finite']} NaN/+inf"
             cells.append(f"{ch['rel_l2']:.1e} {verdict}{extra}")
-        L.append(f"| {row['name']} ({shape}) | " + " | ".join(cells) + " |")
+        L.append(f"| {row['name']} ({dims}) | " + " | ".join(cells) + " |")
     missing = []
     for k in keys:
         if not r["impls"][k]["available"]:
             missing.append(f"- {labels[k]}: {r['impls'][k]['reason']}")
             continue
         by_status: dict[str, list[str]] = {}
-        for row in r["cases"]:
-            st = row["runs"].get(k, {}).get("status", "")
+        for row in rows:
+            run = row["runs"].get(k, {})
+            st = run.get("status", "")
             if st and st != "ok":
                 by_status.setdefault(st, []).append(row["name"])
+            w = run.get("warm") or {}
+            if w.get("graph_error"):
+                by_status.setdefault(f"warm time not graph-captured (†): {w['graph_error']}", []).append(row["name"])
+            if w.get("error"):
+                by_status.setdefault(w["error"], []).append(row["name"])
         for st, names in by_status.items():
-            where = "every case" if len(names) == len(r["cases"]) else ", ".join(names)
+            where = "every case" if len(names) == len(rows) else ", ".join(names)
             missing.append(f"- {labels[k]} ({where}): {st}")
     if missing:
         L.append("")
-        L.append("### Not measured or failed")
+        L.append("### Not measured, not served, failed or not graph-captured")
         L.append("")
         L += missing
     if r.get("triton_configs"):
         L.append("")
         L.append("Triton autotuner picks (key: S_k, S_q, H): " + "; ".join(f"{k} -> {v}" for k, v in r["triton_configs"].items()))
     L.append("")
-    L.append(f"![useful TFLOP/s vs S_q, H 64, ratio 2]({PLOT_NAME})")
+    L.append(f"![useful TFLOP/s vs S_q, H 64, ratio 2, cold and warm]({PLOT_NAME})")
     L += render_jitcost(r.get("jitcost"))
     L.append(END)
     return "\n".join(L) + "\n"
@@ -735,6 +1041,8 @@ def write_doc(section: str, out_dir: Path) -> Path:
 
 
 def plot(r: dict, out_dir: Path) -> Path | None:
+    """Useful TFLOP/s vs S_q of the H 64 ratio-2 B 1 cases, every implementation: a cold panel
+    and, when the run has warm times, a warm panel with the same colours."""
     try:
         import matplotlib
 
@@ -744,25 +1052,36 @@ def plot(r: dict, out_dir: Path) -> Path | None:
         print(f"[peers] no plot: {e}", file=sys.stderr)
         return None
     rows = [row for row in r["cases"] if row["series"] == "h64r2"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=130)
-    markers = "osD^v<>"
-    for i, (k, meta) in enumerate(r["impls"].items()):
-        pts = [(row["s_q"], row["runs"][k]["tflops"]) for row in rows if "tflops" in row["runs"].get(k, {})]
-        if pts:
-            failed = any(not row["runs"][k].get("check", {}).get("ok", False) for row in rows if k in row["runs"])
-            ax.plot(*zip(*pts), marker=markers[i % len(markers)], label=meta["label"] + (" (check failed)" if failed else ""))
+    modes = ["cold"] + (["warm"] if any(_timing(run, "warm") for row in rows for run in row["runs"].values()) else [])
+    fig, axes = plt.subplots(1, len(modes), figsize=(7.5 * len(modes), 4.8), dpi=130, sharey=True, squeeze=False)
+    markers = "osD^v<>p*"
+    colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
     ceil = r["ceiling"]["tflops"]
-    ax.axhline(ceil, color="k", linestyle="--", linewidth=1, label=f"bf16 GEMM ceiling ({ceil:.0f})")
-    ax.set_xscale("log", base=2)
     xs = [row["s_q"] for row in rows]
-    if xs:
-        ax.set_xticks(xs, [str(x) for x in xs])
-    ax.set_xlabel("S_q (S_k = S_q / 2, H 64, D 128, ratio 2, B 1)")
-    ax.set_ylabel("useful TFLOP/s")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"DSA indexer forward on {r['env']['gpu']}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    for ax, mode in zip(axes[0], modes):
+        for i, (k, meta) in enumerate(r["impls"].items()):
+            pts = [(row["s_q"], t["tflops"]) for row in rows if (t := _timing(row["runs"].get(k, {}), mode))]
+            if not pts:
+                continue
+            failed = any(not row["runs"][k].get("check", {}).get("ok", False) for row in rows if _timing(row["runs"].get(k, {}), mode))
+            loop = mode == "warm" and any((row["runs"].get(k, {}).get("warm") or {}).get("mode") == "loop" for row in rows)
+            label = meta["label"] + (" (check failed)" if failed else "") + (" (not graph-captured)" if loop else "")
+            lean = k == LEAN
+            ax.plot(*zip(*pts), marker=markers[i % len(markers)], color=colors[i % len(colors)], label=label,
+                    linewidth=2.4 if lean else 1.4, zorder=3 if lean else 2)
+        ax.axhline(ceil, color="k", linestyle="--", linewidth=1, label=f"bf16 GEMM ceiling ({ceil:.0f})")
+        if LEAN in r["impls"]:
+            ax.axhline(650, color="grey", linestyle=":", linewidth=1, label="lean target at S_q 8192 (650)")
+        ax.set_xscale("log", base=2)
+        if xs:
+            ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xlabel("S_q (S_k = S_q / 2, H 64, D 128, ratio 2, B 1)")
+        ax.set_title({"cold": "cold: rotating inputs > L2", "warm": "warm: same inputs, CUDA-graph replay"}[mode], fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("useful TFLOP/s")
+    fig.suptitle(f"DSA indexer forward on {r['env']['gpu']}")
     path = out_dir / PLOT_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -778,19 +1097,26 @@ def main(argv=None) -> int:
                     help="folders of cuDNN-frontend wheels or of bench/peer_wheels.py parts, installed with pip --target")
     ap.add_argument("--site-dir", default=None, help="pip --target of --wheels (default: a private tempfile.mkdtemp directory)")
     ap.add_argument("--library", default="", help="path of libdsa_indexer.so (default: $DSA_INDEXER_LIBRARY, else build/)")
-    ap.add_argument("--families", type=lambda s: s.split(","), default=["generic", "reference"], help="dsa-indexer families, comma-separated")
-    ap.add_argument("--skip", type=lambda s: s.split(","), default=[], help="peers to leave out: eager,triton,cudnn")
+    ap.add_argument("--families", type=lambda s: [f for f in s.split(",") if f], default=["lean", "generic", "auto"],
+                    help="dsa-indexer families, comma-separated, in column order: lean, generic, auto, reference (default lean,generic,auto)")
+    ap.add_argument("--skip", type=lambda s: [f for f in s.split(",") if f], default=[],
+                    help="what to leave out, comma-separated: eager, triton, cudnn (peers), warm (the CUDA-graph timing)")
     ap.add_argument("--reps", type=int, default=30, help="most timed calls per cell")
     ap.add_argument("--min-reps", type=int, default=5, help="fewest timed calls per cell")
     ap.add_argument("--budget", type=float, default=0.6, help="seconds of timed calls per cell (sets N)")
     ap.add_argument("--max-seconds", type=float, default=500, help="stop starting new cells after this many seconds")
-    ap.add_argument("--sm-scale", type=float, default=1.0)
     ap.add_argument("--quick", action="store_true", help="only the first 4 cases")
     ap.add_argument("--jitcost", default="", metavar="PATH|none",
                     help="the dsa-indexer tool whose `jitcost` fills the JIT-costs table (default build/tools/dsa-indexer; none: skip)")
     ap.add_argument("--jitcost-timeout", type=float, default=300)
     ap.add_argument("--from-json", default="", help="render the doc and plot from saved results; measure nothing")
     args = ap.parse_args(argv)
+    bad = [f for f in args.families if f not in ("lean", "generic", "auto", "reference")]
+    if bad:
+        ap.error(f"--families: unknown {', '.join(bad)} (choose from lean, generic, auto, reference)")
+    bad = [f for f in args.skip if f not in ("eager", "triton", "cudnn", "warm")]
+    if bad:
+        ap.error(f"--skip: unknown {', '.join(bad)} (choose from eager, triton, cudnn, warm)")
     out_dir = Path(args.out)
     if args.from_json:
         results = json.loads(Path(args.from_json).read_text())
@@ -799,6 +1125,10 @@ def main(argv=None) -> int:
         save_json(results, out_dir)
     doc = write_doc(render_section(results), out_dir)
     img = plot(results, out_dir)
+    if not args.from_json and LEAN in results["impls"]:
+        for what, value, threshold, fmt in TARGETS:
+            cells = [_target_cell(results["cases"], value, threshold, fmt, mode) for mode in ("cold", "warm")]
+            print(f"[peers] target {what}: cold {cells[0]}; warm {cells[1]}", flush=True)
     print(f"[peers] wrote {doc}" + (f", {img}" if img else "") + (f", {out_dir / JSON_NAME}" if not args.from_json else ""))
     return 0
 

@@ -1,5 +1,5 @@
 #pragma once
-// Content-addressed on-disk store of compiled kernels (DESIGN section 4.5).
+// Content-addressed on-disk store of compiled kernels (docs/DESIGN.md, "Caches").
 //
 // Layout: <dir>/v<format>/<key[0:2]>/<key>.dsak, one file per entry: a text header (format,
 // key, NVRTC version, arch, lowered kernel names, cubin size, and a digest of all of them with

@@ -1,17 +1,61 @@
-#include "planner.hpp"
+// The dispatcher (docs/DESIGN.md, "Dispatch"): which family serves a validated call. A family
+// asked for by name serves it or raises UnsupportedConfig naming its failed gate; automatic
+// calls take the first family, by priority, whose gate holds. Gates are cheap and throw
+// nothing, so validation errors have been raised (by validate) before any JIT; verdicts are
+// kept in a bounded LRU keyed by exactly what decides them.
+#include <memory>
+
+#include "family.hpp"
+#include "kernel_cache.hpp"
+#include "util.hpp"
 
 namespace dsa_indexer::detail {
+namespace {
 
-// The dispatcher. The lean fast path (DESIGN section 2) will be gated here in front of the
-// generic family; until it exists every automatic call goes to generic, which serves the whole
-// contract. The reference family is only ever chosen explicitly.
-Family choose_family(const Problem& /*p*/, KernelFamily requested) {
-  switch (requested) {
-    case KernelFamily::reference: return Family::reference;
-    case KernelFamily::generic:
-    case KernelFamily::automatic: return Family::generic;
+constexpr std::size_t kVerdictCapacity = 1024;
+
+LruCache<std::shared_ptr<const Gate>>& verdicts() {
+  static auto* cache = new LruCache<std::shared_ptr<const Gate>>(kVerdictCapacity);  // process lifetime
+  return *cache;
+}
+
+const Gate& verdict(const Family& f, const Problem& p, const DeviceInfo& dev) {
+  static const Gate kPass;
+  std::string key = f.gate_key(p, dev);
+  if (key.empty()) return kPass;  // the family serves every validated problem
+  key = std::to_string(dev.ordinal) + '/' + f.name() + '/' + key;
+  // The cached pointer keeps the verdict alive for the caller even if it is evicted meanwhile.
+  thread_local std::shared_ptr<const Gate> held;
+  held = verdicts().get_or_create(key, [&] { return std::make_shared<const Gate>(f.check(p, dev)); });
+  return *held;
+}
+
+}  // namespace
+
+const Family& choose_family(const Problem& p, const DeviceInfo& dev, KernelFamily requested, bool fast_paths_disabled) {
+  if (requested != KernelFamily::automatic) {
+    const Family& f = family_for(requested);
+    if (f.fast_path() && fast_paths_disabled)
+      fail_param<UnsupportedConfig>("indexer_forward", fmt::format("family {}", f.option()),
+                                    "DSA_INDEXER_DISABLE_LEAN unset", "it is set (fast paths are off)");
+    const Gate& g = verdict(f, p, dev);
+    if (!g.passed())
+      fail_param<UnsupportedConfig>("indexer_forward", fmt::format("family {}: {}", f.option(), g.failed), g.expected, g.actual);
+    return f;
   }
-  return Family::generic;
+  const Family* best = nullptr;
+  for (const Family* f : families()) {
+    if (f->auto_priority() <= 0 || (f->fast_path() && fast_paths_disabled)) continue;
+    if (best && f->auto_priority() <= best->auto_priority()) continue;
+    if (verdict(*f, p, dev).passed()) best = f;
+  }
+  if (!best) fail_param<UnsupportedConfig>("indexer_forward", "family", "a family that serves the call", "none");
+  return *best;
+}
+
+DispatchStats dispatch_stats() {
+  const LruStats s = verdicts().stats();
+  return DispatchStats{s.hits, s.misses, s.entries};
 }
 
 }  // namespace dsa_indexer::detail

@@ -31,7 +31,9 @@ namespace dsa_indexer::detail {
   X(cuMemcpyDtoD, 3020) X(cuMemsetD32, 3020) X(cuMemsetD8, 3020) X(cuEventCreate, 2000)              \
   X(cuEventRecord, 2000) X(cuEventSynchronize, 2000) X(cuEventElapsedTime, 2000)                     \
   X(cuEventDestroy, 4000) X(cuStreamCreate, 2000) X(cuStreamDestroy, 4000) X(cuMemGetInfo, 3020)     \
-  X(cuMemAllocHost, 3020) X(cuMemFreeHost, 2000)
+  X(cuMemAllocHost, 3020) X(cuMemFreeHost, 2000) X(cuStreamBeginCapture, 10010)                     \
+  X(cuStreamEndCapture, 10000) X(cuGraphInstantiateWithFlags, 11040) X(cuGraphLaunch, 10000)        \
+  X(cuGraphExecDestroy, 10000) X(cuGraphDestroy, 10000)
 
 class Driver {
  public:

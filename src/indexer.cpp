@@ -1,6 +1,9 @@
-// The public forward: validate -> pointer checks -> dispatch -> plan -> kernel cache -> launch.
+// The public forward: validate -> pointer checks -> dispatch -> plan -> kernel cache -> launch
+// (docs/DESIGN.md, "The pipeline").
 #include "dsa_indexer/indexer.hpp"
 
+#include "env.hpp"
+#include "family.hpp"
 #include "forward.hpp"
 #include "launch.hpp"
 #include "planner.hpp"
@@ -72,7 +75,7 @@ void forward(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, cons
   check_stream(stream, p.device);
   check_problem_pointers(p);
 
-  const Family family = choose_family(p, opt.family);
+  const Family& family = choose_family(p, dev, opt.family, env().disable_lean);
   const Plan plan = make_plan(p, dev, family);
   if (plan.empty) return;
   std::shared_ptr<LoadedKernel> kernel = Runtime::get().kernel(plan.spec, p.device);

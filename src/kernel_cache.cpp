@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "compile_isolation.hpp"
+#include "family.hpp"
 #include "nvrtc_compiler.hpp"
 #include "runtime.hpp"
 #include "sha256.hpp"
@@ -142,11 +143,11 @@ std::shared_ptr<LoadedKernel> Runtime::load(const KernelSpec& spec, int device) 
     d.check(d.cuModuleGetFunction(&f, k->module, name.c_str()), "cuModuleGetFunction");
     k->functions.push_back(f);
   }
-  if (spec.family == Family::generic) {
-    const int smem = GenericGeometry::smem_bytes(spec.heads, spec.kv_stages);
-    d.check(d.cuFuncSetAttribute(k->functions[0], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
-            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-  }
+  // The variant's own shared-memory size (the family computed it once, in its spec).
+  if (spec.dynamic_smem > 0)
+    for (CUfunction f : k->functions)
+      d.check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(spec.dynamic_smem)),
+              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   return k;
 }
 
@@ -156,7 +157,7 @@ std::string memory_key(const KernelSpec& spec, int device) {
   k.reserve(80);
   k += std::to_string(device);
   k += '/';
-  k += family_name(spec.family);
+  k += spec.family->name();
   k += '/';
   k += spec.shape_key();
   k += '/';

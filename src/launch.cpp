@@ -1,12 +1,13 @@
 #include "launch.hpp"
 
+#include "family.hpp"
 #include "util.hpp"
 
 #include <algorithm>
 
 namespace dsa_indexer::detail {
 
-dsa::DsaArgs make_args(const Problem& p, const Plan& plan) {
+dsa::DsaArgs make_args(const Problem& p) {
   dsa::DsaArgs a{};
   auto addr = [](const void* ptr) { return static_cast<u64>(reinterpret_cast<uintptr_t>(ptr)); };
   a.q = addr(p.q);
@@ -37,17 +38,15 @@ dsa::DsaArgs make_args(const Problem& p, const Plan& plan) {
   a.t_k = p.t_k;
   a.out_cols = p.out_cols;
   a.ratio = p.ratio;
-  a.num_tiles = plan.num_tiles;
-  a.tiles_per_batch = plan.tiles_per_batch;
   a.sm_scale = p.sm_scale;
   a.has_offsets = p.has_offsets ? 1 : 0;
   a.has_windows = p.has_windows ? 1 : 0;
   return a;
 }
 
-TmaGeometry q_tma_geometry(const Problem& p) {
+TmaGeometry q_tma_geometry(const Problem& p, int tokens_per_box) {
   TmaGeometry g;
-  const uint32_t tpw = static_cast<uint32_t>(GenericGeometry::tokens_per_consumer(p.heads));
+  const uint32_t tpw = static_cast<uint32_t>(tokens_per_box);
   if (p.layout == Layout::bshd) {
     g.rank = 4;
     const uint64_t d[4] = {128, uint64_t(p.heads), uint64_t(p.s_q), uint64_t(p.batch)};
@@ -107,16 +106,15 @@ const TmaDescBytes& TmaMemo::get(const void* base, const TmaGeometry& g) {
   return map_;
 }
 
-void launch_one(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t smem, CUstream stream,
-                void** params, const char* what) {
+void launch_one(CUfunction f, const KernelLaunch& l, CUstream stream, void** params, const char* what) {
   CUlaunchConfig cfg{};
-  cfg.gridDimX = grid[0];
-  cfg.gridDimY = grid[1];
-  cfg.gridDimZ = grid[2];
-  cfg.blockDimX = block[0];
-  cfg.blockDimY = block[1];
-  cfg.blockDimZ = block[2];
-  cfg.sharedMemBytes = smem;
+  cfg.gridDimX = l.grid[0];
+  cfg.gridDimY = l.grid[1];
+  cfg.gridDimZ = l.grid[2];
+  cfg.blockDimX = l.block[0];
+  cfg.blockDimY = l.block[1];
+  cfg.blockDimZ = l.block[2];
+  cfg.sharedMemBytes = l.smem;
   cfg.hStream = stream;
   cfg.attrs = nullptr;
   cfg.numAttrs = 0;
@@ -126,24 +124,7 @@ void launch_one(CUfunction f, const uint32_t grid[3], const uint32_t block[3], u
 
 void launch_forward(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) {
   if (plan.empty) return;
-  dsa::DsaArgs args = make_args(p, plan);
-  if (plan.spec.family == Family::reference) {
-    void* params[] = {&args};
-    launch_one(k.functions[0], plan.grid, plan.block, 0, stream, params, "cuLaunchKernelEx(sm90_indexer_reference_scores)");
-    if (plan.spec.lse) {
-      const uint32_t g[3] = {plan.lse_grid, 1, 1}, b[3] = {256, 1, 1};
-      launch_one(k.functions[1], g, b, 0, stream, params, "cuLaunchKernelEx(sm90_indexer_reference_lse)");
-    }
-    return;
-  }
-  // Encoding is a pure function of (base, geometry): a thread repeating its last call (the
-  // steady state of a training step) reuses the descriptors instead of encoding them again.
-  thread_local TmaMemo q_memo, k_memo;
-  const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p));
-  const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
-  // cuLaunchKernelEx copies the parameters at the call, so the memo's bytes may change later.
-  void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args};
-  launch_one(k.functions[0], plan.grid, plan.block, plan.smem_bytes, stream, params, "cuLaunchKernelEx(sm90_indexer_generic)");
+  plan.spec.family->launch(p, plan, k, stream);
 }
 
 }  // namespace dsa_indexer::detail

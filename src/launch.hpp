@@ -1,6 +1,8 @@
 #pragma once
-// Launch: kernel arguments and TMA descriptors of a planned call, and the cuLaunchKernelEx
-// calls on the caller's stream. No allocation, no synchronization.
+// Launch machinery the families share: the problem as kernel arguments, TMA descriptor
+// geometry and memo, and one cuLaunchKernelEx on the caller's stream. No allocation, no
+// synchronization. Which kernels a family launches with which parameters is the family's
+// (Family::launch).
 #include "dsa_args.cuh"
 #include "planner.hpp"
 #include "problem.hpp"
@@ -8,9 +10,9 @@
 
 namespace dsa_indexer::detail {
 
-dsa::DsaArgs make_args(const Problem& p, const Plan& plan);
+dsa::DsaArgs make_args(const Problem& p);
 
-// The generic family's Q and K tensor-map geometry (innermost first), exposed for tests.
+// Tensor-map geometry (innermost first), exposed for tests.
 struct TmaGeometry {
   int rank = 0;
   uint64_t dims[5] = {};
@@ -31,13 +33,15 @@ class TmaMemo {
   TmaGeometry geometry_;
   TmaDescBytes map_;
 };
-TmaGeometry q_tma_geometry(const Problem& p);
+// Q as (D, H, tokens[, B]) with a box of 64 D x H heads x `tokens_per_box` tokens; K as
+// (D, S_k[, B]) with a box of 64 D x 64 rows. Both 128-byte swizzled.
+TmaGeometry q_tma_geometry(const Problem& p, int tokens_per_box);
 TmaGeometry k_tma_geometry(const Problem& p);
 
 // One cuLaunchKernelEx on `stream`; `what` names the call in the DriverError.
-void launch_one(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t smem, CUstream stream,
-                void** params, const char* what);
+void launch_one(CUfunction f, const KernelLaunch& l, CUstream stream, void** params, const char* what);
 
+// The plan's family launches its kernels (nothing when the plan is empty).
 void launch_forward(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream);
 
 }  // namespace dsa_indexer::detail

@@ -1,14 +1,17 @@
 #pragma once
 // The planner: a pure function of a validated problem and a device description (no CUDA
-// calls), so that it is unit-tested with fake devices. It picks the kernel family and variant,
-// the shape key, the launch geometry and the reversed-LPT tile schedule.
+// calls), so that it is unit-tested with fake devices. The family plans its own variant,
+// launch geometry and schedule (Family::plan); this is the shared driver around it.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kernel_spec.hpp"
 #include "problem.hpp"
 
 namespace dsa_indexer::detail {
+
+class Family;
 
 struct DeviceInfo {
   int32_t ordinal = 0;
@@ -22,59 +25,39 @@ struct DeviceInfo {
   static DeviceInfo h200();
 };
 
-enum class Family : int32_t { reference = 0, generic = 1 };
-const char* family_name(Family f);  // "sm90_indexer_reference", "sm90_indexer_generic"
-
-// Everything that decides the compiled code of one kernel variant. Shapes, strides, ratio
-// and sm_scale are launch arguments and never appear here.
-struct KernelSpec {
-  Family family = Family::generic;
-  int32_t heads = 64;
-  DType w_dtype = DType::bf16;
-  bool lse = false;
-  Layout layout = Layout::bshd;
-  int32_t kv_stages = 0;  // generic only: depth of the KV ring
-  std::string arch = "sm_90a";
-
-  std::string shape_key() const;  // "h64.wbf16.lse0.bshd.s5"
-  bool operator==(const KernelSpec& o) const;
-};
-
-// Generic-family geometry (also used by the kernel template through the generated config).
-struct GenericGeometry {
-  static constexpr int kConsumers = 2;           // consumer warpgroups, each N = 256 packed rows
-  static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kKvRows = 64;             // KV rows per tile (the wgmma M)
-  static constexpr int kPackedRowsPerConsumer = 256;
-  static int tokens_per_consumer(int heads) { return kPackedRowsPerConsumer / heads; }
-  static int tokens_per_cta(int heads) { return kConsumers * tokens_per_consumer(heads); }
-  static int smem_bytes(int heads, int kv_stages);
+struct KernelLaunch {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t smem = 0;
 };
 
 struct Plan {
   KernelSpec spec;
-  uint32_t grid[3] = {1, 1, 1};
-  uint32_t block[3] = {1, 1, 1};
-  uint32_t smem_bytes = 0;
-  // generic: the static persistent schedule. Tile t = tile_in_batch * batch + b (BSHD) or
-  // the t-th run of tokens_per_tile packed rows (THD); CTA c takes linear ids c, c+G, ... and
-  // linear id L runs tile num_tiles-1-L, so the last (longest-window) tiles go first.
+  // One launch per kernel of the variant, in the order of its name expressions.
+  static constexpr int kMaxLaunches = 2;
+  KernelLaunch launches[kMaxLaunches];
+  int n_launches = 0;
+  // Persistent families: the static schedule runs num_tiles work items (q-tiles x batch) of
+  // tokens_per_tile query rows; a family documents its order beside its plan.
   int64_t num_tiles = 0;
   int64_t tiles_per_batch = 0;
   int32_t tokens_per_tile = 0;
-  // reference: the score kernel's grid is (rows, column blocks); the LSE kernel runs one block
-  // per row.
-  uint32_t lse_grid = 0;
-  bool empty = false;  // nothing to launch (T_q == 0)
+  bool empty = false;  // nothing to launch
 };
 
+// Checks what every family needs of the device (Hopper), then asks the family for its plan.
 // Throws UnsupportedConfig naming the device property when the device cannot run the plan.
-Plan make_plan(const Problem& p, const DeviceInfo& dev, Family family);
+Plan make_plan(const Problem& p, const DeviceInfo& dev, const Family& family);
 
-// Tiles CTA `cta` of the plan runs, in order (the same arithmetic as the kernel).
-std::vector<int64_t> cta_tile_order(const Plan& plan, int64_t cta);
+// The dispatcher (dispatch.cpp). A family asked for by name serves the call or raises
+// UnsupportedConfig naming its failed gate; `automatic` takes the first family, by priority,
+// whose gate holds. `fast_paths_disabled` is the escape hatch (DSA_INDEXER_DISABLE_LEAN).
+const Family& choose_family(const Problem& p, const DeviceInfo& dev, KernelFamily requested,
+                            bool fast_paths_disabled);
 
-// Picks the family for an automatic call (the lean fast path will sit in front of generic).
-Family choose_family(const Problem& p, KernelFamily requested);
+struct DispatchStats {
+  uint64_t verdict_hits = 0, verdict_misses = 0, entries = 0;
+};
+DispatchStats dispatch_stats();
 
 }  // namespace dsa_indexer::detail

@@ -13,7 +13,7 @@
 #include "kernel_cache.hpp"
 #include "nvrtc_compiler.hpp"
 #include "templates.hpp"
-#include "planner.hpp"
+#include "kernel_spec.hpp"
 
 namespace dsa_indexer::detail {
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "family.hpp"
 #include "util.hpp"
 
 namespace dsa_indexer::detail {
@@ -170,8 +171,8 @@ Problem validate(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, 
     bad("thd_columns", "local (0) or global (1)", std::to_string(static_cast<int>(opt.thd_columns)));
   if (!thd && opt.thd_columns != ThdColumns::local)
     bad("thd_columns", "local (the default) for a BSHD call", "global");
-  if (static_cast<int>(opt.family) < 0 || static_cast<int>(opt.family) > 2)
-    bad("family", "automatic (0), generic (1) or reference (2)", std::to_string(static_cast<int>(opt.family)));
+  if (opt.family != KernelFamily::automatic && !family_known(opt.family))
+    bad("family", fmt::format("automatic (0), {}", family_options()), std::to_string(static_cast<int>(opt.family)));
 
   // ---- q ----
   check_dtype(q, "q", DType::bf16);

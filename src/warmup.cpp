@@ -1,5 +1,6 @@
 #include "warmup.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "cache_fs.hpp"
+#include "family.hpp"
 #include "util.hpp"
 
 namespace dsa_indexer::detail {
@@ -81,13 +83,18 @@ std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::
       } else if (k == "lse") {
         if (v != "0" && v != "1") bad(k, "0 or 1");
         p.lse = v == "1";
+      } else if (k == "scale") {
+        if (v == "any") p.scale = ManifestScale::any;
+        else if (v == "1") p.scale = ManifestScale::one;
+        else if (v == "both") p.scale = ManifestScale::both;
+        else bad(k, "any, 1 or both");
       } else if (k == "family") {
+        const Family* f = family_by_option(v);
         if (v == "auto") p.family = KernelFamily::automatic;
-        else if (v == "generic") p.family = KernelFamily::generic;
-        else if (v == "reference") p.family = KernelFamily::reference;
-        else bad(k, "auto, generic or reference");
+        else if (f) p.family = f->id();
+        else bad(k, fmt::format("auto or one of {}", family_options()));
       } else {
-        bad("key", "one of layout, heads, sq, sk, ratio, w, lse, family");
+        bad("key", "one of layout, heads, sq, sk, ratio, w, lse, scale, family");
       }
     }
     if (!any) continue;
@@ -100,25 +107,53 @@ std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::
   return out;
 }
 
+namespace {
+// The problem a manifest line describes, as validate() would produce it for contiguous,
+// aligned operands with B = 1 (the device pointers are never dereferenced by planning).
+Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
+  Problem p;
+  p.layout = m.layout;
+  p.heads = m.heads;
+  p.head_dim = 128;
+  p.w_dtype = m.w;
+  p.has_lse = m.lse;
+  p.ratio = m.ratio;
+  p.sm_scale = sm_scale;
+  p.batch = 1;
+  p.s_q = p.t_q = m.sq;
+  p.s_k = p.t_k = m.sk;
+  p.rows = m.sq;
+  p.out_cols = m.sk;
+  const int64_t H = m.heads, D = 128;
+  const int64_t qs[3] = {m.sq * H * D, H * D, D}, ws[3] = {m.sq * H, H, 1};
+  std::copy(qs, qs + 3, p.q_stride);
+  std::copy(ws, ws + 3, p.w_stride);
+  p.k_stride[0] = m.sk * D;
+  p.k_stride[1] = D;
+  p.out_stride[0] = m.sq * m.sk;
+  p.out_stride[1] = m.sk;
+  p.lse_stride[0] = m.sq;
+  p.lse_stride[1] = 1;
+  return p;
+}
+}  // namespace
+
 std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& problems, const DeviceInfo& profile) {
   std::vector<KernelSpec> specs;
+  auto add = [&](const KernelSpec& s) {
+    if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+  };
   for (const auto& m : problems) {
-    Problem p;
-    p.layout = m.layout;
-    p.heads = m.heads;
-    p.head_dim = 128;
-    p.w_dtype = m.w;
-    p.has_lse = m.lse;
-    p.ratio = m.ratio;
-    p.batch = 1;
-    p.s_q = p.t_q = m.sq;
-    p.s_k = p.t_k = m.sk;
-    p.rows = m.sq;
-    p.out_cols = m.sk;
-    const Plan plan = make_plan(p, profile, choose_family(p, m.family));
-    bool seen = false;
-    for (const auto& s : specs) seen = seen || s == plan.spec;
-    if (!seen) specs.push_back(plan.spec);
+    std::vector<float> scales;
+    if (m.scale != ManifestScale::one) scales.push_back(0.125f);
+    if (m.scale != ManifestScale::any) scales.push_back(1.0f);
+    for (float sc : scales) {
+      const Problem p = manifest_problem(m, sc);
+      // An automatic line warms what the dispatcher picks and what it picks with the escape
+      // hatch set, so that neither setting meets a compile.
+      add(make_plan(p, profile, choose_family(p, profile, m.family, false)).spec);
+      if (m.family == KernelFamily::automatic) add(make_plan(p, profile, choose_family(p, profile, m.family, true)).spec);
+    }
   }
   return specs;
 }

@@ -4,7 +4,9 @@
 //
 // Manifest: one problem per line as key=value tokens; '#' starts a comment.
 //   layout=bshd|thd_local|thd_global  heads=16|32|64  sq=<S_q or T_q>  sk=<S_k or T_k>
-//   ratio=<n>  w=bf16|f32  lse=0|1  family=auto|generic|reference
+//   ratio=<n>  w=bf16|f32  lse=0|1  scale=any|1|both  family=auto|<a family's name>
+// scale: the sm_scale variants to warm where a family compiles them apart (lean): `any` (any
+// value but 1, the default), `1`, or both.
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,6 +16,8 @@
 
 namespace dsa_indexer::detail {
 
+enum class ManifestScale { any, one, both };
+
 struct ManifestProblem {
   int line = 0;
   Layout layout = Layout::bshd;
@@ -21,6 +25,7 @@ struct ManifestProblem {
   int64_t sq = 0, sk = 0, ratio = 1;
   DType w = DType::bf16;
   bool lse = false;
+  ManifestScale scale = ManifestScale::any;
   KernelFamily family = KernelFamily::automatic;
 };
 

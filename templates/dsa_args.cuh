@@ -1,5 +1,6 @@
 #pragma once
-// Launch arguments shared by the host launcher and every kernel family; passed by value.
+// Launch arguments of the families that serve the whole contract (the problem as the kernel
+// sees it); passed by value.
 // Host and device see the same layout because every member is a fixed-width scalar.
 #include "dsa_types.cuh"
 
@@ -24,13 +25,16 @@ struct DsaArgs {
   i64 t_q, t_k;         // THD packed extents (BSHD: S_q, S_k)
   i64 out_cols;
   i64 ratio;
-  // generic family: persistent schedule
-  i64 num_tiles;
-  i64 tiles_per_batch;
   float sm_scale;
   i32 has_offsets;
   i32 has_windows;
   i32 pad_;
+};
+
+// Persistent families: the extent of the static schedule (work items = q-tiles x batch).
+struct TileGrid {
+  i64 num_tiles;
+  i64 tiles_per_batch;
 };
 
 }  // namespace dsa

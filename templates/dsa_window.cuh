@@ -1,6 +1,6 @@
 #pragma once
 // Per-row visibility windows, shared by every kernel family so that they agree on the contract
-// (DESIGN section 1). Windows are expressed in "absolute K rows": the key row index inside the
+// (docs/DESIGN.md, "Contract"). Windows are expressed in "absolute K rows": the key row index inside the
 // batch's K (BSHD) or inside the packed K (THD). A row's output column is kabs - base.
 #include "dsa_args.cuh"
 

@@ -20,6 +20,7 @@
 #include "ptx/wgmma.cuh"
 #include "sm90_indexer_generic_epilogue.cuh"
 #include "sm90_indexer_generic_scheduler.cuh"
+#include "sm90_mainloop.cuh"
 
 namespace dsa {
 
@@ -45,31 +46,10 @@ constexpr u32 kBarPingPong1 = 2;  // consumer 1 may issue its wgmma (arrived by 
 constexpr u32 kBarHelpers = 3;    // the 96 helper threads
 constexpr u32 kBarConsumer0 = 4;  // one consumer warpgroup (4 and 5)
 
-// Producer: one KV tile (64 rows x 128 D, two 128-byte-wide boxes) into ring slot `stage`.
-template <class Cfg>
-__device__ __forceinline__ void load_kv_tile(const TmaDesc& k_map, u8* kv_smem, u64* kv_full, u64* kv_empty, u32& stage,
-                                             u32& phase, i64 kv_begin, i32 it, i32 batch) {
-  using T = GenericTraits<Cfg>;
-  mbarrier_wait(&kv_empty[stage], phase ^ 1);
-  mbarrier_arrive_expect_tx(&kv_full[stage], T::kKvBytes);
-  u8* dst = kv_smem + stage * T::kKvBytes;
-  const i32 row = static_cast<i32>(kv_begin + static_cast<i64>(it) * T::kKvRows);
-#pragma unroll
-  for (int hd = 0; hd < 2; ++hd) {
-    if (Cfg::kLayout == kLayoutBshd)
-      tma_load_3d(dst + hd * T::kHalfBytesKv, &k_map, &kv_full[stage], hd * 64, row, batch, kL2EvictNormal);
-    else
-      tma_load_2d(dst + hd * T::kHalfBytesKv, &k_map, &kv_full[stage], hd * 64, row, kL2EvictNormal);
-  }
-  if (++stage == T::kStages) {
-    stage = 0;
-    phase ^= 1;
-  }
-}
-
 template <class Cfg>
 __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
-    sm90_indexer_generic(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const DsaArgs a) {
+    sm90_indexer_generic(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const DsaArgs a,
+                         const TileGrid grid) {
   using T = GenericTraits<Cfg>;
   using L = GenericSmem<Cfg>;
   extern __shared__ u8 smem_raw[];
@@ -111,7 +91,7 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
       tma_prefetch_desc(&k_map);
       u32 stage = 0, phase = 0, q_uses = 0;
       i64 iter = 0;
-      for (i64 lin = blockIdx.x; lin < a.num_tiles; lin += gridDim.x, ++iter) {
+      for (i64 lin = blockIdx.x; lin < grid.num_tiles; lin += gridDim.x, ++iter) {
         const int wb = static_cast<int>(iter & 1);
         mbarrier_wait(&w_full[wb], static_cast<u32>((iter >> 1) & 1));
         const i32 n_kv = info[wb].n_kv, batch = info[wb].batch, tok0 = info[wb].tok0;
@@ -121,34 +101,28 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
         // The first KV tiles go out before Q so that they are in flight while the consumers
         // finish the previous q-tile (Q cannot be double-buffered: it is 128 KB).
         const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
-        for (i32 it = 0; it < pre; ++it) load_kv_tile<Cfg>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, batch);
+        for (i32 it = 0; it < pre; ++it) load_kv_tile<T::kStages, Cfg::kLayout == kLayoutBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, batch);
         for (int g = 0; g < T::kConsumers; ++g) {
           mbarrier_wait(&q_empty[g], (q_uses & 1) ^ 1);
           mbarrier_arrive_expect_tx(&q_full[g], T::kQBytes);
-          u8* dst = smem + L::kOffQ + g * T::kQBytes;
-          const i32 t0 = tok0 + g * T::kTokensPerConsumer;
-          for (int hd = 0; hd < 2; ++hd) {
-            if (Cfg::kLayout == kLayoutBshd)
-              tma_load_4d(dst + hd * T::kHalfBytesQ, &q_map, &q_full[g], hd * 64, 0, t0, batch, kL2EvictFirst);
-            else
-              tma_load_3d(dst + hd * T::kHalfBytesQ, &q_map, &q_full[g], hd * 64, 0, t0, kL2EvictFirst);
-          }
+          load_q_rows<Cfg::kLayout == kLayoutBshd>(q_map, smem + L::kOffQ + g * T::kQBytes, &q_full[g],
+                                                   tok0 + g * T::kTokensPerConsumer, batch);
         }
         ++q_uses;
-        for (i32 it = pre; it < n_kv; ++it) load_kv_tile<Cfg>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, batch);
+        for (i32 it = pre; it < n_kv; ++it) load_kv_tile<T::kStages, Cfg::kLayout == kLayoutBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, batch);
       }
       return;
     }
     // ---------------- helpers (warps 1..3) ----------------
     const int ht = threadIdx.x - 32;
     i64 iter = 0;
-    for (i64 lin = blockIdx.x; lin < a.num_tiles; lin += gridDim.x, ++iter) {
+    for (i64 lin = blockIdx.x; lin < grid.num_tiles; lin += gridDim.x, ++iter) {
       const int wb = static_cast<int>(iter & 1);
       mbarrier_wait(&w_empty[wb], static_cast<u32>(((iter >> 1) & 1) ^ 1));
       // every helper has finished reading this buffer's previous tile (its -inf fill)
       named_barrier_sync(kBarHelpers, T::kHelperThreads);
       i32 batch, tok0;
-      decode_tile<Cfg>(a, lin, batch, tok0);
+      decode_tile<Cfg>(a, grid, lin, batch, tok0);
       if (warp == 1) compute_tile_info<Cfg>(a, info[wb], batch, tok0, lane);
       load_tile_weights<Cfg>(a, w_s + wb * T::kWFloats, batch, tok0, ht);
       named_barrier_sync(kBarHelpers, T::kHelperThreads);
@@ -174,7 +148,7 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
   float acc[128];
   u32 stage = 0, phase = 0, q_uses = 0;
   i64 iter = 0;
-  for (i64 lin = blockIdx.x; lin < a.num_tiles; lin += gridDim.x, ++iter) {
+  for (i64 lin = blockIdx.x; lin < grid.num_tiles; lin += gridDim.x, ++iter) {
     const int wb = static_cast<int>(iter & 1);
     mbarrier_wait(&w_full[wb], static_cast<u32>((iter >> 1) & 1));
     const TileInfo& ti = info[wb];
@@ -200,14 +174,7 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
         mbarrier_wait(&kv_full[stage], phase);
         named_barrier_sync(my_bar, 256);
         const u32 kv_base = kv_base0 + stage * T::kKvBytes;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
-          const u64 da = gmma_desc_sw128(kv_base + (kk >> 2) * T::kHalfBytesKv + (kk & 3) * 32);
-          const u64 db = gmma_desc_sw128(q_base + (kk >> 2) * T::kHalfBytesQ + (kk & 3) * 32);
-          wgmma_m64n256k16_bf16_ss(acc, da, db, kk > 0 ? 1 : 0);
-        }
-        wgmma_commit_group();
+        mma_kv_tile(acc, kv_base, q_base);
         named_barrier_arrive(other_bar, 256);
         wgmma_wait_group<0>();
         wgmma_fence_operands(acc);

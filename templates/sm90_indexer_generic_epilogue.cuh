@@ -1,17 +1,20 @@
 #pragma once
-// Generic family, epilogue side: relu(acc) * w summed over a thread's heads, a 4-lane
-// reduce-scatter that completes the head sum, sm_scale, the per-element mask (boundary tiles
+// Generic family, epilogue side: the shared head sum (sm90_epilogue.cuh), sm_scale, the per-element mask (boundary tiles
 // only), the stores, and the running log-sum-exp. The order of every sum is fixed, so results
 // are bitwise reproducible.
 #include "dsa_args.cuh"
 #include "ptx/sync.cuh"
+#include "sm90_epilogue.cuh"
 #include "sm90_indexer_generic_scheduler.cuh"
 
 namespace dsa {
 
-// After the reduce-scatter lane class c owns the tokens of quarter 2*(c&1) + (c>>1): tokens
-// [quarter * TPW/4, (quarter + 1) * TPW/4) of its warpgroup, both accumulator rows of each.
-__device__ __forceinline__ int token_quarter(int lane) { return 2 * (lane & 1) + ((lane >> 1) & 1); }
+// Weights of a lane class read from the permuted shared-memory layout of load_tile_weights.
+template <int H>
+struct SmemWeights {
+  u32 w_cls;  // shared address of this lane class's weights of the warpgroup's tokens
+  __device__ __forceinline__ float4 operator()(int tl, int g4) const { return ld_shared_f32x4(w_cls + (tl * (H / 4) + 4 * g4) * 4); }
+};
 
 template <class Cfg>
 struct EpilogueRows {
@@ -48,41 +51,8 @@ __device__ __forceinline__ void epilogue_tile(const float (&acc)[128], u32 w_cls
                                               int warp_in_wg, int lane) {
   using T = GenericTraits<Cfg>;
   constexpr int H = T::kHeads, TPW = T::kTokensPerConsumer, P = 2 * TPW;
-  // (1) per thread: relu * w over its H/4 heads of each token, one sum per accumulator row
   float part[P];
-#pragma unroll
-  for (int tl = 0; tl < TPW; ++tl) {
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int g4 = 0; g4 < H / 16; ++g4) {
-      const float4 wv = ld_shared_f32x4(w_cls + (tl * (H / 4) + 4 * g4) * 4);
-      const int i0 = 4 * (tl * (H / 8) + 2 * g4), i1 = i0 + 4;
-      s0 = fmaf(fmaxf(acc[i0 + 0], 0.0f), wv.x, s0);
-      s0 = fmaf(fmaxf(acc[i0 + 1], 0.0f), wv.y, s0);
-      s1 = fmaf(fmaxf(acc[i0 + 2], 0.0f), wv.x, s1);
-      s1 = fmaf(fmaxf(acc[i0 + 3], 0.0f), wv.y, s1);
-      s0 = fmaf(fmaxf(acc[i1 + 0], 0.0f), wv.z, s0);
-      s0 = fmaf(fmaxf(acc[i1 + 1], 0.0f), wv.w, s0);
-      s1 = fmaf(fmaxf(acc[i1 + 2], 0.0f), wv.z, s1);
-      s1 = fmaf(fmaxf(acc[i1 + 3], 0.0f), wv.w, s1);
-    }
-    part[2 * tl] = s0;
-    part[2 * tl + 1] = s1;
-  }
-  // (2) reduce-scatter over the 4 lanes of a quad: halves by lane bit 0, quarters by bit 1
-  const bool b0 = lane & 1, b1 = lane & 2;
-#pragma unroll
-  for (int j = 0; j < P / 2; ++j) {
-    const float send = b0 ? part[j] : part[j + P / 2];
-    const float keep = b0 ? part[j + P / 2] : part[j];
-    part[j] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
-  }
-#pragma unroll
-  for (int j = 0; j < P / 4; ++j) {
-    const float send = b1 ? part[j] : part[j + P / 4];
-    const float keep = b1 ? part[j + P / 4] : part[j];
-    part[j] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-  }
+  head_sum<H, TPW>(acc, SmemWeights<H>{w_cls}, part, lane);
   // (3) part[j]: token slot j >> 1, accumulator row 16 * warp + lane / 4 + 8 * (j & 1)
   const i64 kr = kabs0 + 16 * warp_in_wg + (lane >> 2);
 #pragma unroll

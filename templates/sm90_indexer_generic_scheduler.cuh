@@ -6,6 +6,8 @@
 #include "dsa_window.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/sync.cuh"
+#include "sm90_epilogue.cuh"
+#include "sm90_mainloop.cuh"
 
 namespace dsa {
 
@@ -15,15 +17,15 @@ struct GenericTraits {
   static constexpr int kHeadDim = 128;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kPackedRows = 256;                    // wgmma N per consumer warpgroup
+  static constexpr int kPackedRows = dsa::kPackedRows;      // wgmma N per consumer warpgroup
   static constexpr int kTokensPerConsumer = kPackedRows / kHeads;
   static constexpr int kTokensPerTile = kConsumers * kTokensPerConsumer;
-  static constexpr int kKvRows = 64;                         // wgmma M: one KV tile
+  static constexpr int kKvRows = dsa::kKvRows;              // wgmma M: one KV tile
   static constexpr int kStages = Cfg::kKvStages;
-  static constexpr int kHalfBytesQ = kPackedRows * 128;      // one 64-wide D half of a consumer's Q
-  static constexpr int kQBytes = 2 * kHalfBytesQ;            // 64 KB per consumer
-  static constexpr int kHalfBytesKv = kKvRows * 128;
-  static constexpr int kKvBytes = 2 * kHalfBytesKv;          // 16 KB per stage
+  static constexpr int kHalfBytesQ = dsa::kHalfBytesQ;      // one 64-wide D half of a consumer's Q
+  static constexpr int kQBytes = dsa::kQBytes;              // 64 KB per consumer
+  static constexpr int kHalfBytesKv = dsa::kHalfBytesKv;
+  static constexpr int kKvBytes = dsa::kKvBytes;            // 16 KB per stage
   // Weights as fp32, permuted so that lane class c = lane & 3 reads its H/4 weights per token as
   // float4s: [c][token][h/8][h&1]; classes are padded by 4 floats so the four classes of a warp
   // hit different banks.
@@ -60,8 +62,8 @@ struct TileInfo {
 // Linear id L of the static grid runs tile num_tiles - 1 - L (reversed LPT: the last tiles of
 // each batch have the longest causal windows). BSHD numbers tiles t = tile_in_batch * B + b.
 template <class Cfg>
-__device__ __forceinline__ void decode_tile(const DsaArgs& a, i64 linear, i32& batch, i32& tok0) {
-  const i64 t = a.num_tiles - 1 - linear;
+__device__ __forceinline__ void decode_tile(const DsaArgs& a, const TileGrid& g, i64 linear, i32& batch, i32& tok0) {
+  const i64 t = g.num_tiles - 1 - linear;
   if (Cfg::kLayout == kLayoutBshd) {
     batch = static_cast<i32>(t % a.batch);
     tok0 = static_cast<i32>((t / a.batch) * GenericTraits<Cfg>::kTokensPerTile);
@@ -143,23 +145,6 @@ __device__ __forceinline__ void load_tile_weights(const DsaArgs& a, float* w_s, 
     const int c = (h & 7) >> 1;
     w_s[c * T::kWClassStride + r * (H / 4) + (h >> 3) * 2 + (h & 1)] = v;
   }
-}
-
-// -inf over columns [c0, c1) of one row, by `n` cooperating threads: 16-byte stores where the
-// address allows, single stores at the unaligned ends.
-__device__ __forceinline__ void fill_neg_inf(float* row, i64 c0, i64 c1, int t, int n) {
-  if (c1 <= c0) return;
-  const float ninf = neg_inf();
-  const u64 addr = reinterpret_cast<u64>(row + c0);
-  i64 head = static_cast<i64>(((16 - (addr & 15)) & 15) >> 2);
-  if (head > c1 - c0) head = c1 - c0;
-  if (t < head) store_streaming(row + c0 + t, ninf);
-  const i64 v0 = c0 + head;
-  const i64 nvec = (c1 - v0) >> 2;
-#pragma unroll 1
-  for (i64 v = t; v < nvec; v += n) store_streaming4(row + v0 + 4 * v, ninf, ninf, ninf, ninf);
-  const i64 tail0 = v0 + 4 * nvec;
-  if (t < c1 - tail0) store_streaming(row + tail0 + t, ninf);
 }
 
 // Cells of one row that no KV tile of the q-tile writes: outside [kv_begin, kv_begin + 64 n_kv)

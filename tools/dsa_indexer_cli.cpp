@@ -2,7 +2,7 @@
 //   warmup --manifest FILE [--cache-dir DIR] [--arch sm_90a]   fill the disk cache, no GPU needed
 //   cache ls|verify|clear [--cache-dir DIR]
 //   demo                                                      default problem, checked and timed
-//   bench [--json FILE] [--family generic|reference] [--reps N]
+//   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N]
 #include <fmt/format.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -29,6 +29,10 @@
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
 #include "runtime.hpp"
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_lean.hpp"
+#include "sm90_indexer_reference.hpp"
+#include "family.hpp"
 #include "warmup.hpp"
 
 namespace dd = dsa_indexer::detail;
@@ -70,7 +74,8 @@ int usage() {
              "  cache ls|verify|clear [--cache-dir DIR]\n"
              "  demo               on a GPU: default DeepSeek-V4-like problem, checked against fp64 and timed;\n"
              "                     without one: the warmup of the default manifest\n"
-             "  bench [--json FILE] [--family generic|reference] [--reps N] [--quick]\n"
+             "  bench [--json FILE] [--family LIST] [--reps N] [--quick]\n"
+             "                     LIST: comma list of auto, lean, generic, reference (default lean,generic)\n"
              "  jitcost [--cache-dir DIR] [--json FILE]\n"
              "                     cold compile per variant, disk-cache hit, module load, per-call host overhead by stage\n");
   return 2;
@@ -107,7 +112,7 @@ int run_warmup(const std::string& manifest_text, const std::string& manifest_nam
   fmt::print("warmup: {} problems in {} -> {} kernel variants, cache {}\n", problems.size(), manifest_name, specs.size(),
              cfg.cache_dir);
   auto s = dd::warmup(rt, specs, [](int i, int n, const dd::KernelSpec& spec, const std::string& status) {
-    fmt::print("[{}/{}] {} {}: {}\n", i, n, dd::family_name(spec.family), spec.shape_key(), status);
+    fmt::print("[{}/{}] {} {}: {}\n", i, n, spec.family->name(), spec.shape_key(), status);
     std::fflush(stdout);
   });
   fmt::print("warmup: {} compiled, {} already cached, {} failed in {:.2f} s\n", s.compiled, s.cached, s.failed, s.seconds);
@@ -192,6 +197,47 @@ Timed time_forward(std::vector<DeviceProblem>& sets, dsa_indexer::KernelFamily f
   return t;
 }
 
+// Median device time per call with the same inputs every time (L2 warm), replayed from a CUDA
+// graph of `per_graph` captured calls so that host cost is excluded.
+Timed time_forward_graph(DeviceProblem& s, dsa_indexer::KernelFamily fam, int reps, int per_graph = 10) {
+  dd::ScopedContext ctx(0);
+  dd::Driver& d = dd::Driver::get();
+  CUstream st = nullptr;
+  d.check(d.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  s.opt.family = fam;
+  dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, st);  // loads the kernel outside the capture
+  d.check(d.cuStreamSynchronize(st), "cuStreamSynchronize");
+  CUgraph g = nullptr;
+  CUgraphExec ge = nullptr;
+  d.check(d.cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  for (int i = 0; i < per_graph; ++i) dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, st);
+  d.check(d.cuStreamEndCapture(st, &g), "cuStreamEndCapture");
+  d.check(d.cuGraphInstantiateWithFlags(&ge, g, 0), "cuGraphInstantiateWithFlags");
+  CUevent e0, e1;
+  d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");
+  d.check(d.cuEventCreate(&e1, 0), "cuEventCreate");
+  for (int i = 0; i < 2; ++i) d.check(d.cuGraphLaunch(ge, st), "cuGraphLaunch");
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    d.check(d.cuEventRecord(e0, st), "cuEventRecord");
+    d.check(d.cuGraphLaunch(ge, st), "cuGraphLaunch");
+    d.check(d.cuEventRecord(e1, st), "cuEventRecord");
+    d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+    float ms = 0;
+    d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
+    us.push_back(ms * 1e3 / per_graph);
+  }
+  d.cuEventDestroy(e0);
+  d.cuEventDestroy(e1);
+  d.cuGraphExecDestroy(ge);
+  d.cuGraphDestroy(g);
+  d.cuStreamDestroy(st);
+  Timed t;
+  t.median_us = median(us);
+  t.min_us = *std::min_element(us.begin(), us.end());
+  return t;
+}
+
 HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads, bool wf32 = false) {
   HostProblem p;
   p.layout = Layout::bshd;
@@ -201,8 +247,11 @@ HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads, bool wf32 = f
   p.ratio = ratio;
   p.heads = heads;
   p.w_f32 = wf32;
+  p.sm_scale = 0.125f;
   return p;
 }
+
+std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> bench_families(const std::string& list);
 
 int run_demo(const Args& a) {
   std::string why;
@@ -241,16 +290,24 @@ int run_demo(const Args& a) {
     fill_random(pi, 1000 + i);
     sets.push_back(upload(pi));
   }
-  Timed t = time_forward(sets, dsa_indexer::KernelFamily::automatic, 5, 30, nullptr);
+  // Which family the dispatcher chose is invisible in the results: the generic family must give
+  // the same bits.
+  GpuResult g = run(p, sets[0], dsa_indexer::KernelFamily::generic);
+  const bool same_bits = g.scores.size() == r.scores.size() &&
+                         std::memcmp(g.scores.data(), r.scores.data(), r.scores.size() * sizeof(float)) == 0;
+  fmt::print("demo: automatic vs generic family: {}\n", same_bits ? "bitwise identical" : "DIFFERENT BITS");
   const double flops = 2.0 * 64 * 128 * static_cast<double>(visible_pairs(p));
-  fmt::print("demo: median {:.1f} us over 30 runs (3 rotating input sets): {:.1f} TFLOP/s useful ({:.3e} visible pairs)\n",
-             t.median_us, flops / (t.median_us * 1e-6) / 1e12, static_cast<double>(visible_pairs(p)));
+  for (const auto& [fname, fam] : bench_families("auto,lean,generic")) {
+    Timed t = time_forward(sets, fam, 5, 30, nullptr);
+    fmt::print("demo: {:<8} median {:.1f} us over 30 runs (3 rotating input sets): {:.1f} TFLOP/s useful ({:.3e} visible pairs)\n",
+               fname, t.median_us, flops / (t.median_us * 1e-6) / 1e12, static_cast<double>(visible_pairs(p)));
+  }
   auto st = dsa_indexer::kernel_cache_stats();
   fmt::print("demo: kernel cache: {} hits, {} misses, {} compiles, {} disk hits\n", st.hits, st.misses, st.compiles, st.disk_hits);
-  return ok ? 0 : 1;
+  return ok && same_bits ? 0 : 1;
 }
 
-// JIT costs (issue 6 / DESIGN section 5): cold NVRTC compile per variant, disk-cache hit,
+// JIT costs (docs/DESIGN.md, "Speed targets"): cold NVRTC compile per variant, disk-cache hit,
 // module load, host overhead of a cache-hit call and of each of its stages, device memory
 // allocated per call. `--json FILE` writes the figures for bench/peers.py.
 namespace jit {
@@ -311,17 +368,12 @@ int run_jitcost(const Args& a) {
   dd::Runtime rt(cfg);
   std::vector<dd::KernelSpec> specs;
   for (int h : {16, 32, 64})
-    for (bool lse : {false, true}) {
-      dd::KernelSpec s;
-      s.family = dd::Family::generic;
-      s.kv_stages = 5;
-      s.heads = h;
-      s.lse = lse;
-      specs.push_back(s);
-    }
-  dd::KernelSpec ref;
-  ref.family = dd::Family::reference;
-  specs.push_back(ref);
+    for (bool lse : {false, true}) specs.push_back(dd::generic_spec(h, dsa_indexer::DType::bf16, lse, Layout::bshd));
+  specs.push_back(dd::reference_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd));
+  // Lean compiles per shape: the headline key in both scale variants, and the largest default one.
+  specs.push_back(dd::lean_spec(8192, 4096, dsa_indexer::DType::bf16, false));
+  specs.push_back(dd::lean_spec(8192, 4096, dsa_indexer::DType::bf16, true));
+  specs.push_back(dd::lean_spec(16384, 8192, dsa_indexer::DType::f32, false));
   std::string json = "{\n  \"nvrtc\": \"" + dd::nvrtc_version() + "\",\n  \"compiles\": [\n";
   fmt::print("jitcost: cold NVRTC compile (in process, empty cache {}):\n", tmp);
   std::vector<double> disk_ms;
@@ -338,11 +390,11 @@ int run_jitcost(const Args& a) {
       d.push_back(seconds(Clock::now() - t1) * 1e3);
     }
     disk_ms.push_back(median(d));
-    fmt::print("  {:<24} {:<28} compile {:.3f} s, disk-cache hit (read + verify) {:.2f} ms\n", dd::family_name(s.family),
+    fmt::print("  {:<24} {:<28} compile {:.3f} s, disk-cache hit (read + verify) {:.2f} ms\n", s.family->name(),
                s.shape_key(), c, median(d));
     json += fmt::format("{}    {{\"family\": \"{}\", \"variant\": \"{}\", \"order\": {}, \"compile_s\": {:.4f}, "
                         "\"disk_hit_ms\": {:.4f}, \"cubin_bytes\": {}}}",
-                        i ? ",\n" : "", dd::family_name(s.family), s.shape_key(), i, c, median(d), e.cubin.size());
+                        i ? ",\n" : "", s.family->name(), s.shape_key(), i, c, median(d), e.cubin.size());
   }
   json += "\n  ]";
   auto finish = [&](const std::string& tail) {
@@ -403,7 +455,7 @@ int run_jitcost(const Args& a) {
   auto no_reader = [](const void*, int32_t*, std::size_t) { throw std::logic_error("jitcost: unexpected cu_seqlens read"); };
   auto nothing = [] {};
   dd::Problem prob = dd::validate(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, no_reader);
-  const dd::Family fam = dd::choose_family(prob, dp.opt.family);
+  const dd::Family& fam = dd::choose_family(prob, dev, dp.opt.family, false);
   const dd::Plan plan = dd::make_plan(prob, dev, fam);
   auto kernel = dd::Runtime::get().kernel(plan.spec, 0);
   auto add = [&](const char* name, const char* what, std::pair<double, double> t) {
@@ -416,13 +468,14 @@ int run_jitcost(const Args& a) {
   add("pointers", "cuPointerGetAttributes per non-null pointer (4 here)",
       per_call_us(batches, per_batch, [&] { dd::check_problem_pointers(prob); }, nothing));
   add("plan", "family choice + plan",
-      per_call_us(batches, per_batch, [&] { (void)dd::make_plan(prob, dd::device_info(0), dd::choose_family(prob, dp.opt.family)); }, nothing));
+      per_call_us(batches, per_batch, [&] { (void)dd::make_plan(prob, dd::device_info(0), dd::choose_family(prob, dd::device_info(0), dp.opt.family, false)); }, nothing));
   add("lookup", "in-memory kernel-cache hit (key + LRU)",
       per_call_us(batches, per_batch, [&] { kernel = dd::Runtime::get().kernel(plan.spec, 0); }, nothing));
   // Both maps, encoded by hand (as launch_forward does without its memo); the `driver` stage
   // below launches with them.
   dd::TmaDescBytes qm, km;
-  const dd::TmaGeometry qg = dd::q_tma_geometry(prob), kg = dd::k_tma_geometry(prob);
+  const dd::TmaGeometry qg = dd::q_tma_geometry(prob, dd::GenericGeometry::tokens_per_consumer(prob.heads)),
+                        kg = dd::k_tma_geometry(prob);
   add("tma", "2 cuTensorMapEncodeTiled",
       per_call_us(batches, per_batch, [&] {
         dd::encode_tma_bf16(&qm, prob.q, qg.rank, qg.dims, qg.strides_bytes, qg.box);
@@ -432,11 +485,12 @@ int run_jitcost(const Args& a) {
       per_call_us(batches, per_batch, [&] { dd::launch_forward(prob, plan, *kernel, nullptr); }, sync));
   {
     // The driver's own share: cuLaunchKernelEx alone, same function, grid and parameters.
-    dsa::DsaArgs args = dd::make_args(prob, plan);
-    void* params[] = {&qm, &km, &args};
+    dsa::DsaArgs args = dd::make_args(prob);
+    dsa::TileGrid grid{plan.num_tiles, plan.tiles_per_batch};
+    void* params[] = {&qm, &km, &args, &grid};
     add("driver", "cuLaunchKernelEx alone (the driver's share of launch)",
         per_call_us(batches, per_batch, [&] {
-          dd::launch_one(kernel->functions[0], plan.grid, plan.block, plan.smem_bytes, nullptr, params, "cuLaunchKernelEx");
+          dd::launch_one(kernel->functions[0], plan.launches[0], nullptr, params, "cuLaunchKernelEx");
         }, sync));
   }
   sync();
@@ -476,6 +530,23 @@ struct BenchCase {
   HostProblem p;
 };
 
+// The families a bench or demo compares: "lean,generic" by default, "auto" for the dispatcher.
+std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> bench_families(const std::string& list) {
+  std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> v;
+  std::stringstream ss(list);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    if (name == "auto") {
+      v.emplace_back(name, dsa_indexer::KernelFamily::automatic);
+      continue;
+    }
+    const dd::Family* f = dd::family_by_option(name);
+    if (!f) throw dsa_indexer::InvalidArgument(fmt::format("--family: expected a comma list of auto, {}; got '{}'", dd::family_options(), name));
+    v.emplace_back(name, f->id());
+  }
+  return v;
+}
+
 int run_bench(const Args& a) {
   std::string why;
   if (!gpu_available(&why)) {
@@ -483,13 +554,16 @@ int run_bench(const Args& a) {
     return 2;
   }
   const int reps = std::stoi(a.get("reps", "20"));
-  const std::string fam_s = a.get("family", "generic");
-  const auto fam = fam_s == "reference" ? dsa_indexer::KernelFamily::reference : dsa_indexer::KernelFamily::generic;
+  const auto fams = bench_families(a.get("family", "lean,generic"));
   const bool quick = a.has("quick");
   std::vector<BenchCase> cases;
   for (int64_t sq : {2048, 4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r2 S_q {}", sq), bshd(sq, sq / 2, 2, 64)});
   for (int64_t sq : {4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r4 S_q {}", sq), bshd(sq, sq / 4, 4, 64)});
   cases.push_back({"bshd H64 r2 S_q 8192 fp32-W", bshd(8192, 4096, 2, 64, true)});
+  cases.push_back({"bshd H64 r2 S_q 8192 B4", bshd(8192, 4096, 2, 64)});
+  cases.back().p.batch = 4;
+  cases.push_back({"bshd H64 r2 S_q 8192 scale1", bshd(8192, 4096, 2, 64)});
+  cases.back().p.sm_scale = 1.0f;
   cases.push_back({"bshd H32 r2 S_q 8192", bshd(8192, 4096, 2, 32)});
   cases.push_back({"bshd H16 r2 S_q 8192", bshd(8192, 4096, 2, 16)});
   {
@@ -504,14 +578,15 @@ int run_bench(const Args& a) {
   if (quick) cases.resize(4);
   const auto& dev = dd::device_info(0);
   GemmCeiling ceil = measure_gemm_ceiling(8192, 10);
-  fmt::print("bench: {} ({} SMs), family {}, {} reps, median of device-event times over rotating inputs\n", dev.name,
-             dev.sm_count, fam_s, reps);
+  fmt::print("bench: {} ({} SMs), {} reps, median device-event time: cold = rotating input sets > 200 MB, "
+             "warm = same inputs, CUDA-graph replay\n", dev.name, dev.sm_count, reps);
   if (ceil.ok)
     fmt::print("bench: bf16 GEMM ceiling (cuBLAS {}, {}^3): {:.1f} us = {:.1f} TFLOP/s\n", ceil.library, ceil.n, ceil.median_us, ceil.tflops);
   else
     fmt::print("bench: bf16 GEMM ceiling unavailable: {}\n", ceil.why);
-  fmt::print("{:<32} {:>12} {:>10} {:>10} {:>8}\n", "shape", "median us", "min us", "TFLOP/s", "% ceil");
-  std::string json = "{\n  \"device\": \"" + dev.name + "\",\n  \"family\": \"" + fam_s + "\",\n";
+  fmt::print("{:<30} {:<8} {:>10} {:>8} {:>7} {:>10} {:>8} {:>7}\n", "shape", "family", "cold us", "TFLOP/s", "% ceil",
+             "warm us", "TFLOP/s", "% ceil");
+  std::string json = "{\n  \"device\": \"" + dev.name + "\",\n";
   json += fmt::format("  \"gemm_ceiling_tflops\": {:.2f},\n  \"cases\": [\n", ceil.ok ? ceil.tflops : 0.0);
   bool first = true;
   for (auto& c : cases) {
@@ -524,16 +599,26 @@ int run_bench(const Args& a) {
       if (i) fill_random(pi, 42 + i);
       sets.push_back(upload(pi));
     }
-    Timed t = time_forward(sets, fam, 3, reps, nullptr);
     const double pairs = static_cast<double>(visible_pairs(c.p));
-    const double tf = 2.0 * c.p.heads * 128 * pairs / (t.median_us * 1e-6) / 1e12;
-    const double pct = ceil.ok ? 100.0 * tf / ceil.tflops : 0.0;
-    fmt::print("{:<32} {:>12.1f} {:>10.1f} {:>10.1f} {:>7.1f}%\n", c.name, t.median_us, t.min_us, tf, pct);
-    std::fflush(stdout);
-    json += fmt::format("{}    {{\"name\": \"{}\", \"median_us\": {:.2f}, \"min_us\": {:.2f}, \"tflops\": {:.2f}, "
-                        "\"pct_ceiling\": {:.2f}, \"visible_pairs\": {:.0f}}}",
-                        first ? "" : ",\n", c.name, t.median_us, t.min_us, tf, pct, pairs);
-    first = false;
+    for (const auto& [fname, fam] : fams) {
+      Timed cold, warm;
+      try {
+        cold = time_forward(sets, fam, 3, reps, nullptr);
+        warm = time_forward_graph(sets[0], fam, reps);
+      } catch (const dsa_indexer::UnsupportedConfig& e) {
+        fmt::print("{:<30} {:<8} {}\n", c.name, fname, "-- (not served: see --family)");
+        continue;
+      }
+      auto tf = [&](const Timed& t) { return 2.0 * c.p.heads * 128 * pairs / (t.median_us * 1e-6) / 1e12; };
+      auto pct = [&](double x) { return ceil.ok ? 100.0 * x / ceil.tflops : 0.0; };
+      fmt::print("{:<30} {:<8} {:>10.1f} {:>8.1f} {:>6.1f}% {:>10.1f} {:>8.1f} {:>6.1f}%\n", c.name, fname, cold.median_us,
+                 tf(cold), pct(tf(cold)), warm.median_us, tf(warm), pct(tf(warm)));
+      std::fflush(stdout);
+      json += fmt::format("{}    {{\"name\": \"{}\", \"family\": \"{}\", \"cold_us\": {:.2f}, \"cold_min_us\": {:.2f}, "
+                          "\"warm_us\": {:.2f}, \"cold_tflops\": {:.2f}, \"warm_tflops\": {:.2f}, \"visible_pairs\": {:.0f}}}",
+                          first ? "" : ",\n", c.name, fname, cold.median_us, cold.min_us, warm.median_us, tf(cold), tf(warm), pairs);
+      first = false;
+    }
   }
   json += "\n  ]\n}\n";
   if (a.has("json")) std::ofstream(a.get("json")) << json;

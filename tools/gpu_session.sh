@@ -2,7 +2,7 @@
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|python|demo|bench|jitcost|sanitize|racecheck|profile|all]...
-# racecheck (not in all: it takes minutes) runs every GPU test case of both families under
+# racecheck (not in all: it takes minutes) runs every GPU test case of the families under
 # compute-sanitizer racecheck, one process per test case, RACECHECK_JOBS (4) at a time, each
 # limited to RACECHECK_TIMEOUT (540) seconds.
 set -u
@@ -28,20 +28,21 @@ cat "$out/summary.txt"
 if want tests; then
   run gpu_reference 150 $b/tests/dsa_gpu_tests "[reference]" --durations yes
   run gpu_generic 170 $b/tests/dsa_gpu_tests "[generic]" --durations yes
+  run gpu_lean 200 $b/tests/dsa_gpu_tests "[lean]" --durations yes
   run readme_example 30 $b/tests/readme_example
   run multi_gpu 60 $b/tests/dsa_multi_gpu_tests
 fi
 lib=$(ls $b/libdsa_indexer.so.*.*.* 2>/dev/null | head -1)
 want python && DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run python_gpu 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu.py
 want demo && run demo 60 $b/tools/dsa-indexer demo
-want bench && run bench 150 $b/tools/dsa-indexer bench --json "$out/bench.json"
+want bench && run bench 280 $b/tools/dsa-indexer bench --json "$out/bench.json"
 want jitcost && run jitcost 120 $b/tools/dsa-indexer jitcost --json "$out/jitcost.json"
 if want sanitize; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   # memcheck and synccheck over the whole GPU suite of both families; racecheck (slow with
   # 220 KB of shared memory per CTA) over a representative subset of each family.
-  run sanitize_memcheck 170 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic]"
-  run sanitize_synccheck 120 "$cs" --tool synccheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic]"
+  run sanitize_memcheck 240 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic],[lean]"
+  run sanitize_synccheck 180 "$cs" --tool synccheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic],[lean]"
   run sanitize_racecheck 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
     "reference: explicit windows,generic: partly visible block left of the last one is masked,generic: THD segment boundaries inside a q-tile"
 fi
@@ -51,7 +52,7 @@ if [[ " $steps " == *" racecheck "* ]]; then
   mkdir -p "$rdir"
   t0=$SECONDS
   # One process per test case; commas in a name are escaped for Catch2's test spec.
-  $b/tests/dsa_gpu_tests --list-test-names-only "[reference],[generic]" | sed '/^$/d' >"$rdir/names.txt"
+  $b/tests/dsa_gpu_tests --list-test-names-only "${RACECHECK_TAGS:-[reference],[generic],[lean]}" | sed '/^$/d' >"$rdir/names.txt"
   export cs b rdir RACECHECK_TIMEOUT=${RACECHECK_TIMEOUT:-540} RACECHECK_DEADLINE=${RACECHECK_DEADLINE:-}
   nl -nrz -w2 "$rdir/names.txt" | xargs -P "${RACECHECK_JOBS:-4}" -d '\n' -n1 tools/racecheck_case.sh
   sort "$rdir/results.txt" -o "$rdir/results.txt"
@@ -60,8 +61,10 @@ if [[ " $steps " == *" racecheck "* ]]; then
 fi
 if want profile; then
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  run ncu_generic 120 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_generic --launch-skip 5 --launch-count 1 \
-    --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-    --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy $b/tools/dsa-indexer demo
+  for fam in lean generic; do
+    run ncu_$fam 120 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_$fam --launch-skip 5 --launch-count 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy $b/tools/dsa-indexer demo
+  done
 fi
 exit 0

@@ -25,8 +25,12 @@ namespace dsa_indexer {
 enum class ThdColumns : int32_t { local = 0, global = 1 };
 
 // Which kernel family serves the call. `automatic` picks the fastest family whose gate the
-// call passes; `reference` is the plain-CUDA oracle (slow, for tests and as a last resort).
-enum class KernelFamily : int32_t { automatic = 0, generic = 1, reference = 2 };
+// call passes (lean, else generic); naming a family forces it and raises UnsupportedConfig
+// naming the failed gate when it cannot serve the call. `generic` serves the whole contract;
+// `lean` is the per-shape fast path (H 64, BSHD, contiguous 16-byte-aligned operands, S_q a
+// multiple of 8, q-tiles x B >= the device's SMs, no LSE, no explicit windows, and
+// DSA_INDEXER_DISABLE_LEAN unset); `reference` is the plain-CUDA oracle (slow, for tests).
+enum class KernelFamily : int32_t { automatic = 0, generic = 1, reference = 2, lean = 3 };
 
 struct IndexerOptions {
   int64_t ratio = 1;       // KV compression ratio, >= 1

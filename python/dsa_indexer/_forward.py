@@ -125,8 +125,8 @@ def indexer_forward(
     returned (cuDNN returns a TupleDict holding it); ``ratio`` defaults to 4 as there, the C
     API's default is 1. There are no tuning knobs and no fp8 path.
 
-    Extensions (keyword-only): ``family`` ("auto", "generic" or "reference": the C API's
-    kernel-family choice), explicit per-row windows ``ks``/``ke`` (int32 (B, S_q) / (T_q,),
+    Extensions (keyword-only): ``family`` ("auto", "generic", "lean" or "reference": the C API's
+    kernel-family choice; a named family raises when its gate fails), explicit per-row windows ``ks``/``ke`` (int32 (B, S_q) / (T_q,),
     absolute output columns, instead of the ratio-causal window), ``stream`` (a CUstream
     handle as int or a torch.cuda.Stream; default ``torch.cuda.current_stream(q.device)``).
 

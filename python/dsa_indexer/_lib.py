@@ -44,7 +44,7 @@ DSA_BF16, DSA_F16, DSA_F32, DSA_I32, DSA_I64, DSA_F64 = range(6)
 DTYPE_NAMES = {DSA_BF16: "bf16", DSA_F16: "f16", DSA_F32: "f32", DSA_I32: "i32", DSA_I64: "i64", DSA_F64: "f64"}
 
 THD_COLUMNS = {"local": 0, "global": 1}
-FAMILIES = {"auto": 0, "generic": 1, "reference": 2}
+FAMILIES = {"auto": 0, "generic": 1, "reference": 2, "lean": 3}
 
 ENV_LIBRARY = "DSA_INDEXER_LIBRARY"
 LIBRARY_NAMES = ("libdsa_indexer.so", "libdsa_indexer.so.0")

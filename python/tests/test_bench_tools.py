@@ -85,23 +85,144 @@ def test_requirements_are_pinned_with_hashes():
 # ---------------------------------------------------------------- shapes --------------------
 
 
+def _cpp_function(src: str, signature: str) -> str:
+    """The body of a top-level C++ function (from its signature to the closing brace in column 0)."""
+    body = src[src.index(signature) :]
+    return body[: body.index("\n}\n")]
+
+
+def _cpp_value(text: str):
+    text = text.strip()
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith("{"):
+        return [int(v) for v in text.strip("{}").split(",")]
+    if re.fullmatch(r"-?[0-9]+", text):
+        return int(text)
+    if re.fullmatch(r"-?[0-9.]+(e-?[0-9]+)?f?", text):
+        return float(text.rstrip("f"))
+    if text.startswith("Layout::"):
+        return text[len("Layout::") :]
+    raise ValueError(f"cannot read the C++ value {text!r}")
+
+
+def _eval_int(expr: str, env: dict) -> int:
+    """An integer expression of the CLI's case list: literals, the loop variable, / and *."""
+    expr = expr.strip()
+    assert re.fullmatch(r"[0-9a-z_ */+-]+", expr), expr
+    return int(eval(expr.replace("/", "//"), {"__builtins__": {}}, dict(env)))  # noqa: S307 (checked above)
+
+
+def _host_problem_defaults(support: str) -> dict:
+    """Default member values of tools/support/host_problem.hpp's HostProblem."""
+    body = support[support.index("struct HostProblem {") :]
+    body = body[: body.index("\n};")]
+    d = {}
+    for typ, names, value in re.findall(r"^\s*([\w:<>]+)\s+([\w, =0-9.-]+?)\s*=\s*([^;{]+|\{[^}]*\});", body, re.M):
+        del typ
+        for part in (names + " = " + value).split(","):
+            if "=" in part:
+                n, v = part.split("=", 1)
+                d[n.strip()] = _cpp_value(v)
+    return d
+
+
+def _cli_bench_cases(src: str, support: str) -> list:
+    """The cases of run_bench in tools/dsa_indexer_cli.cpp, in order: dicts of name, layout,
+    batch, s_q, s_k, ratio, heads, w_f32, sm_scale, cu_q, cu_k (HostProblem members)."""
+    body = _cpp_function(src, "int run_bench(")
+    defaults = _host_problem_defaults(support)
+    bshd_src = _cpp_function(src, "HostProblem bshd(")
+    params = re.search(r"HostProblem bshd\(([^)]*)\)", bshd_src).group(1)
+    pnames = [re.match(r"\s*[\w:]+\s+(\w+)", a).group(1) for a in params.split(",")]
+    pdefaults = {m.group(1): _cpp_value(m.group(2)) for m in re.finditer(r"(\w+)\s*=\s*([^,]+)$", params.replace(",", ",\n"), re.M)}
+    assigns = re.findall(r"^\s*p\.(\w+) = ([^;]+);", bshd_src, re.M)
+
+    def bshd(args: list, env: dict) -> dict:
+        vals = dict(pdefaults)
+        for name, a in zip(pnames, args):
+            vals[name] = _cpp_value(a) if a.strip() in ("true", "false") else _eval_int(a, env)
+        p = dict(defaults)
+        for member, v in assigns:
+            p[member] = vals[v] if v in vals else _cpp_value(v)
+        return p
+
+    cases = []
+    block = None  # members of a `{ HostProblem p; ... }` block
+    for line in body.splitlines():
+        line = line.strip()
+        if m := re.fullmatch(r'for \(int64_t (\w+) : \{([0-9, ]+)\}\) cases\.push_back\(\{fmt::format\("([^"]*)", \1\), bshd\(([^)]*)\)\}\);', line):
+            var, values, fmt, args = m.groups()
+            for v in (int(x) for x in values.split(",")):
+                cases.append(dict(bshd(args.split(","), {var: v}), name=fmt.replace("{}", str(v))))
+        elif m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", bshd\(([^)]*)\)\}\);', line):
+            cases.append(dict(bshd(m.group(2).split(","), {}), name=m.group(1)))
+        elif m := re.fullmatch(r"cases\.back\(\)\.p\.(\w+) = (.+);", line):
+            cases[-1][m.group(1)] = _cpp_value(m.group(2))
+        elif line == "HostProblem p;":
+            block = dict(defaults)
+        elif block is not None and (m := re.fullmatch(r"p\.(\w+) = (.+);", line)):
+            block[m.group(1)] = _cpp_value(m.group(2))
+        elif block is not None and (m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", p\}\);', line)):
+            cases.append(dict(block, name=m.group(1)))
+            block = None
+        elif "cases.push_back" in line or "cases.back()" in line:
+            raise AssertionError(f"the parser of run_bench's case list does not read: {line}")
+    return cases
+
+
 def test_cases_match_the_cli_bench():
     src = (REPO_ROOT / "tools" / "dsa_indexer_cli.cpp").read_text()
-    body = src[src.index("int run_bench(") :]
-    body = body[: body.index("\n}\n")]
-    r2 = re.search(r"for \(int64_t sq : \{([0-9, ]+)\}\) cases.push_back\(\{fmt::format\(\"bshd H64 r2", body)
-    r4 = re.search(r"for \(int64_t sq : \{([0-9, ]+)\}\) cases.push_back\(\{fmt::format\(\"bshd H64 r4", body)
-    cu_q = re.search(r"p\.cu_q = \{([0-9, ]+)\}", body)
-    cu_k = re.search(r"p\.cu_k = \{([0-9, ]+)\}", body)
-    ints = lambda m: [int(v) for v in m.group(1).split(",")]  # noqa: E731
+    support = (REPO_ROOT / "tools" / "support" / "host_problem.hpp").read_text()
+    cli = _cli_bench_cases(src, support)
     cases = peers.bench_cases(quick=False)
-    assert [c.s_q for c in cases if c.name.startswith("bshd H64 r2 S_q") and not c.w_f32] == ints(r2)
-    assert [c.s_q for c in cases if c.name.startswith("bshd H64 r4")] == ints(r4)
-    thd = [c for c in cases if c.thd]
-    assert len(thd) == 1 and thd[0].cu_q == ints(cu_q) and thd[0].cu_k == ints(cu_k)
-    for c in cases:  # every case of the CLI, by name
-        assert c.name.split(" S_q ")[0] in body or c.name in body, c.name
-    assert len(cases) == body.count("cases.push_back") + len(ints(r2)) + len(ints(r4)) - 2
+    assert [c.name for c in cases] == [c["name"] for c in cli]
+    for c, k in zip(cases, cli):
+        assert c.thd == (k["layout"] != "bshd"), c.name
+        assert (c.heads, c.ratio, c.w_f32) == (k["heads"], k["ratio"], k["w_f32"]), c.name
+        assert c.sm_scale == pytest.approx(k["sm_scale"]), c.name
+        if c.thd:
+            assert (c.cu_q, c.cu_k) == (k["cu_q"], k["cu_k"]), c.name
+        else:
+            assert (c.batch, c.s_q, c.s_k) == (k["batch"], k["s_q"], k["s_k"]), c.name
+    assert peers.bench_cases(quick=True) == cases[:4]  # the CLI's --quick: cases.resize(4)
+    assert "if (quick) cases.resize(4);" in _cpp_function(src, "int run_bench(")
+
+
+def test_cli_parser_reads_batch_and_scale_overrides():
+    src = """int run_bench(const Args& a) {
+  for (int64_t sq : {64, 128}) cases.push_back({fmt::format("bshd H64 r2 S_q {}", sq), bshd(sq, sq / 2, 2, 64)});
+  cases.push_back({"x B4", bshd(256, 64, 4, 32, true)});
+  cases.back().p.batch = 4;
+  cases.back().p.sm_scale = 1.0f;
+  {
+    HostProblem p;
+    p.layout = Layout::thd_local;
+    p.cu_q = {0, 3, 9};
+    p.cu_k = {0, 1, 4};
+    cases.push_back({"t", p});
+  }
+}
+
+HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads, bool wf32 = false) {
+  HostProblem p;
+  p.s_q = sq;
+  p.s_k = sk;
+  p.ratio = ratio;
+  p.heads = heads;
+  p.w_f32 = wf32;
+  p.sm_scale = 0.125f;
+  return p;
+}
+"""
+    support = "struct HostProblem {\n  int heads = 64;\n  int64_t batch = 1;\n  int64_t ratio = 1;\n  float sm_scale = 1.0f;\n  bool w_f32 = false;\n  Layout layout = Layout::bshd;\n};\n"
+    cli = _cli_bench_cases(src, support)
+    assert [c["name"] for c in cli] == ["bshd H64 r2 S_q 64", "bshd H64 r2 S_q 128", "x B4", "t"]
+    assert (cli[1]["s_q"], cli[1]["s_k"], cli[1]["sm_scale"], cli[1]["batch"]) == (128, 64, 0.125, 1)
+    assert (cli[2]["batch"], cli[2]["sm_scale"], cli[2]["w_f32"], cli[2]["heads"], cli[2]["ratio"]) == (4, 1.0, True, 32, 4)
+    assert (cli[3]["layout"], cli[3]["cu_q"], cli[3]["sm_scale"], cli[3]["heads"]) == ("thd_local", [0, 3, 9], 1.0, 64)
+    with pytest.raises(AssertionError, match="does not read"):
+        _cli_bench_cases(src.replace("cases.back().p.batch = 4;", "cases.back().p.set(4);"), support)
 
 
 def _pairs_brute(seg_q, seg_k, ratio):
@@ -114,25 +235,91 @@ def _pairs_brute(seg_q, seg_k, ratio):
 
 
 @pytest.mark.parametrize("case", [peers.Case("a", 64, 2, 40, 20), peers.Case("b", 64, 4, 33, 5), peers.Case("c", 16, 1, 7, 9),
-                                  peers.Case("d", 64, 2, cu_q=[0, 12, 12, 40], cu_k=[0, 3, 9, 9])])
+                                  peers.Case("d", 64, 2, cu_q=[0, 12, 12, 40], cu_k=[0, 3, 9, 9]),
+                                  peers.Case("e", 64, 2, 40, 20, batch=3)])
 def test_visible_pairs(case):
     assert case.visible_pairs() == _pairs_brute(case.seg_q(), case.seg_k(), case.ratio)
     assert case.flops() == 2 * case.heads * 128 * case.visible_pairs()
 
 
+def test_batches_are_segments():
+    c = peers.Case("b", 64, 2, 40, 20, batch=3)
+    assert (c.t_q, c.t_k, c.max_q, c.n_cols) == (120, 60, 40, 20)
+    assert c.seg_q() == [0, 40, 80, 120] and c.seg_k() == [0, 20, 40, 60]
+    assert c.visible_pairs() == 3 * peers.Case("one", 64, 2, 40, 20).visible_pairs()
+
+
 def test_small_cases_keep_the_configuration():
     for c in peers.bench_cases(quick=False):
         s = peers.small_case(c)
-        assert (s.heads, s.ratio, s.w_f32, s.thd) == (c.heads, c.ratio, c.w_f32, c.thd)
+        assert (s.heads, s.ratio, s.w_f32, s.thd, s.batch, s.sm_scale) == (c.heads, c.ratio, c.w_f32, c.thd, c.batch, c.sm_scale)
         assert 0 < s.visible_pairs() < c.visible_pairs()
         if s.thd:
             assert s.cu_q[0] == s.cu_k[0] == 0 and s.cu_q == sorted(s.cu_q) and s.cu_k == sorted(s.cu_k)
+        else:  # lean's gate: S_q a multiple of 8, q-tiles x B >= the H200's 132 SMs
+            assert s.s_q % 8 == 0 and s.s_q // 8 * s.batch >= 132 and s.s_k % 4 != 0  # a ragged S_k tail
+        bigger = peers.small_case(c, q_tiles=300)
+        assert bigger.thd or bigger.s_q // 8 * bigger.batch >= 300
+
+
+def test_not_served_reason_strips_the_prefix():
+    msg = "indexer_forward: family lean: heads H: expected 64, got 32"
+    assert peers.not_served_reason(msg) == "heads H: expected 64, got 32"
+    assert peers.not_served_reason("indexer_forward: family: expected x, got y") == "family: expected x, got y"
 
 
 # ---------------------------------------------------------------- report --------------------
 
+_OK = {"rel_l2": 1e-7, "pattern_mismatch": 0, "non_finite": 0, "visible": 10, "ok": True}
+_BAD = dict(_OK, rel_l2=3e-3, ok=False)
+_ENV = {"gpu": "NVIDIA H200", "sm_count": 132, "compute_capability": "9.0", "memory_gib": 139.8, "l2_mib": 60.0,
+        "python": "3.12.3", "torch": "2.11.0", "torch_cuda": "13.0", "command": "python3 bench/peers.py --out docs",
+        "date_utc": "2026-01-01 00:00 UTC", "nvidia_smi": "H200, 580", "git_commit": "abc"}
+_CEILING = {"n": 8192, "reps": 10, "median_us": 1400.0, "tflops": 785.0}
+
+
+def _t(us, tflops, **kw):
+    return dict(median_us=us, min_us=us * 0.9, reps=9, tflops=tflops, pct_ceiling=100.0 * tflops / 785.0, **kw)
+
 
 def _results():
+    """A format-2 run: lean, generic, Triton (failing its check), cuDNN-frontend; cold and warm."""
+    impls = {
+        "dsa_lean": {"label": "dsa-indexer lean", "available": True, "reason": "", "notes": ["lib"], "tol": 2e-7},
+        "dsa_generic": {"label": "dsa-indexer generic", "available": True, "reason": "", "notes": ["lib"], "tol": 2e-7},
+        "triton": {"label": "Triton (fused)", "available": True, "reason": "", "notes": [], "tol": 1e-5},
+        "cudnn": {"label": "cuDNN-frontend SM90", "available": True, "reason": "", "notes": ["cudnn-frontend 1.32.0"], "tol": 1e-5},
+    }
+    cases = []
+    for c in peers.bench_cases(quick=False):
+        ck = dict(_OK, shape=c.name + " (check)", dims=peers.small_case(c).dims())
+        if c.thd:
+            lean = {"status": "not served: layout: expected bshd, got thd_local"}
+        elif c.heads != 64:
+            lean = {"status": f"not served: heads H: expected 64, got {c.heads}"}
+        else:
+            lean = dict(_t(80.0, 700.0), status="ok", check=ck, warm=_t(70.0, 760.0, per_graph=10, mode="graph"))
+        cudnn_cold = 88.0 if c.s_q == 2048 else 120.0
+        cudnn_warm = _t(90.0 if c.s_q == 2048 else 110.0, 500.0, per_graph=10, mode="graph")
+        if c.thd:
+            cudnn_warm = _t(110.0, 500.0, mode="loop", graph_error="RuntimeError: capture failed")
+        cases.append({
+            "case": peers.asdict(c), "name": c.name, "visible_pairs": c.visible_pairs(), "flops": c.flops(), "series": c.series,
+            "s_q": c.t_q if c.thd else c.s_q,
+            "runs": {
+                "dsa_lean": lean,
+                "dsa_generic": dict(_t(100.0, 560.0), status="ok", check=ck, warm=_t(90.0, 620.0, per_graph=10, mode="graph")),
+                "triton": dict(_t(200.0, 250.0), status="measured, but the correctness check FAILED", check=dict(_BAD, dims=ck["dims"]),
+                               warm=_t(180.0, 280.0, per_graph=10, mode="graph")),
+                "cudnn": dict(_t(cudnn_cold, 450.0), status="ok", check=ck, warm=cudnn_warm),
+            },
+        })
+    return {"format": peers.RESULTS_FORMAT, "env": _ENV, "impls": impls, "cases": cases, "ceiling": _CEILING, "ceiling_end": _CEILING,
+            "elapsed_s": 12.0, "method": {"per_graph": 10, "capture_error_mode": "thread_local", "check_q_tiles": 160}}
+
+
+def _legacy_results():
+    """A run written before format 2 (no "format", cold only, no lean, S_q 512 checks)."""
     impls = {
         "dsa_generic": {"label": "dsa-indexer generic", "available": True, "reason": "", "notes": ["lib"], "tol": 2e-7},
         "triton": {"label": "Triton (fused)", "available": True, "reason": "", "notes": [], "tol": 1e-5},
@@ -140,34 +327,74 @@ def _results():
     }
     cases = []
     for c in peers.bench_cases(quick=True):
-        ok = {"rel_l2": 1e-7, "pattern_mismatch": 0, "non_finite": 0, "visible": 10, "ok": True}
-        bad = dict(ok, rel_l2=3e-3, ok=False)
+        case = {k: v for k, v in peers.asdict(c).items() if k not in ("batch", "sm_scale")}
         cases.append({
-            "case": peers.asdict(c), "name": c.name, "visible_pairs": c.visible_pairs(), "flops": c.flops(), "series": c.series,
+            "case": case, "name": c.name, "visible_pairs": c.visible_pairs(), "flops": c.flops(), "series": c.series,
             "s_q": c.t_q,
             "runs": {
-                "dsa_generic": {"status": "ok", "check": ok, "median_us": 100.0, "tflops": 500.0, "pct_ceiling": 64.0, "reps": 9},
-                "triton": {"status": "measured, but the correctness check FAILED", "check": bad, "median_us": 200.0,
+                "dsa_generic": {"status": "ok", "check": _OK, "median_us": 100.0, "tflops": 500.0, "pct_ceiling": 64.0, "reps": 9},
+                "triton": {"status": "measured, but the correctness check FAILED", "check": _BAD, "median_us": 200.0,
                            "tflops": 250.0, "pct_ceiling": 32.0, "reps": 9},
                 "cudnn": {"status": "unavailable: not installed: pkg missing"},
             },
         })
-    env = {"gpu": "NVIDIA H200", "sm_count": 132, "compute_capability": "9.0", "memory_gib": 139.8, "l2_mib": 60.0,
-           "python": "3.12.3", "torch": "2.11.0", "torch_cuda": "13.0", "command": "python3 bench/peers.py --out docs",
-           "date_utc": "2026-01-01 00:00 UTC", "nvidia_smi": "H200, 580", "git_commit": "abc"}
-    ceiling = {"n": 8192, "reps": 10, "median_us": 1400.0, "tflops": 785.0}
-    return {"env": env, "impls": impls, "cases": cases, "ceiling": ceiling, "ceiling_end": ceiling, "elapsed_s": 12.0}
+    return {"env": _ENV, "impls": impls, "cases": cases, "ceiling": _CEILING, "ceiling_end": _CEILING, "elapsed_s": 12.0}
 
 
 def test_section_content():
     s = peers.render_section(_results())
     assert s.startswith(peers.BEGIN) and s.rstrip().endswith(peers.END)
-    assert "| bshd H64 r2 S_q 2048 |" in s
+    assert "| bshd H64 r2 S_q 2048 |" in s and "| bshd H64 r2 S_q 8192 B4 |" in s and "| bshd H64 r2 S_q 8192 scale1 |" in s
+    cold, warm = s.split("### Cold")[1].split("### Warm")
+    warm = warm.split("### Speed-ups")[0]
+    assert "| dsa-indexer lean | dsa-indexer generic | Triton (fused) | cuDNN-frontend SM90 |" in cold
+    assert "80.0 us · 700 TF/s · 89%" in cold and "70.0 us · 760 TF/s · 97%" in warm
+    assert "200.0 us · 250 TF/s · 32% ✗" in cold  # failed check flagged
+    assert "— (heads H: expected 64, got 32)" in cold and "— (layout: expected bshd, got thd_local)" in warm
+    assert "110.0 us · 500 TF/s · 64% †" in warm  # cuDNN's THD warm time was not graph-captured
+    assert "†" not in cold
+    assert "| case | lean vs generic | lean vs Triton (fused) | lean vs cuDNN-frontend SM90 | generic vs cuDNN-frontend SM90 |" in s
+    row = next(l for l in s.splitlines() if l.startswith("| bshd H64 r2 S_q 4096 |") and "x /" in l)
+    assert row == "| bshd H64 r2 S_q 4096 | 1.25x / 1.29x | 2.50x ✗ / 2.57x ✗ | 1.50x / 1.57x | 1.20x / 1.22x |"
+    thd = next(l for l in s.splitlines() if l.startswith("| thd H64 r2 3 segs T_q 8192 |") and "x /" in l)
+    assert thd == "| thd H64 r2 3 segs T_q 8192 | — / — | — / — | — / — | 1.20x / 1.22x † |"
+    targets = s.split("### Targets of the lean family")[1].split("###")[0]
+    assert "| lean >= 1.3x cuDNN-frontend at S_q >= 4096 | met in all 9 cases (lowest 1.50x: bshd H64 r2 S_q 4096) |" in targets
+    assert "| lean >= 1.2x cuDNN-frontend at S_q 2048 | 1.10x **missed** | 1.29x met |" in targets
+    assert "| lean >= 1.15x generic | met in all 10 cases (lowest 1.25x" in targets
+    assert "| lean >= 650 TFLOP/s at bshd H64 r2 S_q 8192 (H 64, ratio 2, B 1) | 700 TF/s met | 760 TF/s met |" in targets
+    assert "| bshd H64 r2 S_q 8192 B4 (B 4, S_q 320, S_k 163) |" in s and "| bshd H64 r2 S_q 2048 (S_q 1280, S_k 643) |" in s
+    assert "— (not served)" in s and "**FAIL**" in s and "785 TFLOP/s" in s
+    assert "dsa-indexer lean (bshd H32 r2 S_q 8192): not served: heads H: expected 64, got 32" in s
+    assert "cuDNN-frontend SM90 (thd H64 r2 3 segs T_q 8192): warm time not graph-captured (†): RuntimeError: capture failed" in s
+    assert "CUDAGraph" in s and "sm_scale 0.125" in s
+
+
+def test_section_of_a_legacy_run():
+    s = peers.render_section(_legacy_results())
     assert "100.0 us · 500 TF/s · 64%" in s
-    assert "200.0 us · 250 TF/s · 32% ✗" in s  # failed check flagged
-    assert "2.00x ✗" in s  # speed-up vs the failing peer flagged too
+    assert "200.0 us · 250 TF/s · 32% ✗" in s
+    assert "2.00x ✗ / —" in s  # speed-up vs the failing peer flagged too; no warm time
     assert "cuDNN-frontend SM90: not installed: pkg missing" in s
+    assert "Not measured in this run" in s and "### Targets" not in s
+    assert "| bshd H64 r2 S_q 2048 (S_q 512, S_k 259) |" in s and "sm_scale 1," in s
     assert "**FAIL**" in s and "785 TFLOP/s" in s
+
+
+def test_saved_results_re_render(tmp_path):
+    saved = REPO_ROOT / "docs" / peers.JSON_NAME
+    if not saved.exists():
+        pytest.skip("no saved results")
+    assert peers.main(["--from-json", str(saved), "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert text.count(peers.BEGIN) == 1 and "### Cold" in text
+
+
+def test_plot_has_lean_and_both_modes(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = peers.plot(_results(), tmp_path)
+    assert path is not None and path.stat().st_size > 10_000
+    assert peers.plot(_legacy_results(), tmp_path / "old") is not None
 
 
 def test_write_doc_keeps_other_sections(tmp_path):
@@ -189,7 +416,7 @@ def test_write_doc_appends_when_no_markers(tmp_path):
 
 
 def test_results_round_trip_through_json(tmp_path):
-    r = _results()
-    peers.save_json(r, tmp_path)
-    again = json.loads((tmp_path / peers.JSON_NAME).read_text())
-    assert peers.render_section(again) == peers.render_section(r)
+    for r in (_results(), _legacy_results()):
+        peers.save_json(r, tmp_path)
+        again = json.loads((tmp_path / peers.JSON_NAME).read_text())
+        assert peers.render_section(again) == peers.render_section(r)

@@ -331,7 +331,11 @@ def test_thd_columns_string_checked_before_anything_else():
 
 def test_family_string_checked():
     with pytest.raises(ValueError, match="family"):
-        dsa_indexer.indexer_forward(None, None, None, family="lean")
+        dsa_indexer.indexer_forward(None, None, None, family="fastest")
+
+
+def test_family_names_match_the_c_api():
+    assert dsa_indexer._lib.FAMILIES == {"auto": 0, "generic": 1, "reference": 2, "lean": 3}
 
 
 def test_ratio_must_be_integer():

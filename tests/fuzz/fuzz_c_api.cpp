@@ -153,7 +153,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   o.ratio = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(1, 8) : interesting64(in);
   o.sm_scale = in.ConsumeBool() ? 0.125f : interesting_float(in);
-  o.family = in.ConsumeIntegralInRange<int32_t>(0, 2);
+  o.family = in.ConsumeIntegralInRange<int32_t>(0, 3);
 
   // Field mutations of any descriptor.
   dsa_tensor* targets[] = {&q, &k, &w, &out, &o.q_causal_offsets, &o.cu_seqlens_q, &o.cu_seqlens_k, &o.ks, &o.ke, &o.lse};

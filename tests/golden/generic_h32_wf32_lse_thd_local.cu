@@ -2,8 +2,8 @@
 #include "sm90_indexer_generic.cuh"
 
 struct DsaKernelConfig {
-  static constexpr int kHeads = 32;
   static constexpr int kHeadDim = 128;
+  static constexpr int kHeads = 32;
   static constexpr bool kWeightsF32 = true;
   static constexpr bool kWithLse = true;
   static constexpr int kLayout = dsa::kLayoutThdLocal;

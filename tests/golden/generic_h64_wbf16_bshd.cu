@@ -2,8 +2,8 @@
 #include "sm90_indexer_generic.cuh"
 
 struct DsaKernelConfig {
-  static constexpr int kHeads = 64;
   static constexpr int kHeadDim = 128;
+  static constexpr int kHeads = 64;
   static constexpr bool kWeightsF32 = false;
   static constexpr bool kWithLse = false;
   static constexpr int kLayout = dsa::kLayoutBshd;

@@ -2,8 +2,8 @@
 #include "sm90_indexer_reference.cuh"
 
 struct DsaKernelConfig {
-  static constexpr int kHeads = 16;
   static constexpr int kHeadDim = 128;
+  static constexpr int kHeads = 16;
   static constexpr bool kWeightsF32 = false;
   static constexpr bool kWithLse = true;
   static constexpr int kLayout = dsa::kLayoutThdGlobal;

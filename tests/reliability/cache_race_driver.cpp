@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "sm90_indexer_reference.hpp"
 #include "disk_cache.hpp"
 #include "runtime.hpp"
 #include "sha256.hpp"
@@ -30,11 +31,7 @@ std::vector<KernelSpec> race_specs() {
   } picks[] = {{16, dsa_indexer::DType::bf16}, {32, dsa_indexer::DType::bf16},
                {64, dsa_indexer::DType::f32}, {16, dsa_indexer::DType::f32}};
   for (const auto& p : picks) {
-    KernelSpec s;
-    s.family = Family::reference;
-    s.heads = p.heads;
-    s.w_dtype = p.w;
-    v.push_back(s);
+    v.push_back(reference_spec(p.heads, p.w, false, Layout::bshd));
   }
   return v;
 }

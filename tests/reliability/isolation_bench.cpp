@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_reference.hpp"
 #include "codegen.hpp"
 #include "compile_isolation.hpp"
 #include "nvrtc_compiler.hpp"
@@ -32,14 +34,8 @@ double median_seconds(int reps, F f) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const std::string helper = argc > 2 ? argv[2] : DSA_TEST_HELPER;
-  KernelSpec spec;
-  spec.family = Family::reference;
-  spec.heads = 16;
-  if (argc > 3 && std::string(argv[3]) == "generic") {
-    spec.family = Family::generic;
-    spec.heads = 64;
-    spec.kv_stages = 5;
-  }
+  KernelSpec spec = reference_spec(16, dsa_indexer::DType::bf16, false, Layout::bshd);
+  if (argc > 3 && std::string(argv[3]) == "generic") spec = generic_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd);
   const GeneratedSource g = render(spec);
   const CompileRequest req{g.name, g.text, g.kernels, compile_options(spec.arch), nullptr};
   nvrtc_compile(req);

@@ -1,52 +1,61 @@
 #pragma once
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "planner.hpp"
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_lean.hpp"
+#include "sm90_indexer_reference.hpp"
+#include "warmup.hpp"
 
 namespace dsa_test {
 
 inline std::vector<std::pair<std::string, dsa_indexer::detail::KernelSpec>> golden_specs() {
   using namespace dsa_indexer::detail;
-  std::vector<std::pair<std::string, KernelSpec>> v;
-  KernelSpec g;
-  g.family = Family::generic;
-  g.heads = 64;
-  g.w_dtype = dsa_indexer::DType::bf16;
-  g.kv_stages = 5;
-  v.emplace_back("generic_h64_wbf16_bshd", g);
-  g.heads = 32;
-  g.w_dtype = dsa_indexer::DType::f32;
-  g.lse = true;
-  g.layout = Layout::thd_local;
-  v.emplace_back("generic_h32_wf32_lse_thd_local", g);
-  KernelSpec r;
-  r.family = Family::reference;
-  r.heads = 16;
-  r.lse = true;
-  r.layout = Layout::thd_global;
-  v.emplace_back("reference_h16_wbf16_lse_thd_global", r);
-  return v;
+  using dsa_indexer::DType;
+  return {{"generic_h64_wbf16_bshd", generic_spec(64, DType::bf16, false, Layout::bshd)},
+          {"generic_h32_wf32_lse_thd_local", generic_spec(32, DType::f32, true, Layout::thd_local)},
+          {"reference_h16_wbf16_lse_thd_global", reference_spec(16, DType::bf16, true, Layout::thd_global)},
+          {"lean_sq2048_sk1024_wbf16_scale1", lean_spec(2048, 1024, DType::bf16, true)}};
 }
 
-// Every variant of a family: H x W dtype x lse x layout (the generic family at 5 KV stages).
-inline std::vector<dsa_indexer::detail::KernelSpec> all_specs(dsa_indexer::detail::Family f) {
+// One variant of a family whose parameters are H x W dtype x lse x layout, with those values.
+struct SpecCase {
+  dsa_indexer::detail::KernelSpec spec;
+  int heads;
+  dsa_indexer::DType w;
+  bool lse;
+  dsa_indexer::detail::Layout layout;
+};
+
+// Every variant of the reference or generic family: H x W dtype x lse x layout.
+inline std::vector<SpecCase> grid_specs(const dsa_indexer::detail::Family& f) {
   using namespace dsa_indexer::detail;
-  std::vector<KernelSpec> v;
+  std::vector<SpecCase> v;
   for (int h : {16, 32, 64})
     for (auto w : {dsa_indexer::DType::bf16, dsa_indexer::DType::f32})
       for (bool lse : {false, true})
-        for (auto l : {Layout::bshd, Layout::thd_local, Layout::thd_global}) {
-          KernelSpec s;
-          s.family = f;
-          s.heads = h;
-          s.w_dtype = w;
-          s.lse = lse;
-          s.layout = l;
-          s.kv_stages = f == Family::generic ? 5 : 0;
-          v.push_back(s);
-        }
+        for (auto l : {Layout::bshd, Layout::thd_local, Layout::thd_global})
+          v.push_back({&f == &generic_family() ? generic_spec(h, w, lse, l) : reference_spec(h, w, lse, l), h, w, lse, l});
+  return v;
+}
+
+// Every variant a family compiles: the whole grid for reference and generic; for lean (a
+// variant per shape) every lean variant the default manifest warms.
+inline std::vector<dsa_indexer::detail::KernelSpec> all_specs(const dsa_indexer::detail::Family& f) {
+  using namespace dsa_indexer::detail;
+  std::vector<KernelSpec> v;
+  if (&f == &lean_family()) {
+    std::ifstream in(DSA_TEST_DEFAULT_MANIFEST);
+    std::stringstream text;
+    text << in.rdbuf();
+    for (const KernelSpec& s : manifest_specs(parse_manifest(text.str(), DSA_TEST_DEFAULT_MANIFEST), DeviceInfo::h200()))
+      if (s.family == &f) v.push_back(s);
+    return v;
+  }
+  for (const SpecCase& c : grid_specs(f)) v.push_back(c.spec);
   return v;
 }
 

@@ -19,6 +19,7 @@
 #include "disk_cache.hpp"
 #include "process_support.hpp"
 #include "runtime.hpp"
+#include "sm90_indexer_reference.hpp"
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;
@@ -94,12 +95,7 @@ dsa_test::ChildResult tool(std::vector<std::string> args, const std::function<bo
   });
 }
 
-KernelSpec ref_spec(int heads) {
-  KernelSpec s;
-  s.family = Family::reference;
-  s.heads = heads;
-  return s;
-}
+KernelSpec ref_spec(int heads) { return reference_spec(heads, dsa_indexer::DType::bf16, false, Layout::bshd); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 
 #include "codegen.hpp"
 #include "golden_specs.hpp"
+#include "util.hpp"
 
 using namespace dsa_indexer::detail;
 
@@ -22,22 +23,50 @@ TEST_CASE("codegen matches the golden files", "[codegen]") {
 }
 
 TEST_CASE("codegen names every template parameter", "[codegen]") {
-  KernelSpec g;
-  g.family = Family::generic;
-  g.kv_stages = 4;
-  g.heads = 32;
-  g.w_dtype = dsa_indexer::DType::f32;
-  const std::string t = render(g).text;
+  const GeneratedSource g = render(generic_spec(32, dsa_indexer::DType::f32, false, Layout::bshd, 4));
+  const std::string& t = g.text;
   CHECK_THAT(t, Catch::Contains("static constexpr int kHeads = 32;"));
   CHECK_THAT(t, Catch::Contains("static constexpr bool kWeightsF32 = true;"));
   CHECK_THAT(t, Catch::Contains("static constexpr bool kWithLse = false;"));
   CHECK_THAT(t, Catch::Contains("static constexpr int kLayout = dsa::kLayoutBshd;"));
   CHECK_THAT(t, Catch::Contains("static constexpr int kKvStages = 4;"));
-  CHECK(render(g).kernels == std::vector<std::string>{"dsa::sm90_indexer_generic<DsaKernelConfig>"});
-  KernelSpec r;
-  r.family = Family::reference;
-  r.lse = true;
-  CHECK(render(r).kernels.size() == 2);
+  CHECK_THAT(t, Catch::Contains(fmt::format("static constexpr int kSmemBytes = {};", GenericGeometry::smem_bytes(32, 4))));
+  CHECK(g.kernels == std::vector<std::string>{"dsa::sm90_indexer_generic<DsaKernelConfig>"});
+  CHECK(render(reference_spec(64, dsa_indexer::DType::bf16, true, Layout::bshd)).kernels.size() == 2);
+  CHECK(render(reference_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd)).kernels.size() == 1);
+  const GeneratedSource l = render(lean_spec(4096, 999, dsa_indexer::DType::bf16, false));
+  CHECK_THAT(l.text, Catch::Contains("static constexpr long long kSeqQ = 4096;"));
+  CHECK_THAT(l.text, Catch::Contains("static constexpr long long kSeqK = 999;"));
+  CHECK_THAT(l.text, Catch::Contains("static constexpr bool kUnitScale = false;"));
+  CHECK_THAT(l.text, Catch::Contains("kDsaLeanRuns[1] = {{511, -1, 512, 0}};"));
+  CHECK_THAT(l.text, Catch::Contains("kPolicy = dsa::kLeanSnake;"));
+  CHECK(l.kernels == std::vector<std::string>{"dsa::sm90_indexer_lean<DsaKernelConfig, DsaLeanSchedule>"});
+  CHECK(l.name == "sm90_indexer_lean.sq4096.sk999.wbf16.scaleany.s5.cu");
+}
+
+TEST_CASE("codegen refuses a spec without a family or with a value outside a choice", "[codegen]") {
+  CHECK_THROWS_AS(render(KernelSpec{}), dsa_indexer::InvalidArgument);
+  KernelSpec s = generic_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd);
+  s.values[3] = 7;  // kLayout
+  CHECK_THROWS_WITH(render(s), Catch::Contains("kLayout"));
+}
+
+TEST_CASE("shared code names no family", "[codegen]") {
+  // The shared machinery reaches families only through family.hpp: no family's header, and no
+  // family stem in a string, outside the family's own files and the registry.
+  const char* shared[] = {"codegen.cpp", "dispatch.cpp", "planner.cpp", "kernel_cache.cpp", "launch.cpp", "validate.cpp",
+                          "warmup.cpp", "indexer.cpp", "c_api.cpp", "kernel_spec.cpp", "nvrtc_compiler.cpp", "disk_cache.cpp"};
+  for (const char* f : shared) {
+    std::ifstream in(std::string(DSA_TEST_SOURCE_DIR) + "/" + f);
+    REQUIRE(in.good());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    INFO(f);
+    for (const char* stem : {"sm90_indexer_generic", "sm90_indexer_lean", "sm90_indexer_reference", "KernelFamily::generic",
+                             "KernelFamily::lean", "KernelFamily::reference"})
+      CHECK(text.find(stem) == std::string::npos);
+  }
 }
 
 TEST_CASE("hex_float literals round-trip exactly", "[codegen]") {

@@ -12,6 +12,8 @@
 #include <future>
 #include <vector>
 
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_reference.hpp"
 #include "codegen.hpp"
 #include "compile_isolation.hpp"
 #include "dsa_indexer/errors.hpp"
@@ -24,8 +26,7 @@
 using namespace dsa_indexer::detail;
 
 TEST_CASE("isolation: request framing round-trips", "[isolation]") {
-  KernelSpec s;
-  s.family = Family::reference;
+  KernelSpec s = reference_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd);
   GeneratedSource g = render(s);
   CompileRequest req{g.name, g.text, g.kernels, compile_options("sm_90a"), nullptr};
   std::string bytes = encode_request(req);
@@ -43,9 +44,7 @@ TEST_CASE("isolation: request framing round-trips", "[isolation]") {
 namespace {
 
 CompileRequest reference_request(int heads = 16) {
-  KernelSpec s;
-  s.family = Family::reference;
-  s.heads = heads;
+  KernelSpec s = reference_spec(heads, dsa_indexer::DType::bf16, false, Layout::bshd);
   static std::vector<GeneratedSource> keep;  // the request holds no strings of its own
   keep.push_back(render(s));
   const GeneratedSource& g = keep.back();
@@ -124,9 +123,7 @@ TEST_CASE("isolation: NVRTC's own crash on constant wgmma descriptors is contain
 
 TEST_CASE("isolation: the runtime uses its config's helper; failures are CompileErrors", "[isolation]") {
   dsa_test::TempDir t;
-  KernelSpec spec;
-  spec.family = Family::reference;
-  spec.heads = 32;
+  KernelSpec spec = reference_spec(32, dsa_indexer::DType::bf16, false, Layout::bshd);
   EnvConfig cfg;
   cfg.cache_dir = t.path();
   cfg.isolation = CompileIsolation::process;
@@ -158,9 +155,7 @@ TEST_CASE("isolation: a helper that exits without reading never raises SIGPIPE i
     WARN("SKIPPED: no /bin/true");
     return;
   }
-  KernelSpec g;
-  g.family = Family::generic;
-  g.kv_stages = 5;
+  KernelSpec g = generic_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd);
   const GeneratedSource src = render(g);
   const CompileRequest req{src.name, src.text, src.kernels, compile_options("sm_90a"), nullptr};
   std::vector<std::future<std::string>> fs;
@@ -252,8 +247,7 @@ TEST_CASE("isolation limits: the runtime applies DSA_INDEXER_COMPILE_TIMEOUT fro
   cfg.compile_timeout_s = 1;
   Runtime rt(cfg);
   bool from_disk = false;
-  KernelSpec s;
-  s.family = Family::reference;
+  const KernelSpec s = reference_spec(16, dsa_indexer::DType::bf16, false, Layout::bshd);
   CHECK_THAT(compile_error_of([&] { rt.entry(s, &from_disk); }), Catch::Contains("compile timeout of 1 s"));
   auto env_of = [](const char* v) {
     return parse_env([v](const char* n) { return std::string(n) == "DSA_INDEXER_COMPILE_TIMEOUT" ? v : nullptr; });

@@ -11,6 +11,7 @@
 #include "cubin_support.hpp"
 #include "disk_cache.hpp"
 #include "runtime.hpp"
+#include "sm90_indexer_reference.hpp"
 #include "sha256.hpp"
 #include "test_support.hpp"
 
@@ -34,12 +35,7 @@ std::string fake_elf(const std::string& kernel) {
   return c + std::string(1, '\0') + kernel + std::string(1, '\0') + std::string(1000, 'c');
 }
 
-KernelSpec ref_spec(int heads) {
-  KernelSpec s;
-  s.family = Family::reference;
-  s.heads = heads;
-  return s;
-}
+KernelSpec ref_spec(int heads) { return reference_spec(heads, dsa_indexer::DType::bf16, false, Layout::bshd); }
 
 std::string header_of(const std::string& entry) { return entry.substr(0, entry.find("\nend\n") + 5); }
 std::string body_of(const std::string& entry) { return entry.substr(entry.find("\nend\n") + 5); }

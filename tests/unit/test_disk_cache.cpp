@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "cubin_support.hpp"
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_reference.hpp"
 #include "disk_cache.hpp"
 #include "runtime.hpp"
 #include "sha256.hpp"
@@ -47,10 +49,7 @@ EnvConfig cfg_for(const std::string& dir) {
 }
 
 KernelSpec small_spec() {
-  KernelSpec s;
-  s.family = Family::reference;
-  s.heads = 16;
-  return s;
+  return reference_spec(16, dsa_indexer::DType::bf16, false, Layout::bshd);
 }
 
 }  // namespace
@@ -170,9 +169,7 @@ TEST_CASE("disk key changes when any template file it includes changes", "[disk_
   std::map<std::string, std::string> files2 = emb.files();
   files2["ptx/wgmma.cuh"] += "\n";  // not included by the reference family
   CHECK(prepare(spec, TemplateSet(files2)).disk_key == k0);
-  KernelSpec g = spec;
-  g.family = Family::generic;
-  g.kv_stages = 5;
+  KernelSpec g = generic_spec(16, dsa_indexer::DType::bf16, false, Layout::bshd);
   CHECK(prepare(g, TemplateSet(files2)).disk_key != prepare(g, emb).disk_key);
 }
 
@@ -273,8 +270,7 @@ TEST_CASE("runtime: concurrent entry() calls over one cache directory", "[disk_c
   std::vector<std::string> cubins(8);
   for (int th = 0; th < 8; ++th)
     threads.emplace_back([&, th] {
-      KernelSpec s = small_spec();
-      s.heads = th % 2 ? 16 : 32;
+      KernelSpec s = reference_spec(th % 2 ? 16 : 32, dsa_indexer::DType::bf16, false, Layout::bshd);
       bool from_disk = false;
       cubins[static_cast<std::size_t>(th)] = rt.entry(s, &from_disk).cubin;
     });

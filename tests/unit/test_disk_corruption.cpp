@@ -12,6 +12,8 @@
 #include <map>
 #include <sstream>
 
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_reference.hpp"
 #include "disk_cache.hpp"
 #include "runtime.hpp"
 #include "test_support.hpp"
@@ -32,15 +34,8 @@ EnvConfig cfg_for(const std::string& dir, const std::string& prebuilt = "") {
 }
 
 KernelSpec kind(const std::string& name) {
-  KernelSpec s;
-  s.family = Family::reference;
-  s.heads = 16;
-  if (name == "reference+lse") s.lse = true;
-  if (name == "generic") {
-    s.family = Family::generic;
-    s.heads = 64;
-    s.kv_stages = 5;
-  }
+  KernelSpec s = reference_spec(16, dsa_indexer::DType::bf16, name == "reference+lse", Layout::bshd);
+  if (name == "generic") s = generic_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd);
   return s;
 }
 

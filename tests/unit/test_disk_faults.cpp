@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "sm90_indexer_reference.hpp"
 #include "disk_cache.hpp"
 #include "env.hpp"
 #include "process_support.hpp"
@@ -26,10 +27,7 @@ using dsa_test::spit;
 namespace {
 
 KernelSpec ref_spec(int heads) {
-  KernelSpec s;
-  s.family = Family::reference;
-  s.heads = heads;
-  return s;
+  return reference_spec(heads, dsa_indexer::DType::bf16, false, Layout::bshd);
 }
 
 struct Outcome {

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "launch.hpp"
+#include "sm90_indexer_generic.hpp"
 #include "problems.hpp"
 #include "validate.hpp"
 
@@ -12,8 +13,8 @@ TEST_CASE("launch: kernel arguments mirror the problem", "[launch]") {
   c.opt.sm_scale = 0.125f;
   c.opt.ratio = 4;
   Problem p = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
-  Plan plan = make_plan(p, DeviceInfo::h200(), Family::generic);
-  dsa::DsaArgs a = make_args(p, plan);
+  Plan plan = make_plan(p, DeviceInfo::h200(), generic_family());
+  dsa::DsaArgs a = make_args(p);
   CHECK(a.q == 0x100000);
   CHECK(a.out == 0x400000);
   CHECK(a.lse == 0);
@@ -23,15 +24,14 @@ TEST_CASE("launch: kernel arguments mirror the problem", "[launch]") {
   CHECK(a.out_cols == 50);
   CHECK(a.ratio == 4);
   CHECK(a.sm_scale == 0.125f);
-  CHECK(a.num_tiles == plan.num_tiles);
-  CHECK(a.num_tiles == 2 * 7);  // 16 tokens per tile for H = 32
+  CHECK(plan.num_tiles == 2 * 7);  // 16 tokens per tile for H = 32
   CHECK(a.has_offsets == 0);
 }
 
 TEST_CASE("launch: TMA geometry for BSHD and THD", "[launch]") {
   Call c = bshd_call(2, 100, 50, 64);
   Problem p = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
-  TmaGeometry q = q_tma_geometry(p), k = k_tma_geometry(p);
+  TmaGeometry q = q_tma_geometry(p, 4), k = k_tma_geometry(p);
   CHECK(q.rank == 4);
   CHECK(q.dims[0] == 128);
   CHECK(q.dims[1] == 64);
@@ -47,7 +47,7 @@ TEST_CASE("launch: TMA geometry for BSHD and THD", "[launch]") {
   ThdCall t;
   make_thd(t, 16);
   Problem pt = validate(t.q, t.k, t.w, t.out, t.opt, nullptr);
-  TmaGeometry qt = q_tma_geometry(pt), kt = k_tma_geometry(pt);
+  TmaGeometry qt = q_tma_geometry(pt, GenericGeometry::tokens_per_consumer(16)), kt = k_tma_geometry(pt);
   CHECK(qt.rank == 3);
   CHECK(qt.box[1] * qt.box[2] == 256);
   CHECK(kt.rank == 2);
@@ -59,8 +59,8 @@ TEST_CASE("launch: the tensor-map memo keys on every geometry field", "[launch]"
   // see every field (the encode itself needs the driver and is covered by the GPU tests).
   Call c = bshd_call(2, 100, 50, 64);
   Problem p = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
-  const TmaGeometry g = q_tma_geometry(p);
-  CHECK(g == q_tma_geometry(p));
+  const TmaGeometry g = q_tma_geometry(p, 4);
+  CHECK(g == q_tma_geometry(p, 4));
   CHECK_FALSE(g == k_tma_geometry(p));
   for (int i = 0; i < 5; ++i) {
     TmaGeometry d = g, b = g;

@@ -5,6 +5,9 @@
 #include "dsa_indexer/errors.hpp"
 #include "planner.hpp"
 #include "problems.hpp"
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_lean.hpp"
+#include "sm90_indexer_reference.hpp"
 #include "validate.hpp"
 
 using namespace dsa_indexer::detail;
@@ -20,72 +23,150 @@ DeviceInfo small_device() { return DeviceInfo{0, 8, 9, 0, 232448, "small Hopper 
 
 TEST_CASE("planner: generic geometry on H100 and H200", "[planner]") {
   for (DeviceInfo dev : {DeviceInfo::h100(), DeviceInfo::h200()}) {
-    Plan p = make_plan(problem(1, 8192, 4096), dev, Family::generic);
-    CHECK(p.spec.family == Family::generic);
+    Plan p = make_plan(problem(1, 8192, 4096), dev, generic_family());
+    CHECK(p.spec.family == &generic_family());
     CHECK(p.tokens_per_tile == 8);
     CHECK(p.num_tiles == 1024);
-    CHECK(p.grid[0] == 132);
-    CHECK(p.block[0] == 384);
-    CHECK(p.smem_bytes == static_cast<uint32_t>(GenericGeometry::smem_bytes(64, 5)));
-    CHECK(p.smem_bytes <= 232448);
+    REQUIRE(p.n_launches == 1);
+    CHECK(p.launches[0].grid[0] == 132);
+    CHECK(p.launches[0].block[0] == 384);
+    CHECK(p.launches[0].smem == static_cast<uint32_t>(GenericGeometry::smem_bytes(64, 5)));
+    CHECK(p.spec.dynamic_smem == p.launches[0].smem);
+    CHECK(p.launches[0].smem <= 232448);
     CHECK(p.spec.shape_key() == "h64.wbf16.lse0.bshd.s5");
   }
-  CHECK(make_plan(problem(1, 8192, 4096, 32), DeviceInfo::h200(), Family::generic).tokens_per_tile == 16);
-  CHECK(make_plan(problem(1, 8192, 4096, 16), DeviceInfo::h200(), Family::generic).tokens_per_tile == 32);
+  CHECK(make_plan(problem(1, 8192, 4096, 32), DeviceInfo::h200(), generic_family()).tokens_per_tile == 16);
+  CHECK(make_plan(problem(1, 8192, 4096, 16), DeviceInfo::h200(), generic_family()).tokens_per_tile == 32);
 }
 
-TEST_CASE("planner: the spec does not depend on sequence lengths, batch or ratio", "[planner]") {
-  const KernelSpec a = make_plan(problem(1, 8192, 4096), DeviceInfo::h200(), Family::generic).spec;
-  const KernelSpec b = make_plan(problem(3, 17, 999), DeviceInfo::h200(), Family::generic).spec;
+TEST_CASE("planner: the generic spec does not depend on sequence lengths, batch or ratio", "[planner]") {
+  const KernelSpec a = make_plan(problem(1, 8192, 4096), DeviceInfo::h200(), generic_family()).spec;
+  const KernelSpec b = make_plan(problem(3, 17, 999), DeviceInfo::h200(), generic_family()).spec;
   CHECK(a == b);
   CHECK(a.shape_key() == b.shape_key());
 }
 
 TEST_CASE("planner: small grids and small devices", "[planner]") {
-  Plan p = make_plan(problem(1, 5, 3), DeviceInfo::h200(), Family::generic);
+  Plan p = make_plan(problem(1, 5, 3), DeviceInfo::h200(), generic_family());
   CHECK(p.num_tiles == 1);
-  CHECK(p.grid[0] == 1);
-  Plan s = make_plan(problem(2, 256, 128), small_device(), Family::generic);
+  CHECK(p.launches[0].grid[0] == 1);
+  Plan s = make_plan(problem(2, 256, 128), small_device(), generic_family());
   CHECK(s.num_tiles == 64);
-  CHECK(s.grid[0] == 8);
+  CHECK(s.launches[0].grid[0] == 8);
 }
 
-TEST_CASE("planner: reversed-LPT order covers every tile once, longest first", "[planner]") {
-  Plan p = make_plan(problem(3, 1000, 500), small_device(), Family::generic);
+TEST_CASE("planner: generic reversed-LPT order covers every tile once, longest first", "[planner]") {
+  Plan p = make_plan(problem(3, 1000, 500), small_device(), generic_family());
   REQUIRE(p.num_tiles == 3 * 125);
   std::set<int64_t> seen;
-  for (int64_t c = 0; c < p.grid[0]; ++c) {
-    auto order = cta_tile_order(p, c);
+  const int64_t G = p.launches[0].grid[0];
+  for (int64_t c = 0; c < G; ++c) {
+    auto order = generic_cta_tiles(p, c);
     REQUIRE_FALSE(order.empty());
     CHECK(order[0] == p.num_tiles - 1 - c);  // CTA c starts with the c-th most expensive tile
-    for (size_t i = 1; i < order.size(); ++i) CHECK(order[i] == order[i - 1] - static_cast<int64_t>(p.grid[0]));
+    for (size_t i = 1; i < order.size(); ++i) CHECK(order[i] == order[i - 1] - G);
     for (auto t : order) CHECK(seen.insert(t).second);
   }
   CHECK(static_cast<int64_t>(seen.size()) == p.num_tiles);
   // tile t = tile_in_batch * B + b: the first wave holds the last tiles of every batch
-  auto first = cta_tile_order(p, 0)[0];
+  auto first = generic_cta_tiles(p, 0)[0];
   CHECK(first / 3 == p.tiles_per_batch - 1);
 }
 
 TEST_CASE("planner: rejects devices that are not Hopper or lack shared memory", "[planner]") {
   DeviceInfo a100{0, 108, 8, 0, 166912, "A100"};
-  CHECK_THROWS_AS(make_plan(problem(1, 64, 64), a100, Family::generic), dsa_indexer::UnsupportedConfig);
-  CHECK_THROWS_WITH(make_plan(problem(1, 64, 64), a100, Family::generic), Catch::Contains("compute capability") && Catch::Contains("8.0"));
+  for (const Family* f : {&generic_family(), &lean_family(), &reference_family()}) {
+    CHECK_THROWS_AS(make_plan(problem(1, 2048, 1024), a100, *f), dsa_indexer::UnsupportedConfig);
+    CHECK_THROWS_WITH(make_plan(problem(1, 2048, 1024), a100, *f), Catch::Contains("compute capability") && Catch::Contains("8.0"));
+  }
   DeviceInfo tiny{0, 132, 9, 0, 101376, "Hopper with a small carve-out"};
-  CHECK_THROWS_WITH(make_plan(problem(1, 64, 64), tiny, Family::generic), Catch::Contains("shared memory") && Catch::Contains("101376"));
+  CHECK_THROWS_WITH(make_plan(problem(1, 64, 64), tiny, generic_family()), Catch::Contains("shared memory") && Catch::Contains("101376"));
+  CHECK_THROWS_WITH(make_plan(problem(1, 2048, 1024), tiny, lean_family()),
+                    Catch::Contains("shared memory") && Catch::Contains("sm90_indexer_lean"));
 }
 
 TEST_CASE("planner: reference geometry", "[planner]") {
-  Plan p = make_plan(problem(2, 100, 300), DeviceInfo::h200(), Family::reference);
-  CHECK(p.grid[0] == 200);
-  CHECK(p.grid[1] == 3);
-  CHECK(p.block[0] == 128);
+  Plan p = make_plan(problem(2, 100, 300), DeviceInfo::h200(), reference_family());
+  REQUIRE(p.n_launches == 1);
+  CHECK(p.launches[0].grid[0] == 200);
+  CHECK(p.launches[0].grid[1] == 3);
+  CHECK(p.launches[0].block[0] == 128);
+  CHECK(p.spec.dynamic_smem == 0);
   CHECK(p.spec.shape_key() == "h64.wbf16.lse0.bshd");
 }
 
-TEST_CASE("dispatch: automatic and generic go generic, reference only when asked", "[planner]") {
-  Problem p = problem(1, 64, 64);
-  CHECK(choose_family(p, dsa_indexer::KernelFamily::automatic) == Family::generic);
-  CHECK(choose_family(p, dsa_indexer::KernelFamily::generic) == Family::generic);
-  CHECK(choose_family(p, dsa_indexer::KernelFamily::reference) == Family::reference);
+TEST_CASE("planner: lean plan: the key is the shape, B only scales the work", "[planner][lean]") {
+  for (DeviceInfo dev : {DeviceInfo::h100(), DeviceInfo::h200()}) {
+    Plan p1 = make_plan(problem(1, 8192, 4096), dev, lean_family());
+    Plan p4 = make_plan(problem(4, 8192, 4096), dev, lean_family());
+    CHECK(p1.spec == p4.spec);  // one compiled kernel for every B
+    CHECK(p1.spec.shape_key() == "sq8192.sk4096.wbf16.scale1.s5");  // sm_scale defaults to 1
+    CHECK(p1.tokens_per_tile == LeanGeometry::kTokensPerTile);
+    CHECK(p1.num_tiles == 1024);
+    CHECK(p4.num_tiles == 4 * 1024);
+    CHECK(p1.launches[0].grid[0] == 132);
+    CHECK(p4.launches[0].grid[0] == 132);
+    CHECK(p1.launches[0].block[0] == LeanGeometry::kThreads);
+    CHECK(p1.launches[0].smem == static_cast<uint32_t>(LeanGeometry::smem_bytes(dsa_indexer::DType::bf16)));
+  }
+  // the ratio is a launch argument; the scale variant is not
+  Call c = bshd_call(1, 8192, 4096);
+  c.opt.ratio = 4;
+  const Problem r4 = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  CHECK(make_plan(r4, DeviceInfo::h200(), lean_family()).spec == make_plan(problem(1, 8192, 4096), DeviceInfo::h200(), lean_family()).spec);
+  c.opt.sm_scale = 1.0f;
+  const Problem s1 = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  c.opt.sm_scale = 0.5f;
+  const Problem s05 = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  c.opt.sm_scale = 0.125f;
+  const Problem s0125 = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  CHECK(make_plan(s1, DeviceInfo::h200(), lean_family()).spec.shape_key() == "sq8192.sk4096.wbf16.scale1.s5");
+  CHECK(make_plan(s05, DeviceInfo::h200(), lean_family()).spec == make_plan(s0125, DeviceInfo::h200(), lean_family()).spec);
+}
+
+TEST_CASE("lean schedule: every work item runs once, longest q-tiles first", "[planner][lean]") {
+  for (int64_t sq : {1056, 2048, 8192}) {
+    const LeanSchedule s = lean_schedule(sq, sq / 2);
+    REQUIRE(s.tiles_per_batch == sq / 8);
+    std::set<int64_t> tiles;
+    for (int64_t r = 0; r < s.tiles_per_batch; ++r) {
+      const int64_t t = s.tile_of_rank(r);
+      CHECK(tiles.insert(t).second);
+      if (r > 0) CHECK(t < s.tile_of_rank(r - 1));  // causal costs grow with the tile index
+    }
+    CHECK(static_cast<int64_t>(tiles.size()) == s.tiles_per_batch);
+    CHECK(s.runs.size() == 1);  // one run: the order compresses to {last, -1, all}
+    // the emitted order is the same whatever the ratio the costs are computed with
+    for (int64_t ratio : {1, 2, 4, 8}) {
+      const std::vector<double> c = lean_tile_costs(sq, sq / 2, ratio);
+      for (int64_t r = 1; r < s.tiles_per_batch; ++r)
+        CHECK(c[static_cast<size_t>(s.tile_of_rank(r))] <= c[static_cast<size_t>(s.tile_of_rank(r - 1))]);
+    }
+  }
+}
+
+TEST_CASE("lean schedule: balance on H100/H200 at the default manifest's shapes", "[planner][lean]") {
+  // Bound: with snake order over longest-first tiles, CTA loads differ by at most about one
+  // tile's cost per two rounds. S_q 2048 ratio 2 (256 q-tiles over 132 CTAs, < 2 rounds) is
+  // the worst case of the manifest at 1.031; everything with >= 4 rounds is within 1.01. The
+  // bound 1.035 fails for round-robin (1.41 at S_q 2048, 1.12 at 8192) and for any order that
+  // is not longest-first.
+  struct Shape {
+    int64_t sq, sk, ratio;
+    double bound;
+  };
+  const Shape shapes[] = {{2048, 1024, 2, 1.035}, {4096, 2048, 2, 1.01}, {8192, 4096, 2, 1.01}, {16384, 8192, 2, 1.01},
+                          {2048, 512, 4, 1.035},  {4096, 1024, 4, 1.035}, {8192, 2048, 4, 1.01}, {16384, 4096, 4, 1.01}};
+  for (DeviceInfo dev : {DeviceInfo::h100(), DeviceInfo::h200()})
+    for (const Shape& sh : shapes)
+      for (int64_t B : {1, 4}) {
+        const LeanSchedule s = lean_schedule(sh.sq, sh.sk);
+        const double bal = lean_balance(s, lean_tile_costs(sh.sq, sh.sk, sh.ratio), B, dev.sm_count);
+        INFO("S_q " << sh.sq << " ratio " << sh.ratio << " B " << B << ": max/mean " << bal);
+        CHECK(s.policy == dsa::kLeanSnake);
+        CHECK(bal <= sh.bound);
+        LeanSchedule rr = s;
+        rr.policy = dsa::kLeanRoundRobin;
+        if (B == 1) CHECK(lean_balance(rr, lean_tile_costs(sh.sq, sh.sk, sh.ratio), B, dev.sm_count) > bal);
+      }
 }

@@ -5,6 +5,9 @@
 #include "dsa_indexer/errors.hpp"
 #include "runtime.hpp"
 #include "test_support.hpp"
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_lean.hpp"
+#include "sm90_indexer_reference.hpp"
 #include "warmup.hpp"
 
 using namespace dsa_indexer::detail;
@@ -28,12 +31,27 @@ TEST_CASE("manifest parsing", "[warmup]") {
 }
 
 TEST_CASE("manifest specs are deduplicated", "[warmup]") {
-  auto v = parse_manifest("sq=1024 sk=512 ratio=2\nsq=2048 sk=1024 ratio=4\nsq=8 sk=8 w=f32\nsq=8 sk=8 family=reference\n", "m");
+  auto v = parse_manifest("sq=64 sk=32 ratio=2\nsq=128 sk=32 ratio=4\nsq=8 sk=8 w=f32\nsq=8 sk=8 family=reference\n", "m");
   auto specs = manifest_specs(v, DeviceInfo::h200());
-  REQUIRE(specs.size() == 3);
-  CHECK(specs[0].family == Family::generic);
-  CHECK(specs[1].w_dtype == dsa_indexer::DType::f32);
-  CHECK(specs[2].family == Family::reference);
+  REQUIRE(specs.size() == 3);  // too small for lean: generic for every automatic line
+  CHECK(specs[0] == generic_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd));
+  CHECK(specs[1] == generic_spec(64, dsa_indexer::DType::f32, false, Layout::bshd));
+  CHECK(specs[2] == reference_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd));
+}
+
+TEST_CASE("manifest: lean lines warm their scale variants and the escape hatch's generic variant", "[warmup]") {
+  using dsa_indexer::DType;
+  auto specs = manifest_specs(parse_manifest("sq=8192 sk=4096 ratio=2 scale=both\nsq=2048 sk=512 ratio=4 w=f32\n"
+                                             "sq=4096 sk=2048 family=lean scale=1\nsq=4096 sk=2048 family=generic\n", "m"),
+                              DeviceInfo::h200());
+  const std::vector<KernelSpec> want = {lean_spec(8192, 4096, DType::bf16, false), generic_spec(64, DType::bf16, false, Layout::bshd),
+                                        lean_spec(8192, 4096, DType::bf16, true),  lean_spec(2048, 512, DType::f32, false),
+                                        generic_spec(64, DType::f32, false, Layout::bshd), lean_spec(4096, 2048, DType::bf16, true)};
+  REQUIRE(specs.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(specs[i].shape_key() == want[i].shape_key());
+  CHECK(specs == want);
+  CHECK_THROWS_WITH(parse_manifest("sq=8 sk=8 scale=2\n", "m"), Contains("scale") && Contains("any, 1 or both"));
+  CHECK_THROWS_WITH(parse_manifest("sq=8 sk=8 family=fast\n", "m"), Contains("lean (3)"));
 }
 
 TEST_CASE("warmup into an empty directory, then every entry verifies", "[warmup]") {

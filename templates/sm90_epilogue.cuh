@@ -1,0 +1,79 @@
+#pragma once
+// The epilogue the wgmma families share: relu(acc) * w summed over a thread's heads and the
+// 4-lane reduce-scatter that completes the head sum, in one fixed order, so every family that
+// uses it produces the same bits for the same inputs (docs/DESIGN.md, "Contract"); and the -inf fill
+// of cells no KV tile covers.
+#include "dsa_types.cuh"
+#include "ptx/sync.cuh"
+
+namespace dsa {
+
+// After the reduce-scatter lane class c owns the tokens of quarter 2*(c&1) + (c>>1): tokens
+// [quarter * TPW/4, (quarter + 1) * TPW/4) of its warpgroup, both accumulator rows of each.
+__device__ __forceinline__ int token_quarter(int lane) { return 2 * (lane & 1) + ((lane >> 1) & 1); }
+
+// Heads of lane class c = lane & 3 in the weight quadruple g4 of a token: element e of the
+// float4 is head 16*g4 + 8*(e>>1) + 2*c + (e&1). A weight source W is any callable
+// W(token_local, g4) -> float4 in that order (shared memory in generic, registers in lean).
+__device__ __forceinline__ int weight_head(int g4, int e, int cls) { return 16 * g4 + 8 * (e >> 1) + 2 * cls + (e & 1); }
+
+// acc: m64n256 accumulators of one KV tile (rows = 64 KV rows, columns = TPW tokens x H heads
+// of this warpgroup). On return part[j], j < 2*TPW/4, is the head sum of token slot j >> 1 for
+// accumulator row 16 * warp + lane / 4 + 8 * (j & 1).
+template <int H, int TPW, class W>
+__device__ __forceinline__ void head_sum(const float (&acc)[128], const W& w, float (&part)[2 * TPW], int lane) {
+  constexpr int P = 2 * TPW;
+  // (1) per thread: relu * w over its H/4 heads of each token, one sum per accumulator row
+#pragma unroll
+  for (int tl = 0; tl < TPW; ++tl) {
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int g4 = 0; g4 < H / 16; ++g4) {
+      const float4 wv = w(tl, g4);
+      const int i0 = 4 * (tl * (H / 8) + 2 * g4), i1 = i0 + 4;
+      s0 = fmaf(fmaxf(acc[i0 + 0], 0.0f), wv.x, s0);
+      s0 = fmaf(fmaxf(acc[i0 + 1], 0.0f), wv.y, s0);
+      s1 = fmaf(fmaxf(acc[i0 + 2], 0.0f), wv.x, s1);
+      s1 = fmaf(fmaxf(acc[i0 + 3], 0.0f), wv.y, s1);
+      s0 = fmaf(fmaxf(acc[i1 + 0], 0.0f), wv.z, s0);
+      s0 = fmaf(fmaxf(acc[i1 + 1], 0.0f), wv.w, s0);
+      s1 = fmaf(fmaxf(acc[i1 + 2], 0.0f), wv.z, s1);
+      s1 = fmaf(fmaxf(acc[i1 + 3], 0.0f), wv.w, s1);
+    }
+    part[2 * tl] = s0;
+    part[2 * tl + 1] = s1;
+  }
+  // (2) reduce-scatter over the 4 lanes of a quad: halves by lane bit 0, quarters by bit 1
+  const bool b0 = lane & 1, b1 = lane & 2;
+#pragma unroll
+  for (int j = 0; j < P / 2; ++j) {
+    const float send = b0 ? part[j] : part[j + P / 2];
+    const float keep = b0 ? part[j + P / 2] : part[j];
+    part[j] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+  }
+#pragma unroll
+  for (int j = 0; j < P / 4; ++j) {
+    const float send = b1 ? part[j] : part[j + P / 4];
+    const float keep = b1 ? part[j + P / 4] : part[j];
+    part[j] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+}
+
+// -inf over columns [c0, c1) of one row, by `n` cooperating threads: 16-byte stores where the
+// address allows, single stores at the unaligned ends.
+__device__ __forceinline__ void fill_neg_inf(float* row, i64 c0, i64 c1, int t, int n) {
+  if (c1 <= c0) return;
+  const float ninf = neg_inf();
+  const u64 addr = reinterpret_cast<u64>(row + c0);
+  i64 head = static_cast<i64>(((16 - (addr & 15)) & 15) >> 2);
+  if (head > c1 - c0) head = c1 - c0;
+  if (t < head) store_streaming(row + c0 + t, ninf);
+  const i64 v0 = c0 + head;
+  const i64 nvec = (c1 - v0) >> 2;
+#pragma unroll 1
+  for (i64 v = t; v < nvec; v += n) store_streaming4(row + v0 + 4 * v, ninf, ninf, ninf, ninf);
+  const i64 tail0 = v0 + 4 * nvec;
+  if (t < c1 - tail0) store_streaming(row + tail0 + t, ninf);
+}
+
+}  // namespace dsa

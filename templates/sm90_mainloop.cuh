@@ -1,0 +1,70 @@
+#pragma once
+// The main loop the wgmma families share: one 64-row KV tile into a ring slot by TMA, and the
+// product of a KV tile (wgmma A, 64 rows) with a consumer's 256 packed (token, head) Q rows
+// (wgmma B) over D = 128 in eight k16 steps. Sharing it keeps the per-element k-order, and so
+// the bits of every score, identical across families.
+#include "dsa_types.cuh"
+#include "ptx/gmma_desc.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/wgmma.cuh"
+
+namespace dsa {
+
+// Q rows per consumer warpgroup (the wgmma N) and KV rows per tile (the wgmma M); both D halves
+// of a tile are 128-byte-swizzled boxes of 64 bf16 columns.
+constexpr int kPackedRows = 256;
+constexpr int kKvRows = 64;
+constexpr int kHalfBytesQ = kPackedRows * 128;
+constexpr int kQBytes = 2 * kHalfBytesQ;       // 64 KB per consumer
+constexpr int kHalfBytesKv = kKvRows * 128;
+constexpr int kKvBytes = 2 * kHalfBytesKv;     // 16 KB per stage
+
+// Producer: KV tile `it` of a range starting at absolute K row `kv_begin` into ring slot
+// `stage` (waits for the slot, arms its full barrier, advances stage/phase).
+template <int kStages, bool kBshd>
+__device__ __forceinline__ void load_kv_tile(const TmaDesc& k_map, u8* kv_smem, u64* kv_full, u64* kv_empty, u32& stage,
+                                             u32& phase, i64 kv_begin, i32 it, i32 batch) {
+  mbarrier_wait(&kv_empty[stage], phase ^ 1);
+  mbarrier_arrive_expect_tx(&kv_full[stage], kKvBytes);
+  u8* dst = kv_smem + stage * kKvBytes;
+  const i32 row = static_cast<i32>(kv_begin + static_cast<i64>(it) * kKvRows);
+#pragma unroll
+  for (int hd = 0; hd < 2; ++hd) {
+    if (kBshd)
+      tma_load_3d(dst + hd * kHalfBytesKv, &k_map, &kv_full[stage], hd * 64, row, batch, kL2EvictNormal);
+    else
+      tma_load_2d(dst + hd * kHalfBytesKv, &k_map, &kv_full[stage], hd * 64, row, kL2EvictNormal);
+  }
+  if (++stage == kStages) {
+    stage = 0;
+    phase ^= 1;
+  }
+}
+
+// Producer: one consumer's Q rows (tokens_per_consumer tokens x H heads, both D halves).
+template <bool kBshd>
+__device__ __forceinline__ void load_q_rows(const TmaDesc& q_map, u8* dst, u64* bar, i32 tok0, i32 batch) {
+#pragma unroll
+  for (int hd = 0; hd < 2; ++hd) {
+    if (kBshd)
+      tma_load_4d(dst + hd * kHalfBytesQ, &q_map, bar, hd * 64, 0, tok0, batch, kL2EvictFirst);
+    else
+      tma_load_3d(dst + hd * kHalfBytesQ, &q_map, bar, hd * 64, 0, tok0, kL2EvictFirst);
+  }
+}
+
+// acc = KV tile x Q rows^T: issues the eight k16 steps and commits them as one group (the
+// caller waits). kv_base / q_base: shared addresses of the tile's and the rows' D half 0.
+__device__ __forceinline__ void mma_kv_tile(float (&acc)[128], u32 kv_base, u32 q_base) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const u64 da = gmma_desc_sw128(kv_base + (kk >> 2) * kHalfBytesKv + (kk & 3) * 32);
+    const u64 db = gmma_desc_sw128(q_base + (kk >> 2) * kHalfBytesQ + (kk & 3) * 32);
+    wgmma_m64n256k16_bf16_ss(acc, da, db, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit_group();
+}
+
+}  // namespace dsa

@@ -1,0 +1,165 @@
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dsa_indexer/errors.hpp"
+#include "family.hpp"
+#include "planner.hpp"
+#include "problems.hpp"
+#include "sm90_indexer_generic.hpp"
+#include "sm90_indexer_lean.hpp"
+#include "sm90_indexer_reference.hpp"
+#include "validate.hpp"
+
+using namespace dsa_indexer::detail;
+using namespace dsa_test;
+using dsa_indexer::KernelFamily;
+using Catch::Contains;
+
+namespace {
+// The headline shape: saturates 132 SMs with B 1 (1024 q-tiles).
+Call lean_call(int64_t B = 1, int64_t sq = 8192, int64_t sk = 4096, int64_t H = 64) { return bshd_call(B, sq, sk, H); }
+Problem prob(const Call& c) { return validate(c.q, c.k, c.w, c.out, c.opt, nullptr); }
+const Family& pick(const Call& c, KernelFamily f = KernelFamily::automatic, bool hatch = false,
+                   const DeviceInfo& dev = DeviceInfo::h200()) {
+  return choose_family(prob(c), dev, f, hatch);
+}
+std::string lean_error(const Call& c, bool hatch = false, const DeviceInfo& dev = DeviceInfo::h200()) {
+  try {
+    pick(c, KernelFamily::lean, hatch, dev);
+  } catch (const dsa_indexer::UnsupportedConfig& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+}  // namespace
+
+TEST_CASE("dispatch: automatic goes lean where every gate holds, else generic", "[dispatch]") {
+  CHECK(&pick(lean_call()) == &lean_family());
+  CHECK(&pick(lean_call(4)) == &lean_family());
+  Call f32 = lean_call();
+  f32.w = TensorDesc::contiguous(fake(0x300000), DType::f32, {1, 8192, 64});
+  CHECK(&pick(f32) == &lean_family());
+  CHECK(&pick(lean_call(1, 8192, 4096, 32)) == &generic_family());
+  CHECK(&pick(lean_call(), KernelFamily::generic) == &generic_family());
+  CHECK(&pick(lean_call(), KernelFamily::reference) == &reference_family());
+  CHECK(&pick(lean_call(), KernelFamily::lean) == &lean_family());
+  // offsets are served by lean; ragged S_k too
+  Call off = lean_call(1, 8192, 999);
+  off.opt.q_causal_offsets = TensorDesc::contiguous(fake(0x700000), DType::i32, {1});
+  CHECK(&pick(off) == &lean_family());
+}
+
+TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]") {
+  // A forced lean call names the failed gate; the automatic call falls back to generic.
+  struct Case {
+    const char* name;
+    Call call;
+    const char* gate;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"H 32", lean_call(1, 8192, 4096, 32), "heads H"});
+  {
+    Call c = lean_call();
+    c.w.data = fake(0x300008);  // 8-byte aligned only
+    cases.push_back({"misaligned w", c, "operand alignment"});
+  }
+  {
+    Call c = lean_call();
+    c.out.data = fake(0x400004);
+    cases.push_back({"misaligned scores", c, "operand alignment"});
+  }
+  cases.push_back({"grid too small", lean_call(1, 1024, 512), "grid saturation"});
+  {
+    Call c = lean_call();
+    c.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {1, 8192});
+    cases.push_back({"LSE", c, "lse"});
+  }
+  {
+    Call c = lean_call();
+    c.opt.ks = TensorDesc::contiguous(fake(0x800000), DType::i32, {1, 8192});
+    c.opt.ke = TensorDesc::contiguous(fake(0x900000), DType::i32, {1, 8192});
+    cases.push_back({"explicit windows", c, "explicit windows"});
+  }
+  cases.push_back({"S_q not a multiple of 8", lean_call(1, 8196, 4096), "S_q"});
+  {
+    Call c = lean_call();
+    c.out = TensorDesc{fake(0x400000), DType::f32, 3, {1, 8192, 4096}, {8192 * 4100, 4100, 1}, 0};
+    cases.push_back({"strided scores", c, "operand strides"});
+  }
+  {
+    static ThdCall t;  // its host cu_seqlens must outlive the cases
+    make_thd(t, 64);
+    cases.push_back({"THD", t, "layout"});
+  }
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const std::string e = lean_error(c.call);
+    CHECK_THAT(e, Contains("family lean: ") && Contains(c.gate));
+    for (const auto& other : cases)
+      if (std::string(other.gate) != c.gate) CHECK_THAT(e, !Contains(std::string("lean: ") + other.gate));
+    CHECK(&pick(c.call) == &generic_family());
+  }
+  // the saturation gate reads the device's SM count: 1024 q-tiles saturate 132 SMs, not 2048
+  DeviceInfo big{0, 2048, 9, 0, 232448, "fake 2048-SM Hopper"};
+  CHECK_THAT(lean_error(lean_call(), false, big), Contains("grid saturation") && Contains("2048 SMs"));
+  CHECK(&pick(lean_call(2), KernelFamily::automatic, false, big) == &lean_family());
+  DeviceInfo h20{0, 78, 9, 0, 232448, "fake 78-SM Hopper"};
+  CHECK(&pick(lean_call(1, 1024, 512), KernelFamily::automatic, false, h20) == &lean_family());
+  // a device that is not sm_90 fails the first gate
+  DeviceInfo sm90a_like{0, 132, 9, 1, 232448, "fake 9.1"};
+  CHECK_THAT(lean_error(lean_call(), false, sm90a_like), Contains("compute capability"));
+}
+
+TEST_CASE("dispatch: the escape hatch forces generic, and a forced lean call says why", "[dispatch]") {
+  CHECK(&pick(lean_call(), KernelFamily::automatic, true) == &generic_family());
+  CHECK_THAT(lean_error(lean_call(), true), Contains("DSA_INDEXER_DISABLE_LEAN"));
+  CHECK(&pick(lean_call(), KernelFamily::generic, true) == &generic_family());
+}
+
+TEST_CASE("dispatch: verdicts are cached by what decides them, never by B or sm_scale", "[dispatch]") {
+  const DeviceInfo dev{5, 132, 9, 0, 232448, "fake device 5"};  // a device no other test uses
+  const DispatchStats s0 = dispatch_stats();
+  Call a = lean_call(1, 4096, 2048);
+  pick(a, KernelFamily::automatic, false, dev);
+  const DispatchStats s1 = dispatch_stats();
+  CHECK(s1.verdict_misses == s0.verdict_misses + 1);
+  for (int64_t B : {2, 3, 7}) {
+    Call b = lean_call(B, 4096, 2048);
+    b.opt.sm_scale = 0.25f * static_cast<float>(B);
+    b.opt.ratio = B;
+    CHECK(&pick(b, KernelFamily::automatic, false, dev) == &lean_family());
+  }
+  const DispatchStats s2 = dispatch_stats();
+  CHECK(s2.verdict_misses == s1.verdict_misses);  // same verdict key: hits only
+  CHECK(s2.verdict_hits == s1.verdict_hits + 3);
+  // what decides it does change the key: S_q, the saturation verdict, alignment, the device
+  pick(lean_call(1, 2048, 2048), KernelFamily::automatic, false, dev);
+  Call mis = lean_call(1, 4096, 2048);
+  mis.k.data = fake(0x200010);
+  mis.w.data = fake(0x300008);
+  pick(mis, KernelFamily::automatic, false, dev);
+  DeviceInfo dev6 = dev;
+  dev6.ordinal = 6;
+  pick(a, KernelFamily::automatic, false, dev6);
+  CHECK(dispatch_stats().verdict_misses == s2.verdict_misses + 3);
+}
+
+TEST_CASE("dispatch: every family is in the registry under its own id and name", "[dispatch]") {
+  std::set<int> ids;
+  std::set<std::string> names;
+  for (const Family* f : families()) {
+    CHECK(ids.insert(static_cast<int>(f->id())).second);
+    CHECK(names.insert(f->option()).second);
+    CHECK(&family_for(f->id()) == f);
+    CHECK(family_by_option(f->option()) == f);
+    CHECK(std::string(f->name()) == std::string("sm90_indexer_") + f->option());  // one stem per family
+    CHECK(f->params().size() <= static_cast<size_t>(kMaxSpecParams));
+  }
+  CHECK(family_by_option("fastest") == nullptr);
+  CHECK_THROWS_AS(family_for(KernelFamily::automatic), dsa_indexer::InvalidArgument);
+  CHECK_THROWS_AS(family_for(static_cast<KernelFamily>(9)), dsa_indexer::InvalidArgument);
+  CHECK(family_options() == "reference (2), generic (1) or lean (3)");
+}
