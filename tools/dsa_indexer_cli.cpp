@@ -1,8 +1,10 @@
-// dsa-indexer: the command-line tool.
-//   warmup --manifest FILE [--cache-dir DIR] [--arch sm_90a]   fill the disk cache, no GPU needed
-//   cache ls|verify|clear [--cache-dir DIR]
-//   demo                                                      default problem, checked and timed
-//   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N]
+// dsa-indexer: the command-line tool (`dsa-indexer --help`, `dsa-indexer <command> --help`).
+//   warmup --manifest FILE|default [--cache-dir DIR] [--arch sm_90a]   fill the disk cache, no GPU needed
+//   cache ls|verify [--cache-dir DIR] [--prebuilt-dir DIR], cache clear [--cache-dir DIR]
+//   demo [--cache-dir DIR]                                    default problem, checked and timed
+//   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick]
+//   jitcost [--cache-dir DIR] [--json FILE], version, --version
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -50,35 +52,15 @@ struct Args {
   bool has(const std::string& k) const { return opt.count(k) != 0; }
 };
 
-Args parse(int argc, char** argv, int from) {
-  Args a;
-  for (int i = from; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) == 0) {
-      auto eq = s.find('=');
-      if (eq != std::string::npos) a.opt[s.substr(2, eq - 2)] = s.substr(eq + 1);
-      else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) a.opt[s.substr(2)] = argv[++i];
-      else a.opt[s.substr(2)] = "1";
-    } else {
-      a.pos.push_back(s);
-    }
-  }
-  return a;
-}
+// The exit codes (README, "Tools"): 0 success; 1 the action ran and failed (bad cache entries,
+// failed compiles, an error it reported); 2 the command line was not understood (nothing ran);
+// 3 the action needs a GPU and none is usable.
+constexpr int kExitFailed = 1, kExitUsage = 2, kExitNoGpu = 3;
 
 int usage() {
-  fmt::print(stderr,
-             "usage: dsa-indexer <command> [options]\n"
-             "  warmup --manifest FILE|default [--cache-dir DIR] [--arch sm_90a]\n"
-             "                     compile every kernel variant the manifest implies into the disk cache (no GPU needed)\n"
-             "  cache ls|verify|clear [--cache-dir DIR]\n"
-             "  demo               on a GPU: default DeepSeek-V4-like problem, checked against fp64 and timed;\n"
-             "                     without one: the warmup of the default manifest\n"
-             "  bench [--json FILE] [--family LIST] [--reps N] [--quick]\n"
-             "                     LIST: comma list of auto, lean, generic, reference (default lean,generic)\n"
-             "  jitcost [--cache-dir DIR] [--json FILE]\n"
-             "                     cold compile per variant, disk-cache hit, module load, per-call host overhead by stage\n");
-  return 2;
+  fmt::print(stderr, "usage: dsa-indexer <command> [options]; dsa-indexer --help lists the commands, "
+                     "dsa-indexer <command> --help the options of one\n");
+  return kExitUsage;
 }
 
 dd::EnvConfig config_with_dir(const Args& a) {
@@ -551,7 +533,7 @@ int run_bench(const Args& a) {
   std::string why;
   if (!gpu_available(&why)) {
     fmt::print(stderr, "bench: needs a Hopper GPU ({})\n", why);
-    return 2;
+    return kExitNoGpu;
   }
   const int reps = std::stoi(a.get("reps", "20"));
   const auto fams = bench_families(a.get("family", "lean,generic"));
@@ -625,30 +607,127 @@ int run_bench(const Args& a) {
   return 0;
 }
 
+
+// The command line, on CLI11: per-command options and help, values required where an option
+// takes one, and anything not understood is an error before any action runs (the hand-written
+// parser it replaces ran `cache clear` on the default cache for `cache clear --help` or a
+// misspelt option). Parsed options land in Args, which the commands read as before.
+struct Cli {
+  CLI::App app{"dsa-indexer: JIT kernels of the DeepSeek Sparse Attention lightning indexer (sm_90a)", "dsa-indexer"};
+  Args args;
+  std::string command;
+  std::vector<std::pair<std::string, std::string*>> values;  // option name -> where CLI11 stores it
+  std::map<std::string, std::string> storage;
+
+  // A string option "--name VALUE" of `sub`, copied into args.opt when given.
+  CLI::Option* value(CLI::App* sub, const std::string& name, const std::string& help) {
+    std::string* slot = &storage[sub->get_name() + "/" + name];
+    values.emplace_back(name, slot);
+    return sub->add_option("--" + name, *slot, help)->type_name("VALUE")->expected(1);
+  }
+  CLI::App* command_of(CLI::App* parent, const std::string& name, const std::string& help) {
+    CLI::App* c = parent->add_subcommand(name, help);
+    c->callback([this, c] { command = c->get_name(); });
+    return c;
+  }
+};
+
+void build_cli(Cli& cli) {
+  CLI::App& app = cli.app;
+  app.set_version_flag("--version", fmt::format("dsa-indexer {} (NVRTC {})", dsa_indexer::version(), dd::nvrtc_version()),
+                       "print the version and exit");
+  app.require_subcommand(1, 1);
+  app.footer("Exit codes: 0 success, 1 the command failed, 2 the command line was not understood (nothing ran), "
+             "3 the command needs a GPU and none is usable.");
+  auto family_list = [](const std::string& v) -> std::string {
+    try {
+      bench_families(v);
+    } catch (const std::exception& e) {
+      std::string m = e.what();
+      if (m.rfind("--family: ", 0) == 0) m.erase(0, 10);  // CLI11 names the option itself
+      return m;
+    }
+    return {};
+  };
+
+  CLI::App* warmup = cli.command_of(&app, "warmup", "compile every kernel variant a manifest implies into the disk cache (no GPU needed)");
+  cli.value(warmup, "manifest", "a manifest file, or 'default' (cache/manifests/default.txt, built in)")->required();
+  cli.value(warmup, "cache-dir", "the writable cache directory (default: DSA_INDEXER_CACHE_DIR, else the XDG cache)");
+  cli.value(warmup, "arch", "target architecture")->check(CLI::IsMember({"sm_90a"}));
+
+  CLI::App* cache = app.add_subcommand("cache", "list, verify or clear the disk cache");
+  cache->require_subcommand(1, 1);
+  for (const char* sub : {"ls", "verify", "clear"}) {
+    const std::string s = sub;
+    CLI::App* c = cli.command_of(cache, s, s == "ls" ? "list the entries (and report bad ones)"
+                                           : s == "verify" ? "verify every entry and the directories; exit 1 on any problem"
+                                                           : "remove every entry and temp file; exit 1 on anything it could not remove");
+    cli.value(c, "cache-dir", "the writable cache directory (default: DSA_INDEXER_CACHE_DIR, else the XDG cache)");
+    if (s != "clear")
+      cli.value(c, "prebuilt-dir", "a read-only cache directory; alone (without --cache-dir) only it is examined");
+  }
+
+  CLI::App* demo = cli.command_of(&app, "demo", "on a GPU: the default DeepSeek-V4-like problem, checked against fp64 and timed; "
+                                                "without one: the warmup of the default manifest");
+  cli.value(demo, "cache-dir", "the cache directory of the warmup without a GPU");
+
+  CLI::App* bench = cli.command_of(&app, "bench", "a table of shapes: median device time, TFLOP/s, % of a cuBLAS bf16 GEMM");
+  cli.value(bench, "json", "also write the results to this JSON file");
+  cli.value(bench, "family", fmt::format("comma list of auto, {} (default lean,generic)", dd::family_options()))->check(family_list);
+  cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
+  bench->add_flag_callback("--quick", [&cli] { cli.args.opt["quick"] = "1"; }, "the first four shapes only");
+
+  CLI::App* jitcost = cli.command_of(&app, "jitcost", "cold compile per variant, disk-cache hit, module load, per-call host overhead by stage");
+  cli.value(jitcost, "cache-dir", "where jitcost makes its private temp directory (default: TMPDIR, else /tmp)");
+  cli.value(jitcost, "json", "also write the figures to this JSON file");
+
+  cli.command_of(&app, "version", "print the version");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage();
-  const std::string cmd = argv[1];
+  Cli cli;
   try {
-    Args a = parse(argc, argv, 2);
+    build_cli(cli);
+    cli.app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return cli.app.exit(e);  // --help (or -h) anywhere: the help of that command, nothing runs
+  } catch (const CLI::CallForAllHelp& e) {
+    return cli.app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return cli.app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    cli.app.exit(e);  // prints what was not understood and the usage
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dsa-indexer: {}\n", e.what());
+    return kExitFailed;
+  }
+  Args& a = cli.args;
+  for (CLI::App* sub : cli.app.get_subcommands()) {
+    for (CLI::App* leaf : sub->get_subcommands()) a.pos.push_back(leaf->get_name());
+  }
+  for (const auto& [name, slot] : cli.values)
+    if (!slot->empty()) a.opt[name] = *slot;
+  const std::string& cmd = cli.command;
+  try {
     if (cmd == "warmup") {
       const std::string m = a.get("manifest");
-      if (m.empty()) return usage();
       if (m == "default") return run_warmup(kDefaultManifest, "default manifest", a);
       return run_warmup(dd::read_manifest_file(m), m, a);
     }
-    if (cmd == "cache") return run_cache(a);
+    if (cmd == "ls" || cmd == "verify" || cmd == "clear") return run_cache(a);
     if (cmd == "demo") return run_demo(a);
     if (cmd == "bench") return run_bench(a);
     if (cmd == "jitcost") return run_jitcost(a);
-    if (cmd == "--version" || cmd == "version") {
+    if (cmd == "version") {
       fmt::print("dsa-indexer {} (NVRTC {})\n", dsa_indexer::version(), dd::nvrtc_version());
       return 0;
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "dsa-indexer {}: {}\n", cmd, e.what());
-    return 1;
+    return kExitFailed;
   }
   return usage();
 }

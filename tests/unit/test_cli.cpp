@@ -72,7 +72,7 @@ TEST_CASE("driver stub: a libcuda.so.1 that is the toolkit's stub gets a message
   // bench probes the driver first and stops there without a GPU.
   auto r = tool({"bench"}, {{"LD_LIBRARY_PATH", t.path()}});
   INFO(r.output);
-  CHECK(r.code == 2);
+  CHECK(r.code == 3);  // the command needs a GPU and none is usable
   CHECK_THAT(r.output, Catch::Contains("stub library (CUDA_ERROR_STUB_LIBRARY") && Catch::Contains(t.path()));
 }
 
@@ -116,4 +116,80 @@ TEST_CASE("newcomer: error messages carry one prefix", "[newcomer]") {
       prev = w;
     }
   }
+}
+
+namespace {
+
+// A cache directory with one valid entry, used as the default cache of the tool runs below:
+// any of them that ran `cache clear` would empty it.
+std::string warm_default_cache(const dsa_test::TempDir& t) {
+  const std::string dir = t.path() + "/default-cache";
+  dsa_test::spit(t.path() + "/m.txt", "sq=64 sk=64 heads=16 family=reference\n");
+  auto w = tool({"warmup", "--manifest", t.path() + "/m.txt", "--cache-dir", dir});
+  REQUIRE(w.code == 0);
+  return dir;
+}
+
+bool default_cache_intact(const std::string& dir) {
+  auto v = tool({"cache", "verify", "--cache-dir", dir});
+  return v.code == 0 && v.output.find("1 entries ok, 0 bad") != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("command line: --help on every command prints its help and runs nothing", "[cli]") {
+  dsa_test::TempDir t;
+  const std::string dir = warm_default_cache(t);
+  const std::vector<std::pair<std::string, std::string>> env = {{"DSA_INDEXER_CACHE_DIR", dir}, {"TMPDIR", t.path()}};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--help"}, {"warmup", "--help"}, {"warmup", "--manifest", "default", "--help"},
+        {"cache", "--help"}, {"cache", "ls", "--help"}, {"cache", "verify", "--help"}, {"cache", "clear", "--help"},
+        {"cache", "clear", "-h"}, {"demo", "--help"}, {"bench", "--help"}, {"jitcost", "--help"}, {"version", "--help"}}) {
+    std::string line;
+    for (const auto& a : args) line += a + " ";
+    INFO(line);
+    auto r = tool(args, env);
+    INFO(r.output);
+    REQUIRE(r.signal == 0);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.output, Catch::Contains("Usage: dsa-indexer"));
+    // None of the actions ran: no warmup (demo's fallback), no compile, no clear.
+    CHECK_THAT(r.output, !Catch::Contains("warmup:") && !Catch::Contains("jitcost:") && !Catch::Contains("cache clear:"));
+    CHECK(default_cache_intact(dir));
+  }
+  auto top = tool({"--help"});
+  CHECK_THAT(top.output, Catch::Contains("--version") && Catch::Contains("Exit codes"));
+  auto v = tool({"--version"});
+  CHECK(v.code == 0);
+  CHECK_THAT(v.output, Catch::Contains("dsa-indexer ") && Catch::Contains("NVRTC"));
+}
+
+TEST_CASE("command line: unknown options, missing values and bad values exit 2 and run nothing", "[cli]") {
+  dsa_test::TempDir t;
+  const std::string dir = warm_default_cache(t);
+  const std::vector<std::pair<std::string, std::string>> env = {{"DSA_INDEXER_CACHE_DIR", dir}, {"TMPDIR", t.path()}};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{}, {"frob"}, {"--frob"}, {"cache"}, {"cache", "frob"}, {"cache", "clear", "--cache_dir", "X"},
+        {"cache", "clear", "--cache-dir"}, {"cache", "clear", "extra"}, {"cache", "clear", "--prebuilt-dir", "X"},
+        {"cache", "ls", "--bogus"}, {"cache", "verify", "--cache-dir"}, {"warmup"}, {"warmup", "--manifest"},
+        {"warmup", "--manifest", "default", "--arch", "sm_80"}, {"warmup", "--manifest", "default", "--cache_dir", dir},
+        {"demo", "--bogus"}, {"demo", "extra"}, {"bench", "--family", "frob"}, {"bench", "--reps", "0"},
+        {"bench", "--reps", "x"}, {"bench", "--json"}, {"jitcost", "--bogus"}, {"jitcost", "--cache-dir"},
+        {"version", "--bogus"}}) {
+    std::string line;
+    for (const auto& a : args) line += a + " ";
+    INFO(line);
+    auto r = tool(args, env);
+    INFO(r.output);
+    REQUIRE(r.signal == 0);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, !Catch::Contains("warmup:") && !Catch::Contains("jitcost:") && !Catch::Contains("cache clear:"));
+    CHECK(default_cache_intact(dir));
+  }
+  // `=` works as well as a separate value, and a good command line still runs.
+  auto r = tool({"cache", "verify", "--cache-dir=" + dir});
+  CHECK(r.code == 0);
+  r = tool({"cache", "clear", "--cache-dir", dir}, env);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("removed 1 files"));
 }
