@@ -22,7 +22,7 @@ cmake --build "$BUILD" -j"$(nproc)" --target dsa_unit_tests dsa_cache_race_test
 # handle_segv=0: the compile-isolation tests need helpers that die *by the signal*, as an
 # uninstrumented compiler does, not by TSan's SEGV report and exit.
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66:second_deadlock_stack=1:handle_segv=0}
-"$BUILD/tests/dsa_unit_tests" "[kernel_cache],[disk_cache],[disk_faults],[disk_corruption],[isolation]"
+"$BUILD/tests/dsa_unit_tests" "[kernel_cache],[disk_cache],[disk_faults],[disk_corruption],[isolation],[isolation_limits],[concurrent_maintenance],[special_files]"
 "$BUILD/tests/reliability/dsa_cache_race_test" --driver "$BUILD/tests/reliability/dsa_cache_race_driver" \
   --work "$BUILD/tsan_race" --procs 16 --rounds "$ROUNDS"
 echo "tsan: clean"
