@@ -566,6 +566,7 @@ def run_jitcost(args) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="dsa_jitcost_") as tmp:
         js = Path(tmp) / "jitcost.json"
+        (Path(tmp) / "cache").mkdir()  # jitcost makes its private directory inside an existing one
         cmd = [str(exe), "jitcost", "--json", str(js), "--cache-dir", str(Path(tmp) / "cache")]
         t0 = time.perf_counter()
         try:
