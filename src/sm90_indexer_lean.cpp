@@ -153,7 +153,7 @@ std::vector<double> cta_costs(const LeanSchedule& s, const std::vector<double>& 
 
 int LeanGeometry::smem_bytes(DType w, int kv_stages) {
   const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 ? 4 : 2);
-  const int bars = (2 * 2 + 2 * kv_stages) * 8;
+  const int bars = (3 * 2 + 2 * kv_stages) * 8;
   return 2 * 256 * 128 * 2 + kv_stages * kKvRows * 128 * 2 + w_bytes + bars + 1024;
 }
 

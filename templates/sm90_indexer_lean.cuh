@@ -6,8 +6,8 @@
 // B x q-tiles work items, in the order the host planner emitted into the source (Sched).
 //
 // CTA = 3 warpgroups, one CTA per SM:
-//   WG0 warp 0    producer: per work item, the L2 prefetch of the next item's Q, the KV tiles,
-//                 each consumer's Q rows (TMA) and its weights (one bulk copy).
+//   WG0 warp 0    producer: per work item, the KV tiles, each consumer's Q rows (TMA, lane 0)
+//                 and its weights (the whole warp).
 //   WG0 warps 1-3 fillers: -inf over the columns past the item's KV range. They need nothing
 //                 from the other roles: every role derives the item's windows from the
 //                 compile-time shape, so no per-tile information is exchanged.
@@ -54,7 +54,7 @@ struct LeanSmem {
   static constexpr int kOffKv = kOffQ + T::kConsumers * kQBytes;    // [stage][D half][64 rows][128 B]
   static constexpr int kOffW = kOffKv + T::kStages * kKvBytes;      // [consumer][4 tokens][64 heads]
   static constexpr int kOffBar = kOffW + T::kConsumers * T::kWBytes;
-  static constexpr int kNumBars = 2 * T::kConsumers + 2 * T::kStages;  // q full/empty, kv full/empty
+  static constexpr int kNumBars = 3 * T::kConsumers + 2 * T::kStages;  // q full/empty, w full, kv full/empty
   static constexpr int kBytes = kOffBar + kNumBars * 8;
   static constexpr int kAlloc = kBytes + 1024;                      // slack to 1024-align the base
   static_assert(kOffKv % 1024 == 0 && kOffW % 16 == 0 && kOffBar % 8 == 0,
@@ -173,15 +173,17 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
   u64* bars = reinterpret_cast<u64*>(smem + L::kOffBar);
   u64* q_full = bars;
   u64* q_empty = bars + T::kConsumers;
-  u64* kv_full = bars + 2 * T::kConsumers;
+  u64* w_full = bars + 2 * T::kConsumers;
+  u64* kv_full = bars + 3 * T::kConsumers;
   u64* kv_empty = kv_full + T::kStages;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
   if (threadIdx.x == 0) {
     for (int g = 0; g < T::kConsumers; ++g) {
-      mbarrier_init(&q_full[g], 1);
-      mbarrier_init(&q_empty[g], 4);                    // lane 0 of each consumer warp
+      mbarrier_init(&q_full[g], 1);                     // Q's expect_tx (TMA)
+      mbarrier_init(&w_full[g], 32);                    // the producer warp's weight stores
+      mbarrier_init(&q_empty[g], 128);                  // every consumer thread (each read weights)
     }
     for (int s = 0; s < T::kStages; ++s) {
       mbarrier_init(&kv_full[s], 1);
@@ -198,40 +200,44 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     setmaxnreg_dec<40>();
     if (warp == 0) {
       // ---------------- producer ----------------
-      if (lane != 0) return;
-      tma_prefetch_desc(&q_map);
-      tma_prefetch_desc(&k_map);
+      // Lane 0 issues every TMA; the whole warp copies the weights with ordinary loads and
+      // shared stores (generic proxy, like the consumers that read them), each lane releasing
+      // its own stores through its arrival on w_full; q_empty releases both buffers.
+      if (lane == 0) {
+        tma_prefetch_desc(&q_map);
+        tma_prefetch_desc(&k_map);
+      }
       u32 stage = 0, phase = 0, q_uses = 0;
       for (i64 k = 0; k < rounds; ++k) {
         i32 tile, b;
         if (!work.item(k, tile, b)) continue;
         const i32 tok0 = tile * T::kTokensPerTile;
-        // The next item's Q comes from HBM (it is read once); pull it into L2 while this item
-        // runs so that its load below is an L2 hit.
-        i32 ntile, nb;
-        if (k + 1 < rounds && work.item(k + 1, ntile, nb))
-#pragma unroll
-          for (int g = 0; g < T::kConsumers; ++g)
-#pragma unroll
-            for (int hd = 0; hd < 2; ++hd)
-              tma_prefetch_l2_4d(&q_map, hd * 64, 0, ntile * T::kTokensPerTile + g * T::kTokensPerConsumer, nb);
         const i32 n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
         if (n_kv == 0) continue;
         const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
-        for (i32 it = 0; it < pre; ++it)
-          load_kv_tile<T::kStages, true>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, 0, it, b);
+        if (lane == 0)
+          for (i32 it = 0; it < pre; ++it)
+            load_kv_tile<T::kStages, true>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, 0, it, b);
         for (int g = 0; g < T::kConsumers; ++g) {
           mbarrier_wait(&q_empty[g], (q_uses & 1) ^ 1);
-          mbarrier_arrive_expect_tx(&q_full[g], kQBytes + T::kWBytes);
           const i32 t0 = tok0 + g * T::kTokensPerConsumer;
-          load_q_rows<true>(q_map, smem + L::kOffQ + g * kQBytes, &q_full[g], t0, b);
-          const u8* w_src = reinterpret_cast<const u8*>(a.w) +
-                            (static_cast<i64>(b) * T::kSeqQ + t0) * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer);
-          bulk_load(smem + L::kOffW + g * T::kWBytes, w_src, T::kWBytes, &q_full[g]);
+          if (lane == 0) {
+            mbarrier_arrive_expect_tx(&q_full[g], kQBytes);
+            load_q_rows<true>(q_map, smem + L::kOffQ + g * kQBytes, &q_full[g], t0, b);
+          }
+          // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate).
+          const uint4* w_src = reinterpret_cast<const uint4*>(
+              reinterpret_cast<const u8*>(a.w) +
+              (static_cast<i64>(b) * T::kSeqQ + t0) * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer));
+          uint4* w_dst = reinterpret_cast<uint4*>(smem + L::kOffW + g * T::kWBytes);
+#pragma unroll
+          for (int i = lane; i < T::kWBytes / 16; i += 32) w_dst[i] = __ldg(w_src + i);
+          mbarrier_arrive(&w_full[g]);
         }
         ++q_uses;
-        for (i32 it = pre; it < n_kv; ++it)
-          load_kv_tile<T::kStages, true>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, 0, it, b);
+        if (lane == 0)
+          for (i32 it = pre; it < n_kv; ++it)
+            load_kv_tile<T::kStages, true>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, 0, it, b);
       }
       return;
     }
@@ -280,6 +286,7 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     const i32 my_tok = tok_first + quarter;           // the token this lane's sums end up with
     const i64 my_hi = item.hi(my_tok);
     float* my_row = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK;
+    mbarrier_wait(&w_full[cg], q_uses & 1);
     mbarrier_wait(&q_full[cg], q_uses & 1);
     wreg.load(w_smem, lane & 3);
     for (i32 it = 0; it < n_kv; ++it) {
@@ -290,16 +297,10 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
       wgmma_wait_group<0>();
       wgmma_fence_operands(acc);
       // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
-      // load under this last epilogue. fp32 weights are still read from shared memory. The
-      // weights were read through the generic proxy and the bulk copy that overwrites them is
-      // async-proxy: fence before releasing the buffer.
-      const bool release_q = !Cfg::kWeightsF32 && it == n_kv - 1;
-      if (release_q) fence_proxy_async_shared();
-      __syncwarp();
-      if (lane == 0) {
-        mbarrier_arrive(&kv_empty[stage]);
-        if (release_q) mbarrier_arrive(&q_empty[cg]);
-      }
+      // load under this last epilogue. fp32 weights are still read from shared memory.
+      // Every thread arrives on q_empty: an arrival releases only its own thread's reads.
+      if (!Cfg::kWeightsF32 && it == n_kv - 1) mbarrier_arrive(&q_empty[cg]);
+      if (lane == 0) mbarrier_arrive(&kv_empty[stage]);
       if (++stage == T::kStages) {
         stage = 0;
         phase ^= 1;
@@ -320,11 +321,7 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
         store_streaming(my_row + kabs, v);
       }
     }
-    if (Cfg::kWeightsF32) {
-      fence_proxy_async_shared();
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(&q_empty[cg]);
-    }
+    if (Cfg::kWeightsF32) mbarrier_arrive(&q_empty[cg]);
     ++q_uses;
   }
   if (cg == 0) named_barrier_sync(kLeanPingPong0, 256);  // consume consumer 1's last arrival

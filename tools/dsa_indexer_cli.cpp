@@ -148,28 +148,23 @@ struct Timed {
   double min_us = 0;
 };
 
-// Median device time of the forward over `sets` rotating input sets.
-Timed time_forward(std::vector<DeviceProblem>& sets, dsa_indexer::KernelFamily fam, int warm, int reps, CUstream stream) {
-  dd::ScopedContext ctx(0);
+// Median and minimum device-event time of `reps` runs of `body` (which enqueues on `stream`),
+// divided by `calls` (the forward calls one body run makes).
+template <class Body>
+Timed event_times(int reps, CUstream stream, int calls, Body&& body) {
   dd::Driver& d = dd::Driver::get();
   CUevent e0, e1;
   d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");
   d.check(d.cuEventCreate(&e1, 0), "cuEventCreate");
-  for (auto& s : sets) s.opt.family = fam;
-  for (int i = 0; i < warm; ++i) {
-    auto& s = sets[i % sets.size()];
-    dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, stream);
-  }
   std::vector<double> us;
   for (int i = 0; i < reps; ++i) {
-    auto& s = sets[i % sets.size()];
     d.check(d.cuEventRecord(e0, stream), "cuEventRecord");
-    dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, stream);
+    body(i);
     d.check(d.cuEventRecord(e1, stream), "cuEventRecord");
     d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
     float ms = 0;
     d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
-    us.push_back(ms * 1e3);
+    us.push_back(ms * 1e3 / calls);
   }
   d.cuEventDestroy(e0);
   d.cuEventDestroy(e1);
@@ -177,6 +172,18 @@ Timed time_forward(std::vector<DeviceProblem>& sets, dsa_indexer::KernelFamily f
   t.median_us = median(us);
   t.min_us = *std::min_element(us.begin(), us.end());
   return t;
+}
+
+// Median device time of the forward over `sets` rotating input sets (cold L2).
+Timed time_forward(std::vector<DeviceProblem>& sets, dsa_indexer::KernelFamily fam, int warm, int reps, CUstream stream) {
+  dd::ScopedContext ctx(0);
+  for (auto& s : sets) s.opt.family = fam;
+  auto call = [&](int i) {
+    auto& s = sets[static_cast<size_t>(i) % sets.size()];
+    dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, stream);
+  };
+  for (int i = 0; i < warm; ++i) call(i);
+  return event_times(reps, stream, 1, call);
 }
 
 // Median device time per call with the same inputs every time (L2 warm), replayed from a CUDA
@@ -195,28 +202,11 @@ Timed time_forward_graph(DeviceProblem& s, dsa_indexer::KernelFamily fam, int re
   for (int i = 0; i < per_graph; ++i) dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, st);
   d.check(d.cuStreamEndCapture(st, &g), "cuStreamEndCapture");
   d.check(d.cuGraphInstantiateWithFlags(&ge, g, 0), "cuGraphInstantiateWithFlags");
-  CUevent e0, e1;
-  d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");
-  d.check(d.cuEventCreate(&e1, 0), "cuEventCreate");
   for (int i = 0; i < 2; ++i) d.check(d.cuGraphLaunch(ge, st), "cuGraphLaunch");
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    d.check(d.cuEventRecord(e0, st), "cuEventRecord");
-    d.check(d.cuGraphLaunch(ge, st), "cuGraphLaunch");
-    d.check(d.cuEventRecord(e1, st), "cuEventRecord");
-    d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
-    float ms = 0;
-    d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
-    us.push_back(ms * 1e3 / per_graph);
-  }
-  d.cuEventDestroy(e0);
-  d.cuEventDestroy(e1);
+  Timed t = event_times(reps, st, per_graph, [&](int) { d.check(d.cuGraphLaunch(ge, st), "cuGraphLaunch"); });
   d.cuGraphExecDestroy(ge);
   d.cuGraphDestroy(g);
   d.cuStreamDestroy(st);
-  Timed t;
-  t.median_us = median(us);
-  t.min_us = *std::min_element(us.begin(), us.end());
   return t;
 }
 

@@ -33,12 +33,6 @@ __device__ __forceinline__ float4 ld_shared_f32x4(u32 addr) {
   return v;
 }
 
-// fence.proxy.async.shared::cta: orders this thread's earlier generic-proxy shared-memory
-// accesses before later async-proxy ones (a TMA or bulk copy that will overwrite what it read).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // ld.shared.v2.f32 / ld.shared.u32 from a 32-bit shared address.
 __device__ __forceinline__ float2 ld_shared_f32x2(u32 addr) {
   float2 v;

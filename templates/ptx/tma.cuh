@@ -47,20 +47,4 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaDesc* desc, u64*
       : "memory");
 }
 
-// cp.async.bulk.prefetch.tensor: pulls a 4-D box into L2 (no shared memory, no barrier), so
-// that a later load of it is served from L2.
-__device__ __forceinline__ void tma_prefetch_l2_4d(const TmaDesc* desc, i32 c0, i32 c1, i32 c2, i32 c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global [%0, {%1, %2, %3, %4}];\n"
-               ::"l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
-// cp.async.bulk (non-tensor): `bytes` contiguous bytes global -> shared, completing on `bar`.
-// Both addresses 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(smem_addr(dst)), "l"(reinterpret_cast<u64>(src)), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-
 }  // namespace dsa

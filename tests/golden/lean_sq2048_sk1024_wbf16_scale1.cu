@@ -8,7 +8,7 @@ struct DsaKernelConfig {
   static constexpr bool kWeightsF32 = false;
   static constexpr bool kUnitScale = true;
   static constexpr int kKvStages = 5;
-  static constexpr int kSmemBytes = 215152;
+  static constexpr int kSmemBytes = 215168;
 };
 
 // The planner's schedule: q-tiles by rank in runs {first, step, count} (longest first),
