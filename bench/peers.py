@@ -987,7 +987,7 @@ def render_jitcost(j) -> list:
         return L + ["Not measured: this run predates the JIT-costs measurement."]
     if j.get("error"):
         return L + [f"Not measured: {j['error']}."]
-    L.append(f"Measured by `{j['command']}` (in-process NVRTC {j['nvrtc']}, `-arch=sm_90a`) in the same run, on {j.get('gpu') or 'no GPU'}. "
+    L.append(f"Measured by `{j['command']}` (in-process NVRTC {j['nvrtc']}, `-arch=sm_90a`) {j.get('run_note', 'in the same run')}, on {j.get('gpu') or 'no GPU'}. "
              "Compiles run one after the other in one process, so the first pays NVRTC's start-up and the front-end work on the shared headers.")
     L.append("")
     L.append("| variant | cold compile | disk-cache hit (read + size, sha256, key, NVRTC checks) | cubin |")
