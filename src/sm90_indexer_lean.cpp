@@ -196,19 +196,16 @@ LeanSchedule lean_schedule(int64_t s_q, int64_t s_k) {
     s.runs.push_back(dsa::LeanRun{static_cast<int32_t>(order[i]), static_cast<int32_t>(step), static_cast<int32_t>(j - i), 0});
     i = j;
   }
-  // The policy that balances the planning profile (132 SMs: H100 SXM and H200) best over the
-  // batch sizes a key meets most.
-  double best = 0;
-  for (int32_t policy : {dsa::kLeanSnake, dsa::kLeanRoundRobin}) {
+  // The policy that balances the planning profile (H100 SXM and H200: the same SM count) best
+  // over the batch sizes a key meets most.
+  auto worst = [&](int32_t policy) {
     LeanSchedule c = s;
     c.policy = policy;
-    double worst = 0;
-    for (int64_t b : {1, 2, 4}) worst = std::max(worst, lean_balance(c, cost, b, 132));
-    if (policy == dsa::kLeanSnake || worst < best) {
-      best = worst;
-      s.policy = policy;
-    }
-  }
+    double w = 0;
+    for (int64_t b : {1, 2, 4}) w = std::max(w, lean_balance(c, cost, b, DeviceInfo::h200().sm_count));
+    return w;
+  };
+  s.policy = worst(dsa::kLeanRoundRobin) < worst(dsa::kLeanSnake) ? dsa::kLeanRoundRobin : dsa::kLeanSnake;
   return s;
 }
 

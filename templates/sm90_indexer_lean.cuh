@@ -17,6 +17,7 @@
 //                 in registers for all its KV tiles, and Q is then released right after the
 //                 last product so the next item's Q loads under the last epilogue.
 #include "dsa_types.cuh"
+#include "dsa_window.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/sync.cuh"
 #include "ptx/tma.cuh"
@@ -95,12 +96,7 @@ struct LeanItem {
   using T = LeanTraits<Cfg>;
   i64 offset;  // q_causal_offsets[b] (0 when not given)
   i64 ratio;
-  __device__ __forceinline__ i64 hi(i64 i) const {
-    const i64 num = offset + i + 1;
-    if (num <= 0) return 0;
-    const i64 lim = num / ratio;
-    return lim < T::kSeqK ? lim : T::kSeqK;
-  }
+  __device__ __forceinline__ i64 hi(i64 i) const { return causal_limit(offset, i, ratio, T::kSeqK); }
   // KV tiles the item's rows [tok0, tok0 + 8) need (the last row's window is the widest).
   __device__ __forceinline__ i32 n_kv(i32 tok0) const {
     return static_cast<i32>((hi(tok0 + T::kTokensPerTile - 1) + kKvRows - 1) / kKvRows);

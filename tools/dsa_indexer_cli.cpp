@@ -223,7 +223,22 @@ HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads, bool wf32 = f
   return p;
 }
 
-std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> bench_families(const std::string& list);
+// The families a bench or demo compares: "lean,generic" by default, "auto" for the dispatcher.
+std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> bench_families(const std::string& list) {
+  std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> v;
+  std::stringstream ss(list);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    if (name == "auto") {
+      v.emplace_back(name, dsa_indexer::KernelFamily::automatic);
+      continue;
+    }
+    const dd::Family* f = dd::family_by_option(name);
+    if (!f) throw dsa_indexer::InvalidArgument(fmt::format("--family: expected a comma list of auto, {}; got '{}'", dd::family_options(), name));
+    v.emplace_back(name, f->id());
+  }
+  return v;
+}
 
 int run_demo(const Args& a) {
   std::string why;
@@ -501,23 +516,6 @@ struct BenchCase {
   std::string name;
   HostProblem p;
 };
-
-// The families a bench or demo compares: "lean,generic" by default, "auto" for the dispatcher.
-std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> bench_families(const std::string& list) {
-  std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> v;
-  std::stringstream ss(list);
-  std::string name;
-  while (std::getline(ss, name, ',')) {
-    if (name == "auto") {
-      v.emplace_back(name, dsa_indexer::KernelFamily::automatic);
-      continue;
-    }
-    const dd::Family* f = dd::family_by_option(name);
-    if (!f) throw dsa_indexer::InvalidArgument(fmt::format("--family: expected a comma list of auto, {}; got '{}'", dd::family_options(), name));
-    v.emplace_back(name, f->id());
-  }
-  return v;
-}
 
 int run_bench(const Args& a) {
   std::string why;
