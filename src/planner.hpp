@@ -3,6 +3,7 @@
 // calls), so that it is unit-tested with fake devices. The family plans its own variant,
 // launch geometry and schedule (Family::plan); this is the shared driver around it.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct Plan {
   int64_t tiles_per_batch = 0;
   int32_t tokens_per_tile = 0;
   bool empty = false;  // nothing to launch
+  // A family's per-call schedule, when it is planned per call rather than compiled in (lean
+  // THD: the order of the packing's q-tiles); read by the same family's launch.
+  std::shared_ptr<const void> schedule;
 };
 
 // Checks what every family needs of the device (Hopper), then asks the family for its plan.

@@ -134,6 +134,11 @@ Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
   p.out_stride[1] = m.sk;
   p.lse_stride[0] = m.sq;
   p.lse_stride[1] = 1;
+  if (p.is_thd()) {  // one segment of sq query and sk key rows (lean THD keys ignore the packing)
+    p.q_stride[0] = p.w_stride[0] = p.k_stride[0] = p.out_stride[0] = p.lse_stride[0] = 0;
+    p.cu_q_host = {0, static_cast<int32_t>(m.sq)};
+    p.cu_k_host = {0, static_cast<int32_t>(m.sk)};
+  }
   return p;
 }
 }  // namespace

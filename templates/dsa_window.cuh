@@ -32,13 +32,28 @@ __device__ __forceinline__ i64 causal_limit(i64 offset, i64 i, i64 ratio, i64 s_
 }
 
 // Segment of packed row r: the largest b with cu_q[b] <= r (empty segments are skipped).
-__device__ __forceinline__ i32 find_segment(const DsaArgs& a, i64 r) {
-  i32 lo = 0, hi = static_cast<i32>(a.batch);  // answer in [0, batch - 1]
+__device__ __forceinline__ i32 find_segment(u64 cu_q, i64 n_seg, i64 r) {
+  i32 lo = 0, hi = static_cast<i32>(n_seg);  // answer in [0, n_seg - 1]
   while (hi - lo > 1) {
     i32 mid = (lo + hi) >> 1;
-    if (load_i32(a.cu_q, mid) <= r) lo = mid; else hi = mid;
+    if (load_i32(cu_q, mid) <= r) lo = mid; else hi = mid;
   }
   return lo;
+}
+
+// THD: packed row r (< T_q) as (segment b, row i inside it) and the segment's key rows
+// [k0, k0 + s_k) of the packed K, clamped to [0, T_k).
+struct ThdRow {
+  i64 b, i, k0, s_k;
+};
+__device__ __forceinline__ ThdRow thd_row(u64 cu_q, u64 cu_k, i64 n_seg, i64 t_k, i64 r) {
+  ThdRow t;
+  t.b = find_segment(cu_q, n_seg, r);
+  t.i = r - load_i32(cu_q, t.b);
+  if (t.i < 0) t.i = 0;  // only reachable when device cu_seqlens differ from the validated host copy
+  t.k0 = clamp64(load_i32(cu_k, t.b), 0, t_k);
+  t.s_k = clamp64(static_cast<i64>(load_i32(cu_k, t.b + 1)) - t.k0, 0, t_k - t.k0);
+  return t;
 }
 
 template <int kLayout>
@@ -62,12 +77,11 @@ __device__ __forceinline__ RowWindow row_window(const DsaArgs& a, i64 b_or_row, 
   } else {
     const i64 r = b_or_row;
     if (r >= a.t_q) return w;
-    b = find_segment(a, r);
-    const i64 q0 = load_i32(a.cu_q, b);
-    i = r - q0;
-    if (i < 0) i = 0;  // only reachable when device cu_seqlens differ from the validated host copy
-    seg_k0 = clamp64(load_i32(a.cu_k, b), 0, a.t_k);
-    s_k_b = clamp64(static_cast<i64>(load_i32(a.cu_k, b + 1)) - seg_k0, 0, a.t_k - seg_k0);
+    const ThdRow t = thd_row(a.cu_q, a.cu_k, a.batch, a.t_k, r);
+    b = t.b;
+    i = t.i;
+    seg_k0 = t.k0;
+    s_k_b = t.s_k;
     w.out_off = r * a.out_stride[1];
     w.lse_off = r * a.lse_stride[1];
   }

@@ -1,16 +1,22 @@
 #pragma once
-// sm90_indexer_lean: the fast path for H 64, D 128, bf16 Q/K, bf16/fp32 W, fp32 scores, BSHD,
-// compiled per shape key: S_q and S_k are compile-time constants (every stride, window bound
-// and tile count follows), sm_scale == 1 compiles the multiply out. The batch is a launch
-// argument: one kernel serves every B and runs all of them in one persistent launch over
-// B x q-tiles work items, in the order the host planner emitted into the source (Sched).
+// sm90_indexer_lean: the fast path for H 64, D 128, bf16 Q/K, bf16/fp32 W, fp32 scores,
+// compiled per shape key, sm_scale == 1 compiling the multiply out.
+//   BSHD: S_q and S_k are compile-time constants (every stride, window bound and tile count
+//         follows). The batch is a launch argument: one kernel serves every B and runs all of
+//         them in one persistent launch over B x q-tiles work items, in the order the host
+//         planner emitted into the source (Sched).
+//   THD:  the packed T_q, rounded up to the q-tile, is the compile-time constant; T_k, the
+//         segment boundaries and the offsets are launch arguments, and so is the order of the
+//         q-tiles, which the host plans per packing from the host cu_seqlens (LeanThdSchedule).
+//         A q-tile may straddle segments: every row carries its own window.
 //
 // CTA = 3 warpgroups, one CTA per SM:
 //   WG0 warp 0    producer: per work item, the KV tiles, each consumer's Q rows (TMA, lane 0)
 //                 and its weights (the whole warp).
-//   WG0 warps 1-3 fillers: -inf over the columns past the item's KV range. They need nothing
-//                 from the other roles: every role derives the item's windows from the
-//                 compile-time shape, so no per-tile information is exchanged.
+//   WG0 warps 1-3 fillers: -inf over the columns outside the item's KV range. They need
+//                 nothing from the other roles: every role derives the item's windows itself
+//                 (from the compile-time shape, or for THD from cu_seqlens), so no per-tile
+//                 information is exchanged.
 //   WG1, WG2      consumers, as in the generic family (shared main loop and head sum, so the
 //                 results are bitwise equal): m64n256k16 over 4 tokens x 64 heads each, sharing
 //                 every KV tile, ping-ponging on the tensor cores. bf16 weights of an item stay
@@ -37,14 +43,19 @@ struct LeanTraits {
   static constexpr int kTokensPerTile = kConsumers * kTokensPerConsumer;    // 8
   static constexpr int kStages = Cfg::kKvStages;
   static constexpr i64 kSeqQ = Cfg::kSeqQ;
-  static constexpr i64 kSeqK = Cfg::kSeqK;
+  static constexpr i64 kSeqK = Cfg::kSeqK;  // BSHD S_k; THD 0 (T_k is a launch argument)
+  static constexpr bool kThd = Cfg::kLayout != kLayoutBshd;
   static constexpr i64 kTilesPerBatch = kSeqQ / kTokensPerTile;
   static constexpr int kWBytes = kTokensPerConsumer * kHeads * (Cfg::kWeightsF32 ? 4 : 2);  // per consumer
   static constexpr int kFillThreads = 96;                                  // warps 1..3
+  // Registers per thread after setmaxnreg (128 * (producer + 2 consumers) <= 65536). THD's
+  // producer and fillers derive per-row windows from cu_seqlens and need more than 40.
+  static constexpr int kProducerRegs = kThd ? 64 : 40;
+  static constexpr int kConsumerRegs = kThd ? 224 : 232;
   static_assert(Cfg::kHeadDim == 128, "sm90_indexer_lean: kHeadDim must be 128");
   static_assert(kSeqQ >= kTokensPerTile && kSeqQ % kTokensPerTile == 0,
                 "sm90_indexer_lean: kSeqQ must be a positive multiple of the 8-token q-tile");
-  static_assert(kSeqK >= 1, "sm90_indexer_lean: kSeqK must be >= 1");
+  static_assert(kThd ? kSeqK == 0 : kSeqK >= 1, "sm90_indexer_lean: kSeqK must be >= 1 (BSHD) or 0 (THD)");
   static_assert(kStages >= 2 && kStages <= 8, "sm90_indexer_lean: kKvStages must be in [2, 8]");
 };
 
@@ -62,26 +73,20 @@ struct LeanSmem {
                 "sm90_indexer_lean: shared-memory regions misaligned");
 };
 
-// The static schedule as an interchangeable component: CTA `cta` of `grid` walks rounds k; its
-// item of round k is position k*G + c (reversed on odd rounds for the snake), and position p is
-// q-tile Sched::tile(p / B) of batch p % B, so a larger B scales the planner's order without
-// changing it.
+// The schedule as an interchangeable component: CTA `cta` of `grid` walks rounds k; its item
+// of round k is position k*G + c (reversed on odd rounds for the snake), and position p is
+// q-tile runs.tile(p / B) of batch p % B, so a larger B scales the planner's order without
+// changing it. BSHD: the runs are emitted into the source (LeanStaticRuns); THD: they are a
+// launch parameter planned per packing (LeanParamRuns).
 template <class Sched>
-struct LeanWork {
-  i64 num_items, batch;
-  i32 cta, grid;
-  __device__ __forceinline__ i64 rounds() const { return (num_items + grid - 1) / grid; }
-  __device__ __forceinline__ bool item(i64 k, i32& tile, i32& b) const {
-    const i64 slot = (Sched::kPolicy == kLeanSnake && (k & 1)) ? grid - 1 - cta : cta;
-    const i64 pos = k * grid + slot;
-    if (pos >= num_items) return false;
-    b = static_cast<i32>(pos % batch);
-    i64 r = pos / batch;
+struct LeanStaticRuns {
+  __device__ __forceinline__ i32 policy() const { return Sched::kPolicy; }
+  __device__ __forceinline__ bool tile(i64 r, i32& t) const {
 #pragma unroll 1
     for (int i = 0; i < Sched::kNumRuns; ++i) {
       const LeanRun run = Sched::run(i);
       if (r < run.count) {
-        tile = run.first + run.step * static_cast<i32>(r);
+        t = run.first + run.step * static_cast<i32>(r);
         return true;
       }
       r -= run.count;
@@ -90,7 +95,39 @@ struct LeanWork {
   }
 };
 
-// The windows of one work item: row i of batch b sees key rows [0, causal_limit(i)).
+struct LeanParamRuns {
+  const LeanThdSchedule* s;  // in the kernel's parameter space
+  __device__ __forceinline__ i32 policy() const { return s->policy; }
+  __device__ __forceinline__ bool tile(i64 r, i32& t) const {
+    i32 lo = 0, hi = s->n_runs;  // the last run with rank0 <= r
+    while (hi - lo > 1) {
+      const i32 mid = (lo + hi) >> 1;
+      if (s->runs[mid].rank0 <= r) lo = mid; else hi = mid;
+    }
+    const LeanRun run = s->runs[lo];
+    const i64 d = r - run.rank0;
+    if (d < 0 || d >= run.count) return false;
+    t = run.first + run.step * static_cast<i32>(d);
+    return true;
+  }
+};
+
+template <class Runs>
+struct LeanWork {
+  i64 num_items, batch;
+  i32 cta, grid;
+  Runs runs;
+  __device__ __forceinline__ i64 rounds() const { return (num_items + grid - 1) / grid; }
+  __device__ __forceinline__ bool item(i64 k, i32& tile, i32& b) const {
+    const i64 slot = (runs.policy() == kLeanSnake && (k & 1)) ? grid - 1 - cta : cta;
+    const i64 pos = k * grid + slot;
+    if (pos >= num_items) return false;
+    b = static_cast<i32>(pos % batch);
+    return runs.tile(pos / batch, tile);
+  }
+};
+
+// BSHD: the windows of one work item: row i of batch b sees key rows [0, causal_limit(i)).
 template <class Cfg>
 struct LeanItem {
   using T = LeanTraits<Cfg>;
@@ -110,6 +147,85 @@ __device__ __forceinline__ LeanItem<Cfg> lean_item(const LeanArgs& a, i32 b) {
   it.ratio = a.ratio;
   return it;
 }
+
+// THD: the windows of one q-tile of packed rows, which may belong to several segments. Every
+// warp of every role computes what it needs for itself (lane r evaluates row tok0 + (r & 7)
+// with the generic family's window arithmetic, dsa_window.cuh, and the warp reduces with
+// shuffles), so no per-tile information is exchanged through shared memory.
+struct LeanThdRow {
+  i64 lo, hi;  // visible absolute K rows of the packed K (lo == hi: none)
+  i64 base;    // absolute K row of output column 0
+  i32 valid;   // the row exists (< T_q)
+  __device__ __forceinline__ bool live() const { return valid && hi > lo; }
+  // Row r of the tile (every lane of the warp calls it).
+  __device__ __forceinline__ LeanThdRow from_lane(int r) const {
+    LeanThdRow x;
+    x.lo = __shfl_sync(0xffffffffu, lo, r);
+    x.hi = __shfl_sync(0xffffffffu, hi, r);
+    x.base = __shfl_sync(0xffffffffu, base, r);
+    x.valid = __shfl_sync(0xffffffffu, valid, r);
+    return x;
+  }
+};
+
+template <class Cfg>
+__device__ __forceinline__ LeanThdRow lean_thd_row(const LeanArgs& a, i32 tok0, int lane) {
+  LeanThdRow w;
+  const i64 r = static_cast<i64>(tok0) + (lane & 7);
+  w.valid = r < a.t_q;
+  w.lo = w.hi = w.base = 0;
+  if (w.valid) {
+    const ThdRow t = thd_row(a.cu_q, a.cu_k, a.batch, a.t_k, r);
+    const i64 off = a.has_offsets ? static_cast<i64>(load_i32(a.offsets, t.b * a.offsets_stride)) : 0;
+    i64 hi = causal_limit(off, t.i, a.ratio, t.s_k);
+    if (Cfg::kLayout == kLayoutThdLocal && hi > a.out_cols) hi = a.out_cols;
+    w.lo = t.k0;
+    w.hi = t.k0 + hi;
+    w.base = Cfg::kLayout == kLayoutThdLocal ? t.k0 : 0;
+  }
+  return w;
+}
+
+__device__ __forceinline__ i64 lean_group_min(i64 v, int width) {
+  for (int o = 1; o < width; o <<= 1) { const i64 x = __shfl_xor_sync(0xffffffffu, v, o); v = x < v ? x : v; }
+  return v;
+}
+__device__ __forceinline__ i64 lean_group_max(i64 v, int width) {
+  for (int o = 1; o < width; o <<= 1) { const i64 x = __shfl_xor_sync(0xffffffffu, v, o); v = x > v ? x : v; }
+  return v;
+}
+constexpr i64 kLeanI64Max = 0x7fffffffffffffffll;
+
+// The KV tiles the item sweeps: the union of its live rows' windows, from a multiple of 64.
+struct LeanThdSpan {
+  i64 kv_begin;
+  i32 n_kv;  // 0: every row of the item is all -inf
+};
+__device__ __forceinline__ LeanThdSpan lean_thd_span(const LeanThdRow& w) {
+  const i64 u_lo = lean_group_min(w.live() ? w.lo : kLeanI64Max, 8);
+  const i64 u_hi = lean_group_max(w.live() ? w.hi : -kLeanI64Max, 8);
+  LeanThdSpan s;
+  s.kv_begin = 0;
+  s.n_kv = 0;
+  if (u_lo < u_hi) {
+    s.kv_begin = (u_lo / kKvRows) * kKvRows;
+    s.n_kv = static_cast<i32>((u_hi - s.kv_begin + kKvRows - 1) / kKvRows);
+  }
+  return s;
+}
+
+__device__ __forceinline__ i32 lean_rel(i64 v, i64 kv_begin, i32 n_kv) {
+  return static_cast<i32>(clamp64(v - kv_begin, 0, static_cast<i64>(n_kv) * kKvRows));
+}
+
+// What a consumer lane needs of an item, relative to its first KV row (32-bit, to spare
+// registers beside the accumulators): its row's columns [c_lo, c_hi) and window [w_lo, w_hi)
+// (w inside c), KV rows [f_lo, f_hi) inside the window of every row of the consumer (no mask
+// there), and the address of KV row kv_begin in its row of the scores.
+struct LeanLane {
+  i32 n_kv, f_lo, f_hi, w_lo, w_hi, c_lo, c_hi;
+  float* row;
+};
 
 // Weights of one consumer's 4 tokens for lane class c = lane & 3, in the order head_sum expects
 // (weight_head). bf16 weights stay in registers for a whole item (32 registers of packed
@@ -158,12 +274,13 @@ struct LeanWeights<Cfg, true> {
 constexpr u32 kLeanPingPong0 = 1;  // consumer 0 may issue its wgmma (arrived by consumer 1)
 constexpr u32 kLeanPingPong1 = 2;  // consumer 1 may issue its wgmma (arrived by consumer 0)
 
-template <class Cfg, class Sched>
-__global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
-    sm90_indexer_lean(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a) {
+// The kernel body, for both layouts (the layout's differences are compile-time branches).
+template <class Cfg, class Runs>
+__device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a, const Runs& runs) {
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg>;
   static_assert(L::kAlloc == Cfg::kSmemBytes, "sm90_indexer_lean: host and template disagree on shared memory");
+  constexpr bool kBshd = !T::kThd;
   extern __shared__ u8 smem_raw[];
   u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~static_cast<u64>(1023));
   u64* bars = reinterpret_cast<u64*>(smem + L::kOffBar);
@@ -189,11 +306,12 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
   }
   __syncthreads();
 
-  const LeanWork<Sched> work{a.num_items, a.batch, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x)};
-  const i64 rounds = work.rounds();
+  // THD: one packed sequence of q-tiles (a.batch is then the segment count).
 
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<T::kProducerRegs>();
+    const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
+    const i64 rounds = work.rounds();
     if (warp == 0) {
       // ---------------- producer ----------------
       // Lane 0 issues every TMA; the whole warp copies the weights with ordinary loads and
@@ -208,32 +326,45 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
         i32 tile, b;
         if (!work.item(k, tile, b)) continue;
         const i32 tok0 = tile * T::kTokensPerTile;
-        const i32 n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
+        i32 n_kv;
+        i64 kv_begin = 0;
+        if constexpr (kBshd) {
+          n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
+        } else {
+          const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tok0, lane));
+          n_kv = sp.n_kv;
+          kv_begin = sp.kv_begin;
+        }
         if (n_kv == 0) continue;
         const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
         if (lane == 0)
           for (i32 it = 0; it < pre; ++it)
-            load_kv_tile<T::kStages, true>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, 0, it, b);
+            load_kv_tile<T::kStages, kBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, b);
         for (int g = 0; g < T::kConsumers; ++g) {
           mbarrier_wait(&q_empty[g], (q_uses & 1) ^ 1);
           const i32 t0 = tok0 + g * T::kTokensPerConsumer;
           if (lane == 0) {
             mbarrier_arrive_expect_tx(&q_full[g], kQBytes);
-            load_q_rows<true>(q_map, smem + L::kOffQ + g * kQBytes, &q_full[g], t0, b);
+            load_q_rows<kBshd>(q_map, smem + L::kOffQ + g * kQBytes, &q_full[g], t0, b);
           }
-          // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate).
+          // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate);
+          // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
+          constexpr int kChunksPerToken = T::kWBytes / T::kTokensPerConsumer / 16;
+          const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
           const uint4* w_src = reinterpret_cast<const uint4*>(
-              reinterpret_cast<const u8*>(a.w) +
-              (static_cast<i64>(b) * T::kSeqQ + t0) * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer));
+              reinterpret_cast<const u8*>(a.w) + row0 * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer));
           uint4* w_dst = reinterpret_cast<uint4*>(smem + L::kOffW + g * T::kWBytes);
 #pragma unroll
-          for (int i = lane; i < T::kWBytes / 16; i += 32) w_dst[i] = __ldg(w_src + i);
+          for (int i = lane; i < T::kWBytes / 16; i += 32) {
+            if (kBshd || t0 + i / kChunksPerToken < a.t_q) w_dst[i] = __ldg(w_src + i);
+            else w_dst[i] = make_uint4(0u, 0u, 0u, 0u);
+          }
           mbarrier_arrive(&w_full[g]);
         }
         ++q_uses;
         if (lane == 0)
           for (i32 it = pre; it < n_kv; ++it)
-            load_kv_tile<T::kStages, true>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, 0, it, b);
+            load_kv_tile<T::kStages, kBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, b);
       }
       return;
     }
@@ -244,17 +375,39 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
       i32 tile, b;
       if (!work.item(k, tile, b)) continue;
       const i32 tok0 = tile * T::kTokensPerTile;
-      const i64 covered = static_cast<i64>(lean_item<Cfg>(a, b).n_kv(tok0)) * kKvRows;
-      const i64 c0 = covered < T::kSeqK ? covered : T::kSeqK;
+      if constexpr (kBshd) {
+        const i64 covered = static_cast<i64>(lean_item<Cfg>(a, b).n_kv(tok0)) * kKvRows;
+        const i64 c0 = covered < T::kSeqK ? covered : T::kSeqK;
 #pragma unroll 1
-      for (int r = 0; r < T::kTokensPerTile; ++r)
-        fill_neg_inf(out + (static_cast<i64>(b) * T::kSeqQ + tok0 + r) * T::kSeqK, c0, T::kSeqK, ft, T::kFillThreads);
+        for (int r = 0; r < T::kTokensPerTile; ++r)
+          fill_neg_inf(out + (static_cast<i64>(b) * T::kSeqQ + tok0 + r) * T::kSeqK, c0, T::kSeqK, ft, T::kFillThreads);
+      } else {
+        // Every cell outside the columns the item's KV tiles cover, as the generic family's
+        // fill_uncovered: the consumers write every covered cell, so each is written once.
+        const LeanThdRow mine = lean_thd_row<Cfg>(a, tok0, lane);
+        const LeanThdSpan sp = lean_thd_span(mine);
+#pragma unroll 1
+        for (int r = 0; r < T::kTokensPerTile; ++r) {
+          const LeanThdRow row = mine.from_lane(r);
+          if (!row.valid) continue;
+          i64 e0 = a.out_cols, e1 = a.out_cols;
+          if (sp.n_kv > 0) {
+            e0 = clamp64(sp.kv_begin - row.base, 0, a.out_cols);
+            e1 = clamp64(sp.kv_begin + static_cast<i64>(sp.n_kv) * kKvRows - row.base, 0, a.out_cols);
+          }
+          float* p = out + (static_cast<i64>(tok0) + r) * a.out_cols;
+          fill_neg_inf(p, 0, e0, ft, T::kFillThreads);
+          fill_neg_inf(p, e1, a.out_cols, ft, T::kFillThreads);
+        }
+      }
     }
     return;
   }
 
   // ---------------- consumers ----------------
-  setmaxnreg_inc<232>();
+  setmaxnreg_inc<T::kConsumerRegs>();
+  const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
+  const i64 rounds = work.rounds();
   const int cg = wg - 1;
   const int warp_in_wg = warp % 4;
   const u32 my_bar = cg == 0 ? kLeanPingPong0 : kLeanPingPong1;
@@ -274,14 +427,38 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     i32 tile, b;
     if (!work.item(k, tile, b)) continue;
     const i32 tok0 = tile * T::kTokensPerTile;
-    const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
-    const i32 n_kv = item.n_kv(tok0);
-    if (n_kv == 0) continue;
     const i32 tok_first = tok0 + cg * TPW;
-    const i64 full_hi = item.hi(tok_first);           // every row of this consumer sees [0, full_hi)
     const i32 my_tok = tok_first + quarter;           // the token this lane's sums end up with
-    const i64 my_hi = item.hi(my_tok);
-    float* my_row = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK;
+    LeanLane ln;
+    if constexpr (kBshd) {
+      const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
+      ln.n_kv = item.n_kv(tok0);
+      ln.f_lo = 0;
+      ln.f_hi = static_cast<i32>(item.hi(tok_first));  // every row of the consumer sees [0, hi(tok_first))
+      ln.w_lo = 0;
+      ln.w_hi = static_cast<i32>(item.hi(my_tok));
+      ln.c_lo = 0;
+      ln.c_hi = static_cast<i32>(T::kSeqK);
+      ln.row = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK;
+    } else {
+      const LeanThdRow w = lean_thd_row<Cfg>(a, tok0, lane);
+      const LeanThdSpan sp = lean_thd_span(w);
+      // the consumer's 4 rows: an invalid or empty row leaves no unmasked range
+      const i64 i_lo = lean_group_max(w.live() ? w.lo : kLeanI64Max, 4);
+      const i64 i_hi = lean_group_min(w.live() ? w.hi : -kLeanI64Max, 4);
+      const i64 f_lo = __shfl_sync(0xffffffffu, i_lo, 4 * cg), f_hi = __shfl_sync(0xffffffffu, i_hi, 4 * cg);
+      const LeanThdRow me = w.from_lane(cg * TPW + quarter);
+      ln.n_kv = sp.n_kv;
+      ln.f_lo = f_lo < f_hi ? lean_rel(f_lo, sp.kv_begin, sp.n_kv) : 0;
+      ln.f_hi = f_lo < f_hi ? lean_rel(f_hi, sp.kv_begin, sp.n_kv) : 0;
+      ln.w_lo = me.live() ? lean_rel(me.lo, sp.kv_begin, sp.n_kv) : 0;
+      ln.w_hi = me.live() ? lean_rel(me.hi, sp.kv_begin, sp.n_kv) : 0;
+      ln.c_lo = me.valid ? lean_rel(me.base, sp.kv_begin, sp.n_kv) : 0;
+      ln.c_hi = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
+      ln.row = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
+    }
+    const i32 n_kv = ln.n_kv;
+    if (n_kv == 0) continue;
     mbarrier_wait(&w_full[cg], q_uses & 1);
     mbarrier_wait(&q_full[cg], q_uses & 1);
     wreg.load(w_smem, lane & 3);
@@ -303,24 +480,42 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
       }
       float part[2 * TPW];
       head_sum<T::kHeads, TPW>(acc, wreg, part, lane);
-      const i64 kabs0 = static_cast<i64>(it) * kKvRows;
-      const bool masked = kabs0 + kKvRows > full_hi;
-      const i64 kr = kabs0 + 16 * warp_in_wg + (lane >> 2);
+      // KV rows relative to the item's first: the tile's rows are [it * 64, it * 64 + 64)
+      const i32 rel0 = it * kKvRows;
+      const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
+      const i32 rr = rel0 + 16 * warp_in_wg + (lane >> 2);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const i64 kabs = kr + 8 * j;
+        const i32 rel = rr + 8 * j;
         float v = Cfg::kUnitScale ? part[j] : part[j] * a.sm_scale;
         if (masked) {
-          if (kabs >= T::kSeqK) continue;
-          if (kabs >= my_hi) v = neg_inf();
+          if (rel < ln.c_lo || rel >= ln.c_hi) continue;
+          if (rel < ln.w_lo || rel >= ln.w_hi) v = neg_inf();
         }
-        store_streaming(my_row + kabs, v);
+        store_streaming(ln.row + rel, v);
       }
     }
     if (Cfg::kWeightsF32) mbarrier_arrive(&q_empty[cg]);
     ++q_uses;
   }
   if (cg == 0) named_barrier_sync(kLeanPingPong0, 256);  // consume consumer 1's last arrival
+}
+
+// BSHD: the planner's schedule is compiled in (Sched, generated per shape key).
+template <class Cfg, class Sched>
+__global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
+    sm90_indexer_lean(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a) {
+  static_assert(!LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the BSHD kernel of a THD variant");
+  lean_body<Cfg>(q_map, k_map, a, LeanStaticRuns<Sched>{});
+}
+
+// THD: the schedule of the call's packing is a launch parameter.
+template <class Cfg>
+__global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
+    sm90_indexer_lean_thd(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
+                          const __grid_constant__ LeanThdSchedule sched) {
+  static_assert(LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the THD kernel of a BSHD variant");
+  lean_body<Cfg>(q_map, k_map, a, LeanParamRuns{&sched});
 }
 
 }  // namespace dsa

@@ -1,28 +1,43 @@
 #pragma once
 // Launch arguments of the lean family (host and device see the same layout: fixed-width
 // scalars only). Shapes are compile-time constants of the variant; what stays here is what one
-// compiled kernel serves at run time: the batch, the ratio, the offsets and sm_scale.
+// compiled kernel serves at run time: the batch, the ratio, the offsets and sm_scale, and for
+// THD the packing (cu_seqlens, T_k, the output's columns) and the planner's schedule of it.
 #include "dsa_types.cuh"
 
 namespace dsa {
 
 struct LeanArgs {
   u64 w, out, offsets;   // device addresses (offsets 0 = not given)
-  i64 batch;             // B: one launch runs all of them
+  u64 cu_q, cu_k;        // THD: the device cu_seqlens (BSHD: 0)
+  i64 batch;             // BSHD B (one launch runs all of them); THD n_seg
   i64 ratio;
-  i64 num_items;         // B x q-tiles: the work items of the static schedule
+  i64 num_items;         // the work items of the schedule: B x q-tiles (THD: q-tiles of T_q)
   i64 offsets_stride;    // elements between batches' q_causal_offsets
+  i64 t_q, t_k;          // THD packed extents (BSHD: unused)
+  i64 out_cols;          // THD: max_seqlen_k (local columns) or T_k (global)
   float sm_scale;        // read only when the variant is not the unit-scale one
   i32 has_offsets;
 };
 
-// One run of the planner's q-tile order: ranks [r0, r0 + count) take tiles first + step * (r - r0).
+// One run of the planner's q-tile order: ranks [rank0, rank0 + count) take tiles
+// first + step * (r - rank0).
 struct LeanRun {
-  i32 first, step, count, pad_;
+  i32 first, step, count, rank0;
 };
 
 // How work items go to CTAs: round k hands items k*G .. k*G + G-1 to CTAs 0..G-1, in reverse
 // on odd rounds for the snake.
 enum LeanPolicy : i32 { kLeanRoundRobin = 0, kLeanSnake = 1 };
+
+// THD: the schedule of one packing, planned per call from the host cu_seqlens and passed as a
+// launch parameter (it is part of the kernel's parameter space, so CUDA graphs capture it by
+// value). 192 runs keep the parameters under the 4 KB every driver accepts.
+constexpr int kLeanThdMaxRuns = 192;
+struct LeanThdSchedule {
+  i32 policy, n_runs;
+  i32 pad_[2];
+  LeanRun runs[kLeanThdMaxRuns];
+};
 
 }  // namespace dsa

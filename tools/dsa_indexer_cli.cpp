@@ -2,7 +2,7 @@
 //   warmup --manifest FILE|default [--cache-dir DIR] [--arch sm_90a]   fill the disk cache, no GPU needed
 //   cache ls|verify [--cache-dir DIR] [--prebuilt-dir DIR], cache clear [--cache-dir DIR]
 //   demo [--cache-dir DIR]                                    default problem, checked and timed
-//   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick]
+//   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick] [--thd-order balanced|static|both]
 //   jitcost [--cache-dir DIR] [--json FILE], version, --version
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -517,6 +517,22 @@ struct BenchCase {
   HostProblem p;
 };
 
+// THD, local columns: segments of sq[i] query rows and sq[i] / ratio key rows.
+HostProblem thd_packing(const std::vector<int64_t>& sq, int64_t ratio) {
+  HostProblem p;
+  p.layout = Layout::thd_local;
+  p.heads = 64;
+  p.ratio = ratio;
+  p.sm_scale = 0.125f;
+  p.cu_q = {0};
+  p.cu_k = {0};
+  for (int64_t s : sq) {
+    p.cu_q.push_back(p.cu_q.back() + static_cast<int32_t>(s));
+    p.cu_k.push_back(p.cu_k.back() + static_cast<int32_t>(s / ratio));
+  }
+  return p;
+}
+
 int run_bench(const Args& a) {
   std::string why;
   if (!gpu_available(&why)) {
@@ -526,6 +542,7 @@ int run_bench(const Args& a) {
   const int reps = std::stoi(a.get("reps", "20"));
   const auto fams = bench_families(a.get("family", "lean,generic"));
   const bool quick = a.has("quick");
+  const std::string thd_orders = a.get("thd-order", "balanced");
   std::vector<BenchCase> cases;
   for (int64_t sq : {2048, 4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r2 S_q {}", sq), bshd(sq, sq / 2, 2, 64)});
   for (int64_t sq : {4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r4 S_q {}", sq), bshd(sq, sq / 4, 4, 64)});
@@ -536,15 +553,16 @@ int run_bench(const Args& a) {
   cases.back().p.sm_scale = 1.0f;
   cases.push_back({"bshd H32 r2 S_q 8192", bshd(8192, 4096, 2, 32)});
   cases.push_back({"bshd H16 r2 S_q 8192", bshd(8192, 4096, 2, 16)});
-  {
-    HostProblem p;
-    p.layout = Layout::thd_local;
-    p.heads = 64;
-    p.ratio = 2;
-    p.cu_q = {0, 1536, 4608, 8192};
-    p.cu_k = {0, 768, 2304, 4096};
-    cases.push_back({"thd H64 r2 3 segs T_q 8192", p});
-  }
+  // Packed training batches (THD, local columns): 3 ragged segments and a realistic
+  // 8-segment packing, and one segment (the same work as the BSHD row of that S_q).
+  for (int64_t tq : {8192, 16384})
+    for (int64_t ratio : {2, 4}) {
+      const int64_t m = tq / 8192;
+      cases.push_back({fmt::format("thd H64 r{} 3 ragged T_q {}", ratio, tq), thd_packing({2731 * m, 4099 * m, 1362 * m}, ratio)});
+      cases.push_back({fmt::format("thd H64 r{} 8 segs T_q {}", ratio, tq),
+                       thd_packing({1500 * m, 700 * m, 2100 * m, 300 * m, 1200 * m, 900 * m, 1100 * m, 392 * m}, ratio)});
+    }
+  cases.push_back({"thd H64 r2 1 seg T_q 8192", thd_packing({8192}, 2)});
   if (quick) cases.resize(4);
   const auto& dev = dd::device_info(0);
   GemmCeiling ceil = measure_gemm_ceiling(8192, 10);
@@ -570,8 +588,15 @@ int run_bench(const Args& a) {
       sets.push_back(upload(pi));
     }
     const double pairs = static_cast<double>(visible_pairs(c.p));
-    for (const auto& [fname, fam] : fams) {
+    // lean THD also in the static q-tile order (--thd-order both): what per-call balancing buys
+    auto runs = fams;
+    if (c.p.thd() && thd_orders == "both")
+      for (const auto& f : fams)
+        if (f.second == dsa_indexer::KernelFamily::lean) runs.emplace_back("lean/st", f.second);
+    for (const auto& [fname, fam] : runs) {
       Timed cold, warm;
+      const bool static_order = fname == "lean/st" || (thd_orders == "static" && fam == dsa_indexer::KernelFamily::lean);
+      dd::set_lean_thd_order(static_order ? dd::LeanThdOrder::static_order : dd::LeanThdOrder::balanced);
       try {
         cold = time_forward(sets, fam, 3, reps, nullptr);
         warm = time_forward_graph(sets[0], fam, reps);
@@ -590,6 +615,7 @@ int run_bench(const Args& a) {
       first = false;
     }
   }
+  dd::set_lean_thd_order(dd::LeanThdOrder::balanced);
   json += "\n  ]\n}\n";
   if (a.has("json")) std::ofstream(a.get("json")) << json;
   return 0;
@@ -663,6 +689,8 @@ void build_cli(Cli& cli) {
   cli.value(bench, "json", "also write the results to this JSON file");
   cli.value(bench, "family", fmt::format("comma list of auto, {} (default lean,generic)", dd::family_options()))->check(family_list);
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
+  cli.value(bench, "thd-order", "lean THD q-tile order: balanced (per packing, the default), static (packed order), "
+                                "or both (adds lean/st rows)")->check(CLI::IsMember({"balanced", "static", "both"}));
   bench->add_flag_callback("--quick", [&cli] { cli.args.opt["quick"] = "1"; }, "the first four shapes only");
 
   CLI::App* jitcost = cli.command_of(&app, "jitcost", "cold compile per variant, disk-cache hit, module load, per-call host overhead by stage");

@@ -115,3 +115,114 @@ TEST_CASE("lean: a forced lean call names the failed gate on the real device", "
   expect_gate(w, "explicit windows");
   expect_gate(bshd(1, 2052, 1024, 64, 2), "S_q");
 }
+
+// ---------------- THD ----------------
+namespace {
+
+// A random packing of t_q query rows into segments (some empty, some of one token, boundaries
+// anywhere inside q-tiles), keys per segment at the given ratio, with a little noise.
+HostProblem random_packing(int64_t t_q, int64_t ratio, uint64_t seed, Layout l = Layout::thd_local) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> lq, lk;
+  for (int64_t left = t_q; left > 0;) {
+    const uint64_t kind = rng() % 6;
+    int64_t s = kind == 0 ? 0 : kind == 1 ? 1 : 1 + static_cast<int64_t>(rng() % 700);
+    s = std::min(s, left);
+    left -= s;
+    lq.push_back(static_cast<int32_t>(s));
+    lk.push_back(static_cast<int32_t>(std::max<int64_t>(0, s / ratio + static_cast<int64_t>(rng() % 3) - 1)));
+  }
+  return thd(lq, lk, 64, ratio, l);
+}
+
+}  // namespace
+
+TEST_CASE("lean THD: random packings against the fp64 oracle and bitwise against generic THD", "[lean][thd]") {
+  // 1056..1063 packed rows: 132 or 133 q-tiles (the last one short of 8 rows)
+  uint64_t seed = 900;
+  for (Layout l : {Layout::thd_local, Layout::thd_global})
+    for (int64_t ratio : {1, 2, 4})
+      for (int64_t t_q : {1056, 1061}) {
+        HostProblem p = random_packing(t_q, ratio, ++seed, l);
+        p.sm_scale = seed % 2 ? 1.0f : 0.125f;
+        p.w_f32 = seed % 3 == 0;
+        check_lean(p, seed);
+      }
+  // device cu_seqlens only (the library reads them once)
+  HostProblem p = random_packing(1100, 2, 950);
+  auto r = check_against_oracle(p, KernelFamily::lean, 951, false);
+  CHECK(r.gpu.scores.size() == static_cast<size_t>(p.rows() * p.cols()));
+}
+
+TEST_CASE("lean THD: offsets near INT32_MAX and negative, both column modes", "[lean][thd]") {
+  for (Layout l : {Layout::thd_local, Layout::thd_global}) {
+    HostProblem p = thd({300, 5, 0, 400, 371}, {150, 3, 7, 200, 180}, 64, 2, l);
+    p.offsets = {INT32_MAX - 300, -5000, 9, -100, 333};
+    p.sm_scale = 0.25f;
+    check_lean(p, 960 + static_cast<uint64_t>(l));
+  }
+}
+
+TEST_CASE("lean THD: one segment is bitwise equal to BSHD B 1 of the same data", "[lean][thd]") {
+  for (int64_t sk : {528, 1000}) {
+    HostProblem b = bshd(1, 1056, sk, 64, 2);
+    HostProblem t = thd({1056}, {static_cast<int32_t>(sk)}, 64, 2);
+    dsa_support::fill_random(b, 970);
+    dsa_support::fill_random(t, 970);
+    REQUIRE(b.q == t.q);
+    auto db = dsa_support::upload(b);
+    auto dt = dsa_support::upload(t);
+    auto rb = dsa_support::run(b, db, KernelFamily::lean);
+    auto rt = dsa_support::run(t, dt, KernelFamily::lean);
+    CHECK(bitwise_equal(rb.scores, rt.scores));
+  }
+}
+
+TEST_CASE("lean THD: large packings bitwise against generic THD (3 ragged and 8 segments)", "[lean][thd]") {
+  const std::vector<std::vector<int32_t>> packs = {{3001, 1, 5190}, {1500, 700, 2100, 300, 1200, 900, 1100, 392}};
+  for (const auto& lq : packs)
+    for (int64_t ratio : {2, 4}) {
+      std::vector<int32_t> lk;
+      for (int32_t s : lq) lk.push_back(static_cast<int32_t>(s / ratio));
+      HostProblem p = thd(lq, lk, 64, ratio);
+      dsa_support::fill_random(p, 980 + static_cast<uint64_t>(ratio));
+      auto dp = dsa_support::upload(p);
+      auto lean = dsa_support::run(p, dp, KernelFamily::lean);
+      auto gen = dsa_support::run(p, dp, KernelFamily::generic);
+      INFO(p.describe());
+      CHECK(bitwise_equal(lean.scores, gen.scores));
+      // a sample of rows against the oracle (first, last and boundary rows of every segment)
+      std::vector<int64_t> rows;
+      for (size_t s = 0; s + 1 < p.cu_q.size(); ++s)
+        for (int64_t r : {int64_t(p.cu_q[s]), int64_t(p.cu_q[s + 1]) - 1})
+          if (r >= int64_t(p.cu_q[s]) && r < p.rows()) rows.push_back(r);
+      const auto ref = dsa_support::oracle_rows(p, rows);
+      std::vector<float> got;
+      for (int64_t r : rows)
+        got.insert(got.end(), lean.scores.begin() + r * p.cols(), lean.scores.begin() + (r + 1) * p.cols());
+      auto c = dsa_support::compare(got.data(), ref.data(), static_cast<int64_t>(ref.size()), p.cols());
+      INFO("rel-L2 " << c.rel_l2 << "; " << c.first_problem);
+      CHECK(c.pattern_mismatch == 0);
+      CHECK(c.rel_l2 <= kScoreTol);
+    }
+}
+
+TEST_CASE("lean THD: bf16 W and fp32 W of the same values give the same bits, run to run", "[lean][thd]") {
+  HostProblem p = random_packing(1200, 2, 990);
+  run_determinism_and_w_dtype(KernelFamily::lean, p);
+}
+
+TEST_CASE("lean THD: 20 packings of one T_q compile once", "[lean][thd]") {
+  // T_q 2043..2048 round to the same 2048-row key; T_k and the boundaries change every time
+  auto stats0 = dsa_indexer::kernel_cache_stats();
+  for (int i = 0; i < 20; ++i) {
+    HostProblem p = random_packing(2048 - (i % 6), 1 + (i % 4), 1000 + static_cast<uint64_t>(i));
+    dsa_support::fill_random(p, 1100 + static_cast<uint64_t>(i));
+    auto dp = dsa_support::upload(p);
+    auto r = dsa_support::run(p, dp, KernelFamily::lean);
+    CHECK(r.scores.size() == static_cast<size_t>(p.rows() * p.cols()));
+  }
+  auto stats1 = dsa_indexer::kernel_cache_stats();
+  CHECK(stats1.misses - stats0.misses <= 1);  // 0 if an earlier case already loaded it
+  CHECK(stats1.hits - stats0.hits >= 19);
+}

@@ -41,7 +41,7 @@ TEST_CASE("codegen names every template parameter", "[codegen]") {
   CHECK_THAT(l.text, Catch::Contains("kDsaLeanRuns[1] = {{511, -1, 512, 0}};"));
   CHECK_THAT(l.text, Catch::Contains("kPolicy = dsa::kLeanSnake;"));
   CHECK(l.kernels == std::vector<std::string>{"dsa::sm90_indexer_lean<DsaKernelConfig, DsaLeanSchedule>"});
-  CHECK(l.name == "sm90_indexer_lean.sq4096.sk999.wbf16.scaleany.s5.cu");
+  CHECK(l.name == "sm90_indexer_lean.bshd.sq4096.sk999.wbf16.scaleany.s5.cu");
 }
 
 TEST_CASE("codegen refuses a spec without a family or with a value outside a choice", "[codegen]") {

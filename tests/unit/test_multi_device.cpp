@@ -51,9 +51,9 @@ TEST_CASE("multi-device: the hand-built memory key is dev/family/shape key/arch"
       }
   CHECK(seen.size() == 2u * 3 * 2 * 2 * 3 * 3);
   const KernelSpec lean = lean_spec(8192, 4096, dsa_indexer::DType::f32, true);
-  CHECK(lean.shape_key() == "sq8192.sk4096.wf32.scale1.s5");
-  CHECK(memory_key(lean, 2) == "dev2/sm90_indexer_lean/sq8192.sk4096.wf32.scale1.s5/sm_90a");
-  CHECK(lean_spec(8192, 4096, dsa_indexer::DType::bf16, false).shape_key() == "sq8192.sk4096.wbf16.scaleany.s5");
+  CHECK(lean.shape_key() == "bshd.sq8192.sk4096.wf32.scale1.s5");
+  CHECK(memory_key(lean, 2) == "dev2/sm90_indexer_lean/bshd.sq8192.sk4096.wf32.scale1.s5/sm_90a");
+  CHECK(lean_spec(8192, 4096, dsa_indexer::DType::bf16, false).shape_key() == "bshd.sq8192.sk4096.wbf16.scaleany.s5");
 }
 
 TEST_CASE("multi-device: plans follow each device's SM count", "[multi_device]") {

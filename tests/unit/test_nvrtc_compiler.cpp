@@ -72,9 +72,9 @@ TEST_CASE("every generic variant compiles to an sm_90a cubin without spills", "[
 
 TEST_CASE("every lean variant of the default manifest compiles without spills", "[nvrtc]") {
   const auto specs = all_specs(lean_family());
-  // 20 shapes: the 4 with S_q 1024 (128 q-tiles) do not saturate 132 SMs and stay generic; two
-  // of the other 16 are warmed in both scale variants
-  CHECK(specs.size() == 18);
+  // 20 BSHD shapes: the 4 with S_q 1024 (128 q-tiles) do not saturate 132 SMs and stay
+  // generic; two of the other 16 are warmed in both scale variants. 4 THD lines: 4 variants.
+  CHECK(specs.size() == 22);
   auto res = compile_all(specs);
   check_cubins(res, 1);
   for (const auto& r : res) {
@@ -83,9 +83,12 @@ TEST_CASE("every lean variant of the default manifest compiles without spills", 
     // the kernel is the lean template instantiated for this shape's config and schedule
     CHECK(r.out.lowered_names[0].find("sm90_indexer_lean") != std::string::npos);
   }
-  // odd shapes too: ragged S_k, the smallest saturating S_q, S_k longer than S_q
-  std::vector<KernelSpec> odd = {lean_spec(1056, 1, dsa_indexer::DType::bf16, true), lean_spec(2048, 999, dsa_indexer::DType::f32, true),
-                                 lean_spec(4096, 8192, dsa_indexer::DType::bf16, false)};
+  // odd shapes too: ragged S_k, the smallest saturating S_q, S_k longer than S_q, and THD
+  // variants of both column modes in the scale and weight variants the manifest does not warm
+  using dsa_indexer::DType;
+  std::vector<KernelSpec> odd = {lean_spec(1056, 1, DType::bf16, true), lean_spec(2048, 999, DType::f32, true),
+                                 lean_spec(4096, 8192, DType::bf16, false), lean_spec(1056, 0, DType::f32, true, Layout::thd_global),
+                                 lean_spec(2048, 0, DType::bf16, true, Layout::thd_local)};
   check_cubins(compile_all(odd), 1);
 }
 

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <random>
 #include <set>
 
 #include "dsa_indexer/errors.hpp"
@@ -100,7 +101,7 @@ TEST_CASE("planner: lean plan: the key is the shape, B only scales the work", "[
     Plan p1 = make_plan(problem(1, 8192, 4096), dev, lean_family());
     Plan p4 = make_plan(problem(4, 8192, 4096), dev, lean_family());
     CHECK(p1.spec == p4.spec);  // one compiled kernel for every B
-    CHECK(p1.spec.shape_key() == "sq8192.sk4096.wbf16.scale1.s5");  // sm_scale defaults to 1
+    CHECK(p1.spec.shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5");  // sm_scale defaults to 1
     CHECK(p1.tokens_per_tile == LeanGeometry::kTokensPerTile);
     CHECK(p1.num_tiles == 1024);
     CHECK(p4.num_tiles == 4 * 1024);
@@ -120,7 +121,7 @@ TEST_CASE("planner: lean plan: the key is the shape, B only scales the work", "[
   const Problem s05 = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
   c.opt.sm_scale = 0.125f;
   const Problem s0125 = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
-  CHECK(make_plan(s1, DeviceInfo::h200(), lean_family()).spec.shape_key() == "sq8192.sk4096.wbf16.scale1.s5");
+  CHECK(make_plan(s1, DeviceInfo::h200(), lean_family()).spec.shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5");
   CHECK(make_plan(s05, DeviceInfo::h200(), lean_family()).spec == make_plan(s0125, DeviceInfo::h200(), lean_family()).spec);
 }
 
@@ -169,4 +170,104 @@ TEST_CASE("lean schedule: balance on H100/H200 at the default manifest's shapes"
         rr.policy = dsa::kLeanRoundRobin;
         if (B == 1) CHECK(lean_balance(rr, lean_tile_costs(sh.sq, sh.sk, sh.ratio), B, dev.sm_count) > bal);
       }
+}
+
+namespace {
+// Packings: segment lengths (query, key) of T_q tokens.
+struct Packing {
+  const char* name;
+  std::vector<int32_t> cu_q, cu_k;
+};
+Packing packing(const char* name, const std::vector<int64_t>& sq, int64_t ratio) {
+  Packing p{name, {0}, {0}};
+  for (int64_t s : sq) {
+    p.cu_q.push_back(p.cu_q.back() + static_cast<int32_t>(s));
+    p.cu_k.push_back(p.cu_k.back() + static_cast<int32_t>(s / ratio));
+  }
+  return p;
+}
+// The KV tiles of q-tile t the kernel sweeps, row by row from the contract (zero offsets).
+int32_t brute_kv(const Packing& p, int64_t t, int64_t t_q, int64_t ratio) {
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (int64_t r = t * 8; r < std::min<int64_t>(t * 8 + 8, t_q); ++r) {
+    std::size_t b = 0;
+    while (b + 2 < p.cu_q.size() && p.cu_q[b + 1] <= r) ++b;
+    const int64_t k0 = p.cu_k[b], lim = Problem::causal_limit(0, r - p.cu_q[b], ratio, p.cu_k[b + 1] - k0);
+    if (lim <= 0) continue;
+    lo = std::min(lo, k0);
+    hi = std::max(hi, k0 + lim);
+  }
+  if (lo >= hi) return 0;
+  const int64_t begin = lo / 64 * 64;
+  return static_cast<int32_t>((hi - begin + 63) / 64);
+}
+}  // namespace
+
+TEST_CASE("lean THD schedule: per-tile costs, every q-tile once, longest first", "[planner][lean][thd]") {
+  std::mt19937 rng(5);
+  std::vector<Packing> packs;
+  for (int64_t ratio : {2, 4}) {
+    packs.push_back(packing("3 ragged", {3000, 1, 5191}, ratio));
+    packs.push_back(packing("8 realistic", {1500, 700, 2100, 300, 1200, 900, 1100, 392}, ratio));
+    packs.push_back(packing("one segment", {16384}, ratio));
+    packs.push_back(packing("empty and one-token", {0, 1, 4096, 0, 1, 4094}, ratio));
+    std::vector<int64_t> rnd;
+    for (int64_t left = 16381; left > 0;) {
+      const int64_t s = std::min<int64_t>(left, rng() % 3 == 0 ? rng() % 9 : rng() % 3000);
+      rnd.push_back(s);
+      left -= s;
+    }
+    packs.push_back(packing("random", rnd, ratio));
+    for (const Packing& p : packs) {
+      const int64_t t_q = p.cu_q.back(), tiles = (t_q + 7) / 8;
+      const std::vector<int32_t> kv = lean_thd_tile_kv(p.cu_q, p.cu_k, t_q, ratio);
+      REQUIRE(static_cast<int64_t>(kv.size()) == tiles);
+      for (int64_t t = 0; t < tiles; ++t) {
+        INFO(p.name << " ratio " << ratio << " tile " << t);
+        CHECK(kv[static_cast<std::size_t>(t)] == brute_kv(p, t, t_q, ratio));
+      }
+      for (LeanThdOrder order : {LeanThdOrder::balanced, LeanThdOrder::static_order}) {
+        const LeanThdPlan plan = lean_thd_plan(kv, 132, order);
+        INFO(p.name << " ratio " << ratio << (order == LeanThdOrder::balanced ? " balanced" : " static"));
+        REQUIRE(plan.sched.n_runs >= 1);
+        REQUIRE(plan.sched.n_runs <= dsa::kLeanThdMaxRuns);
+        // the kernel's lookup (LeanParamRuns): rank r lies in the last run with rank0 <= r
+        std::set<int64_t> seen;
+        int64_t prev_cost = INT64_MAX;
+        for (int64_t r = 0; r < tiles; ++r) {
+          int i = 0;
+          while (i + 1 < plan.sched.n_runs && plan.sched.runs[i + 1].rank0 <= r) ++i;
+          const dsa::LeanRun run = plan.sched.runs[i];
+          REQUIRE(r - run.rank0 < run.count);
+          const int64_t t = run.first + run.step * (r - run.rank0);
+          REQUIRE(t >= 0);
+          REQUIRE(t < tiles);
+          CHECK(seen.insert(t).second);
+          if (order == LeanThdOrder::balanced) {
+            const int64_t c = kv[static_cast<std::size_t>(t)] / plan.quantum;
+            CHECK(c <= prev_cost);
+            prev_cost = c;
+          }
+        }
+        CHECK(static_cast<int64_t>(seen.size()) == tiles);
+      }
+      const double bal = lean_thd_plan(kv, 132, LeanThdOrder::balanced).balance;
+      const double stat = lean_thd_plan(kv, 132, LeanThdOrder::static_order).balance;
+      INFO(p.name << " ratio " << ratio << ": balanced " << bal << ", static " << stat);
+      CHECK(bal <= stat + 1e-9);
+      CHECK(bal <= 1.06);
+    }
+    packs.clear();
+  }
+}
+
+TEST_CASE("lean THD schedule: too many cost classes coarsen the order to fit the table", "[planner][lean][thd]") {
+  // 64 segments of 256 tokens at ratio 1: 4 cost classes of 8 tiles per segment, so the
+  // longest-first order has 256 runs
+  std::vector<int64_t> sq(64, 256);
+  const Packing p = packing("64 x 256", sq, 1);
+  const std::vector<int32_t> kv = lean_thd_tile_kv(p.cu_q, p.cu_k, p.cu_q.back(), 1);
+  const LeanThdPlan plan = lean_thd_plan(kv, 132, LeanThdOrder::balanced);
+  CHECK(plan.quantum > 1);
+  CHECK(plan.sched.n_runs <= dsa::kLeanThdMaxRuns);
 }
