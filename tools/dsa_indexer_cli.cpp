@@ -553,15 +553,16 @@ int run_bench(const Args& a) {
   cases.back().p.sm_scale = 1.0f;
   cases.push_back({"bshd H32 r2 S_q 8192", bshd(8192, 4096, 2, 32)});
   cases.push_back({"bshd H16 r2 S_q 8192", bshd(8192, 4096, 2, 16)});
-  // Packed training batches (THD, local columns): 3 ragged segments and a realistic
-  // 8-segment packing, and one segment (the same work as the BSHD row of that S_q).
-  for (int64_t tq : {8192, 16384})
-    for (int64_t ratio : {2, 4}) {
-      const int64_t m = tq / 8192;
-      cases.push_back({fmt::format("thd H64 r{} 3 ragged T_q {}", ratio, tq), thd_packing({2731 * m, 4099 * m, 1362 * m}, ratio)});
-      cases.push_back({fmt::format("thd H64 r{} 8 segs T_q {}", ratio, tq),
-                       thd_packing({1500 * m, 700 * m, 2100 * m, 300 * m, 1200 * m, 900 * m, 1100 * m, 392 * m}, ratio)});
-    }
+  // Packed training batches (THD, local columns, segments of sq / ratio keys): 3 ragged
+  // segments and a realistic 8-segment packing, and one segment (the work of a BSHD row).
+  cases.push_back({"thd H64 r2 3 ragged T_q 8192", thd_packing({2731, 4099, 1362}, 2)});
+  cases.push_back({"thd H64 r2 8 segs T_q 8192", thd_packing({1500, 700, 2100, 300, 1200, 900, 1100, 392}, 2)});
+  cases.push_back({"thd H64 r4 3 ragged T_q 8192", thd_packing({2731, 4099, 1362}, 4)});
+  cases.push_back({"thd H64 r4 8 segs T_q 8192", thd_packing({1500, 700, 2100, 300, 1200, 900, 1100, 392}, 4)});
+  cases.push_back({"thd H64 r2 3 ragged T_q 16384", thd_packing({5462, 8198, 2724}, 2)});
+  cases.push_back({"thd H64 r2 8 segs T_q 16384", thd_packing({3000, 1400, 4200, 600, 2400, 1800, 2200, 784}, 2)});
+  cases.push_back({"thd H64 r4 3 ragged T_q 16384", thd_packing({5462, 8198, 2724}, 4)});
+  cases.push_back({"thd H64 r4 8 segs T_q 16384", thd_packing({3000, 1400, 4200, 600, 2400, 1800, 2200, 784}, 4)});
   cases.push_back({"thd H64 r2 1 seg T_q 8192", thd_packing({8192}, 2)});
   if (quick) cases.resize(4);
   const auto& dev = dd::device_info(0);

@@ -147,6 +147,13 @@ def _cli_bench_cases(src: str, support: str) -> list:
             p[member] = vals[v] if v in vals else _cpp_value(v)
         return p
 
+    # thd_packing(segments, ratio): the members it sets, and its rule for the keys (s / ratio)
+    thd_src = _cpp_function(src, "HostProblem thd_packing(") if "HostProblem thd_packing(" in src else ""
+    assert not thd_src or "p.cu_k.push_back(p.cu_k.back() + static_cast<int32_t>(s / ratio));" in thd_src
+    thd_defaults = dict(defaults)
+    for member, v in re.findall(r"^\s*p\.(\w+) = ([^;{]+);", thd_src, re.M):
+        if member not in ("ratio", "cu_q", "cu_k"):
+            thd_defaults[member] = _cpp_value(v)
     cases = []
     block = None  # members of a `{ HostProblem p; ... }` block
     for line in body.splitlines():
@@ -157,6 +164,13 @@ def _cli_bench_cases(src: str, support: str) -> list:
                 cases.append(dict(bshd(args.split(","), {var: v}), name=fmt.replace("{}", str(v))))
         elif m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", bshd\(([^)]*)\)\}\);', line):
             cases.append(dict(bshd(m.group(2).split(","), {}), name=m.group(1)))
+        elif m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", thd_packing\(\{([0-9, ]+)\}, ([0-9]+)\)\}\);', line):
+            name, segs, ratio = m.group(1), [int(v) for v in m.group(2).split(",")], int(m.group(3))
+            p = dict(thd_defaults, ratio=ratio, cu_q=[0], cu_k=[0])
+            for v in segs:
+                p["cu_q"] = p["cu_q"] + [p["cu_q"][-1] + v]
+                p["cu_k"] = p["cu_k"] + [p["cu_k"][-1] + v // ratio]
+            cases.append(dict(p, name=name))
         elif m := re.fullmatch(r"cases\.back\(\)\.p\.(\w+) = (.+);", line):
             cases[-1][m.group(1)] = _cpp_value(m.group(2))
         elif line == "HostProblem p;":
@@ -293,8 +307,8 @@ def _results():
     cases = []
     for c in peers.bench_cases(quick=False):
         ck = dict(_OK, shape=c.name + " (check)", dims=peers.small_case(c).dims())
-        if c.thd:
-            lean = {"status": "not served: layout: expected bshd, got thd_local"}
+        if c.name == "thd H64 r2 1 seg T_q 8192":
+            lean = {"status": "not served: grid saturation (q-tiles of T_q): expected >= the device's 132 SMs, got 100"}
         elif c.heads != 64:
             lean = {"status": f"not served: heads H: expected 64, got {c.heads}"}
         else:
@@ -350,23 +364,28 @@ def test_section_content():
     assert "| dsa-indexer lean | dsa-indexer generic | Triton (fused) | cuDNN-frontend SM90 |" in cold
     assert "80.0 us · 700 TF/s · 89%" in cold and "70.0 us · 760 TF/s · 97%" in warm
     assert "200.0 us · 250 TF/s · 32% ✗" in cold  # failed check flagged
-    assert "— (heads H: expected 64, got 32)" in cold and "— (layout: expected bshd, got thd_local)" in warm
+    assert "— (heads H: expected 64, got 32)" in cold and "— (grid saturation (q-tiles of T_q): expected" in warm
     assert "110.0 us · 500 TF/s · 64% †" in warm  # cuDNN's THD warm time was not graph-captured
     assert "†" not in cold
     assert "| case | lean vs generic | lean vs Triton (fused) | lean vs cuDNN-frontend SM90 | generic vs cuDNN-frontend SM90 |" in s
     row = next(l for l in s.splitlines() if l.startswith("| bshd H64 r2 S_q 4096 |") and "x /" in l)
     assert row == "| bshd H64 r2 S_q 4096 | 1.25x / 1.29x | 2.50x ✗ / 2.57x ✗ | 1.50x / 1.57x | 1.20x / 1.22x |"
-    thd = next(l for l in s.splitlines() if l.startswith("| thd H64 r2 3 segs T_q 8192 |") and "x /" in l)
-    assert thd == "| thd H64 r2 3 segs T_q 8192 | — / — | — / — | — / — | 1.20x / 1.22x † |"
+    thd = next(l for l in s.splitlines() if l.startswith("| thd H64 r2 1 seg T_q 8192 |") and "x /" in l)
+    assert thd == "| thd H64 r2 1 seg T_q 8192 | — / — | — / — | — / — | 1.20x / 1.22x † |"
+    thd = next(l for l in s.splitlines() if l.startswith("| thd H64 r4 8 segs T_q 16384 |") and "x /" in l)
+    assert thd == "| thd H64 r4 8 segs T_q 16384 | 1.25x / 1.29x | 2.50x ✗ / 2.57x ✗ | 1.50x / 1.57x † | 1.20x / 1.22x † |"
     targets = s.split("### Targets of the lean family")[1].split("###")[0]
-    assert "| lean >= 1.3x cuDNN-frontend at S_q >= 4096 | met in all 9 cases (lowest 1.50x: bshd H64 r2 S_q 4096) |" in targets
-    assert "| lean >= 1.2x cuDNN-frontend at S_q 2048 | 1.10x **missed** | 1.29x met |" in targets
-    assert "| lean >= 1.15x generic | met in all 10 cases (lowest 1.25x" in targets
+    assert "| lean >= 1.3x cuDNN-frontend at S_q >= 4096 (BSHD) | met in all 9 cases (lowest 1.50x: bshd H64 r2 S_q 4096) |" in targets
+    assert "| lean >= 1.2x cuDNN-frontend at S_q 2048 (BSHD) | 1.10x **missed** | 1.29x met |" in targets
+    assert "| lean >= 1.15x generic (BSHD) | met in all 10 cases (lowest 1.25x" in targets
+    assert "| lean THD >= 1.3x cuDNN-frontend THD (local columns) | met in all 8 cases (lowest 1.50x" in targets
+    assert "| lean THD >= 1.15x generic THD | met in all 8 cases (lowest 1.25x" in targets
+    assert "| lean THD TFLOP/s >= 0.95x lean BSHD of the same T_q and ratio | met in all 8 cases (lowest 1.000x" in targets
     assert "| lean >= 650 TFLOP/s at bshd H64 r2 S_q 8192 (H 64, ratio 2, B 1) | 700 TF/s met | 760 TF/s met |" in targets
     assert "| bshd H64 r2 S_q 8192 B4 (B 4, S_q 320, S_k 163) |" in s and "| bshd H64 r2 S_q 2048 (S_q 1280, S_k 643) |" in s
     assert "— (not served)" in s and "**FAIL**" in s and "785 TFLOP/s" in s
     assert "dsa-indexer lean (bshd H32 r2 S_q 8192): not served: heads H: expected 64, got 32" in s
-    assert "cuDNN-frontend SM90 (thd H64 r2 3 segs T_q 8192): warm time not graph-captured (†): RuntimeError: capture failed" in s
+    assert "cuDNN-frontend SM90 (thd H64 r2 3 ragged T_q 8192, " in s and ": warm time not graph-captured (†): RuntimeError: capture failed" in s
     assert "CUDAGraph" in s and "sm_scale 0.125" in s
 
 
