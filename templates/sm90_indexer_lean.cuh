@@ -48,10 +48,15 @@ struct LeanTraits {
   static constexpr i64 kTilesPerBatch = kSeqQ / kTokensPerTile;
   static constexpr int kWBytes = kTokensPerConsumer * kHeads * (Cfg::kWeightsF32 ? 4 : 2);  // per consumer
   static constexpr int kFillThreads = 96;                                  // warps 1..3
-  // Registers per thread after setmaxnreg (128 * (producer + 2 consumers) <= 65536). THD's
+  // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
+  // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
+  // freed enough for blocks forever, so 128 * (producer + 2 consumers) <= 384 * 168. THD's
   // producer and fillers derive per-row windows from cu_seqlens and need more than 40.
-  static constexpr int kProducerRegs = kThd ? 64 : 40;
+  static constexpr int kEntryRegs = 168;
+  static constexpr int kProducerRegs = kThd ? 56 : 40;
   static constexpr int kConsumerRegs = kThd ? 224 : 232;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kEntryRegs,
+                "sm90_indexer_lean: setmaxnreg asks for more registers than the CTA was launched with");
   static_assert(Cfg::kHeadDim == 128, "sm90_indexer_lean: kHeadDim must be 128");
   static_assert(kSeqQ >= kTokensPerTile && kSeqQ % kTokensPerTile == 0,
                 "sm90_indexer_lean: kSeqQ must be a positive multiple of the 8-token q-tile");
