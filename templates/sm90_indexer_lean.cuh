@@ -428,13 +428,14 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
   float acc[128];
   LeanWeights<Cfg> wreg;
   u32 stage = 0, phase = 0, q_uses = 0;
-  for (i64 k = 0; k < rounds; ++k) {
-    i32 tile, b;
-    if (!work.item(k, tile, b)) continue;
+  // What this lane needs of item (tile, b). THD derives it from cu_seqlens (loads and warp
+  // shuffles), so the consumers compute the next item's while their first product of the
+  // current item runs on the tensor cores.
+  auto lane_info = [&](i32 tile, i32 b) {
+    LeanLane ln;
     const i32 tok0 = tile * T::kTokensPerTile;
     const i32 tok_first = tok0 + cg * TPW;
     const i32 my_tok = tok_first + quarter;           // the token this lane's sums end up with
-    LeanLane ln;
     if constexpr (kBshd) {
       const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
       ln.n_kv = item.n_kv(tok0);
@@ -462,8 +463,25 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
       ln.c_hi = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
       ln.row = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
     }
+    return ln;
+  };
+  auto next_item = [&](i64& k, i32& tile, i32& b) {
+    while (k < rounds && !work.item(k, tile, b)) ++k;
+    return k < rounds;
+  };
+  i64 k = 0;
+  i32 tile = 0, b = 0;
+  bool have = next_item(k, tile, b);
+  LeanLane ln;
+  if (have) ln = lane_info(tile, b);
+  while (have) {
+    i64 k_n = k + 1;
+    i32 tile_n = 0, b_n = 0;
+    const bool have_n = next_item(k_n, tile_n, b_n);
+    LeanLane ln_n = ln;
+    bool ready_n = false;
     const i32 n_kv = ln.n_kv;
-    if (n_kv == 0) continue;
+    if (n_kv > 0) {
     mbarrier_wait(&w_full[cg], q_uses & 1);
     mbarrier_wait(&q_full[cg], q_uses & 1);
     wreg.load(w_smem, lane & 3);
@@ -472,6 +490,10 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
       named_barrier_sync(my_bar, 256);
       mma_kv_tile(acc, kv_base0 + stage * kKvBytes, q_base);
       named_barrier_arrive(other_bar, 256);
+      if (!kBshd && it == 0 && have_n) {
+        ln_n = lane_info(tile_n, b_n);
+        ready_n = true;
+      }
       wgmma_wait_group<0>();
       wgmma_fence_operands(acc);
       // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
@@ -502,6 +524,13 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
     }
     if (Cfg::kWeightsF32) mbarrier_arrive(&q_empty[cg]);
     ++q_uses;
+    }
+    if (have_n && !ready_n) ln_n = lane_info(tile_n, b_n);
+    ln = ln_n;
+    k = k_n;
+    tile = tile_n;
+    b = b_n;
+    have = have_n;
   }
   if (cg == 0) named_barrier_sync(kLeanPingPong0, 256);  // consume consumer 1's last arrival
 }

@@ -2,7 +2,7 @@
 //   warmup --manifest FILE|default [--cache-dir DIR] [--arch sm_90a]   fill the disk cache, no GPU needed
 //   cache ls|verify [--cache-dir DIR] [--prebuilt-dir DIR], cache clear [--cache-dir DIR]
 //   demo [--cache-dir DIR]                                    default problem, checked and timed
-//   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick] [--thd-order balanced|static|both]
+//   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick] [--match TEXT] [--thd-order balanced|static|both]
 //   jitcost [--cache-dir DIR] [--json FILE], version, --version
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -565,6 +565,11 @@ int run_bench(const Args& a) {
   cases.push_back({"thd H64 r4 8 segs T_q 16384", thd_packing({3000, 1400, 4200, 600, 2400, 1800, 2200, 784}, 4)});
   cases.push_back({"thd H64 r2 1 seg T_q 8192", thd_packing({8192}, 2)});
   if (quick) cases.resize(4);
+  if (a.has("match")) {  // only the shapes whose name contains the text
+    const std::string m = a.get("match");
+    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& c) { return c.name.find(m) == std::string::npos; }),
+                cases.end());
+  }
   const auto& dev = dd::device_info(0);
   GemmCeiling ceil = measure_gemm_ceiling(8192, 10);
   fmt::print("bench: {} ({} SMs), {} reps, median device-event time: cold = rotating input sets > 200 MB, "
@@ -692,6 +697,7 @@ void build_cli(Cli& cli) {
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
   cli.value(bench, "thd-order", "lean THD q-tile order: balanced (per packing, the default), static (packed order), "
                                 "or both (adds lean/st rows)")->check(CLI::IsMember({"balanced", "static", "both"}));
+  cli.value(bench, "match", "only the shapes whose name contains this text (e.g. thd)");
   bench->add_flag_callback("--quick", [&cli] { cli.args.opt["quick"] = "1"; }, "the first four shapes only");
 
   CLI::App* jitcost = cli.command_of(&app, "jitcost", "cold compile per variant, disk-cache hit, module load, per-call host overhead by stage");
