@@ -827,8 +827,9 @@ def _lean_tflops(row: dict, mode: str, rows: list):
 
 
 def _lean_thd_vs_bshd(row: dict, mode: str, rows: list):
-    """Useful TFLOP/s of lean on a THD row over lean on the BSHD row of the same T_q and ratio."""
-    if not _is_thd(row):
+    """Useful TFLOP/s of lean on a one-segment THD row over lean on the BSHD row of the same S_q
+    and ratio (the same work)."""
+    if not _is_thd(row) or len(row["case"]["cu_q"]) != 2:
         return None
     twin = next((r for r in rows if r["name"] == f"bshd H64 r{row['case']['ratio']} S_q {row['s_q']}"), None)
     runs = [x["runs"].get(LEAN, {}) for x in (row, twin)] if twin else []
@@ -849,7 +850,7 @@ TARGETS = [
     (f"lean >= 650 TFLOP/s at {TFLOPS_TARGET_CASE} (H 64, ratio 2, B 1)", _lean_tflops, 650.0, "{:.0f} TF/s"),
     ("lean THD >= 1.3x cuDNN-frontend THD (local columns)", _lean_vs(CUDNN, _is_thd), 1.3, "{:.2f}x"),
     ("lean THD >= 1.15x generic THD", _lean_vs(GENERIC, _is_thd), 1.15, "{:.2f}x"),
-    ("lean THD TFLOP/s >= 0.95x lean BSHD of the same T_q and ratio", _lean_thd_vs_bshd, 0.95, "{:.3f}x"),
+    ("lean THD (one segment) TFLOP/s >= 0.95x lean BSHD of the same shape", _lean_thd_vs_bshd, 0.95, "{:.3f}x"),
 ]
 
 
