@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import operator
 
-from . import _lib
+from . import _lib, _torch_op
 
 _TORCH_DTYPES = None  # torch dtype -> DSA code, built on first use
 
@@ -162,6 +162,18 @@ def indexer_forward(
     elif thd_code != _lib.THD_COLUMNS["local"]:
         raise ValueError("indexer_forward: thd_columns: expected 'local' (the default) for a BSHD call, got 'global'")
 
+    o = _torch_op.ops()
+    if o is not None:
+        return _torch_op.forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                 max_seqlen_k, thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host,
+                                 cu_seqlens_k_host, stream)
+    return _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream)
+
+
+def _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream):
+    """`indexer_forward` through the ctypes binding of the C API, after the checks above."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("w", w)):
@@ -194,21 +206,17 @@ def indexer_forward(
         raise ValueError("indexer_forward: cu_seqlens_q_host / cu_seqlens_k_host: expected none for a BSHD call, got a mirror")
 
     # ---- outputs ----
-    if thd:
-        if q.dim() != 3 or k.dim() != 3:
-            raise ValueError(
-                f"indexer_forward: q / k: expected rank 3 ((T_q, H, D), (T_k, 1, D)) for THD, got shapes {tuple(q.shape)} / {tuple(k.shape)}"
-            )
-        rows_shape = (q.shape[0],)
-        scores_shape = (q.shape[0], max_seqlen_k if thd_code == 0 else k.shape[0])
-    else:
-        if q.dim() != 4 or k.dim() != 4:
-            raise ValueError(
-                f"indexer_forward: q / k: expected rank 4 ((B, S_q, H, D), (B, S_k, 1, D)) for BSHD "
-                f"(THD needs cu_seqlens_q/k), got shapes {tuple(q.shape)} / {tuple(k.shape)}"
-            )
-        rows_shape = (q.shape[0], q.shape[1])
-        scores_shape = (q.shape[0], q.shape[1], k.shape[1])
+    if thd and (q.dim() != 3 or k.dim() != 3):
+        raise ValueError(
+            f"indexer_forward: q / k: expected rank 3 ((T_q, H, D), (T_k, 1, D)) for THD, got shapes {tuple(q.shape)} / {tuple(k.shape)}"
+        )
+    if not thd and (q.dim() != 4 or k.dim() != 4):
+        raise ValueError(
+            f"indexer_forward: q / k: expected rank 4 ((B, S_q, H, D), (B, S_k, 1, D)) for BSHD "
+            f"(THD needs cu_seqlens_q/k), got shapes {tuple(q.shape)} / {tuple(k.shape)}"
+        )
+    columns = "local" if thd_code == _lib.THD_COLUMNS["local"] else "global"
+    scores_shape, rows_shape = _torch_op.result_shapes(q, k, thd, max_seqlen_k, columns)
     if out is None:
         out = torch.empty(scores_shape, dtype=torch.float32, device=device)
     lse = lse_out
