@@ -76,6 +76,8 @@ def _resolve(environ=None):
     tried = []
     for path in candidate_paths(env):
         if not os.path.exists(path):
+            if env.get(ENV_TORCH_OP):
+                raise LibraryError(f"${ENV_TORCH_OP}={path}: no such file")
             tried.append(f"{path}: no such file")
             continue
         try:
