@@ -133,3 +133,17 @@ def test_backward_raises_naming_the_op():
     assert scores.requires_grad  # no silent detach
     with pytest.raises(RuntimeError, match="dsa_indexer::indexer_forward"):
         scores.sum().backward()
+
+
+def test_one_copy_of_the_library_in_the_process():
+    """The operator library's NEEDED libdsa_indexer.so.0 resolves to the copy the package loaded
+    (one kernel cache), even when the operator comes from another directory."""
+    import os
+
+    mapped = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if line.rstrip().endswith(".so") or ".so." in line else ""
+            if os.path.basename(path).startswith("libdsa_indexer.so"):
+                mapped.add(os.path.realpath(path))
+    assert mapped == {os.path.realpath(dsa_indexer.library_path())}, mapped
