@@ -131,7 +131,7 @@ def use_backend(name: str) -> Backend:
     return _state[1]
 
 
-def _translate(e: Exception) -> Exception:
+def translate(e: Exception) -> Exception:
     """The binding's exception for an error the operator raised with a "[DSA_STATUS_...] "
     prefix (the C++ side's convention); other exceptions are returned unchanged."""
     msg = str(e)
@@ -148,7 +148,7 @@ def _translate(e: Exception) -> Exception:
     return error_for_status(status, rest.split("\nException raised from ")[0])
 
 
-def _host_mirror_tensor(values):
+def host_mirror_tensor(values):
     import torch
 
     if values is None or isinstance(values, torch.Tensor):
@@ -166,29 +166,28 @@ def _stream_context(stream, device):
 
 def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream):
-    """`indexer_forward` through the registered operators (same arguments and results)."""
+    """`indexer_forward` through the registered operators (same arguments and results), for
+    the calls with out=, lse_out= or stream= (the others call the operator directly). Errors are
+    the operator's (see `translate`)."""
     if stream is not None:
         with _stream_context(stream, q.device):
             return forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, None)
     extra = {}
     if family != "auto" or ks is not None or ke is not None or cu_seqlens_q_host is not None or cu_seqlens_k_host is not None:
-        extra = dict(family=family, ks=ks, ke=ke, cu_seqlens_q_host=_host_mirror_tensor(cu_seqlens_q_host),
-                     cu_seqlens_k_host=_host_mirror_tensor(cu_seqlens_k_host))
+        extra = dict(family=family, ks=ks, ke=ke, cu_seqlens_q_host=host_mirror_tensor(cu_seqlens_q_host),
+                     cu_seqlens_k_host=host_mirror_tensor(cu_seqlens_k_host))
     args = (q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
-    try:
-        if out is None and lse_out is None:
-            scores, lse = o.forward(*args, return_lse, **extra)
-            return {"scores": scores, "lse": lse} if return_lse else scores
-        if out is None or (lse_out is None and return_lse):
-            scores_shape, rows_shape = result_shapes(q, k, cu_seqlens_q is not None, max_seqlen_k, thd_columns)
-            if out is None:
-                out = q.new_empty(scores_shape, dtype=_float32())
-            if lse_out is None:
-                lse_out = q.new_empty(rows_shape, dtype=_float32())
-        o.forward_out(*args, out=out, lse_out=lse_out, **extra)
-    except (ValueError, NotImplementedError, RuntimeError) as e:
-        raise _translate(e) from None
+    if out is None and lse_out is None:
+        scores, lse = o.forward(*args, return_lse, **extra)
+        return {"scores": scores, "lse": lse} if return_lse else scores
+    if out is None or (lse_out is None and return_lse):
+        scores_shape, rows_shape = result_shapes(q, k, cu_seqlens_q is not None, max_seqlen_k, thd_columns)
+        if out is None:
+            out = q.new_empty(scores_shape, dtype=_float32())
+        if lse_out is None:
+            lse_out = q.new_empty(rows_shape, dtype=_float32())
+    o.forward_out(*args, out=out, lse_out=lse_out, **extra)
     return {"scores": out, "lse": lse_out} if return_lse else out
 
 

@@ -19,3 +19,15 @@ def pytest_addoption(parser):
         "--wheels", nargs="+", default=[], metavar="DIR",
         help="folders holding cuDNN-frontend's wheels (bench/requirements-peers.txt) for the side-by-side test; put it last",
     )
+
+
+def require_hopper():
+    """torch, or a module-level skip: without torch, a CUDA device, or a Hopper (sm_90) one."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device", allow_module_level=True)
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"needs a Hopper (sm_90) device, found {torch.cuda.get_device_name()}", allow_module_level=True)
+    return torch

@@ -19,18 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, require_hopper
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
-if torch.cuda.get_device_capability()[0] != 9:
-    pytest.skip(f"needs a Hopper (sm_90) device, found {torch.cuda.get_device_name()}", allow_module_level=True)
+torch = require_hopper()
 
 from dsa_indexer.cudnn_compat import indexer_forward_wrapper as ours
+from test_gpu import DEV, bshd_inputs, thd_inputs
 from dsa_indexer.reference import compare, indexer_forward_reference, reference_lse
 
-DEV = "cuda"
 SCORES_REL_L2 = 1e-6  # between the two implementations (issue 13)
 ORACLE_REL_L2 = 1e-5  # each against fp64 (cuDNN-frontend's own tests allow 1e-4)
 # LSE: cuDNN-frontend sums with a fast-math exp2; its tests allow 5e-3 against the oracle.
@@ -58,26 +54,12 @@ def theirs(request):
     return _install_cudnn(request.config.getoption("--wheels"))
 
 
-def _gen(seed):
-    return torch.Generator(device=DEV).manual_seed(seed)
-
-
-def _nonzero_bf16(shape, g):
-    x = torch.randn(shape, generator=g, device=DEV).to(torch.bfloat16)
-    return torch.where(x == 0, torch.ones_like(x), x)
-
-
 def bshd(B, S_q, S_k, H, seed, w_dtype=torch.bfloat16):
-    g = _gen(seed)
-    return _nonzero_bf16((B, S_q, H, 128), g), _nonzero_bf16((B, S_k, 1, 128), g), _nonzero_bf16((B, S_q, H), g).to(w_dtype)
+    return bshd_inputs(B, S_q, S_k, H, seed, w_dtype)
 
 
 def thd(seg_q, seg_k, H, seed):
-    g = _gen(seed)
-    cu = lambda segs: torch.tensor([0] + torch.tensor(segs).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
-    cu_q, cu_k = cu(seg_q), cu(seg_k)
-    T_q, T_k = int(cu_q[-1]), int(cu_k[-1])
-    q, k, w = _nonzero_bf16((T_q, H, 128), g), _nonzero_bf16((T_k, 1, 128), g), _nonzero_bf16((T_q, H), g)
+    q, k, w, cu_q, cu_k = thd_inputs(seg_q, seg_k, H, seed)
     return q, k, w, dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(seg_q), max_seqlen_k=max(seg_k))
 
 
