@@ -1063,15 +1063,17 @@ def render_jitcost(j) -> list:
     return L
 
 
-def write_doc(section: str, out_dir: Path) -> Path:
-    """Replaces the marked section of <out>/BENCHMARKS.md (else of the repository's
-    docs/BENCHMARKS.md, copied) or appends it; the rest of the file is kept as it is."""
+def write_doc(section: str, out_dir: Path, markers: tuple = (BEGIN, END)) -> Path:
+    """Replaces the section between `markers` of <out>/BENCHMARKS.md (else of the repository's
+    docs/BENCHMARKS.md, copied) or appends it; the rest of the file is kept as it is. The
+    section starts with markers[0] and ends with markers[1]."""
+    begin, end = markers
     target = out_dir / "BENCHMARKS.md"
     base = target if target.exists() else REPO / "docs" / "BENCHMARKS.md"
     text = base.read_text() if base.exists() else "# Benchmarks\n\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
         text = head + section.rstrip("\n") + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section

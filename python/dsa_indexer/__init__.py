@@ -9,13 +9,17 @@ loader, ABI checks and raw calls work) without it.
     res = dsa_indexer.indexer_forward(q, k, w, ratio=2, return_lse=True)  # {'scores', 'lse'}
 
 The shared library is found through $DSA_INDEXER_LIBRARY, next to this package, in the
-source tree's build/ directory, or by the system loader (see `dsa_indexer._lib`).
+source tree's build/ directory, or by the system loader (see `dsa_indexer._lib`). Calls go
+through the registered PyTorch operator `torch.ops.dsa_indexer.indexer_forward` when its
+library (libdsa_indexer_torch.so) is built, else through ctypes: `dsa_indexer.backend()` says
+which (see `dsa_indexer._torch_op`).
 """
 
 from __future__ import annotations
 
 from . import errors
 from ._forward import flops, indexer_forward, visible_pairs_bshd, visible_pairs_thd
+from ._torch_op import Backend, backend, use_backend
 from ._lib import (
     DSA_BF16,
     DSA_F16,
@@ -44,6 +48,9 @@ from .errors import (
 
 __all__ = [
     "indexer_forward",
+    "backend",
+    "use_backend",
+    "Backend",
     "kernel_cache_stats",
     "version",
     "library_path",

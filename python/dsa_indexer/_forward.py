@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import operator
 
-from . import _lib
+from . import _lib, _torch_op
 
 _TORCH_DTYPES = None  # torch dtype -> DSA code, built on first use
 
@@ -144,7 +144,40 @@ def indexer_forward(
     compile, driver, cache and internal errors, all with the library's message; TypeError for
     non-tensor arguments. Nothing is launched when an error is raised.
     """
-    # ---- checks that need neither torch nor the library ----
+    o = _torch_op.ops()
+    if o is not None:
+        # The operator checks every argument itself; on an error the checks below run first, so
+        # that both paths raise the same exception for malformed arguments, and the common calls
+        # (no out=, no stream=) go straight to the operator: this is the host cost of a call.
+        try:
+            if out is None and lse_out is None and stream is None:
+                if family == "auto" and ks is None and ke is None and cu_seqlens_q_host is None and cu_seqlens_k_host is None:
+                    scores, lse = o.forward(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k,
+                                            max_seqlen_q, max_seqlen_k, thd_columns, return_lse)
+                else:
+                    scores, lse = o.forward(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k,
+                                            max_seqlen_q, max_seqlen_k, thd_columns, return_lse, family=family, ks=ks, ke=ke,
+                                            cu_seqlens_q_host=_torch_op.host_mirror_tensor(cu_seqlens_q_host),
+                                            cu_seqlens_k_host=_torch_op.host_mirror_tensor(cu_seqlens_k_host))
+                return {"scores": scores, "lse": lse} if return_lse else scores
+            return _torch_op.forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                     max_seqlen_k, thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host,
+                                     cu_seqlens_k_host, stream)
+        except Exception as e:
+            _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+            translated = _torch_op.translate(e)
+            if translated is e:
+                raise
+            raise translated from None
+    thd_code, family_code, ratio, sm_scale, thd, max_seqlen_q, max_seqlen_k = _check_arguments(
+        thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream)
+
+
+def _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The checks that need neither torch nor the library; returns the normalized values
+    (thd_columns code, family code, ratio, sm_scale, thd, max_seqlen_q, max_seqlen_k)."""
     thd_code = _parse_choice(thd_columns, _lib.THD_COLUMNS, "thd_columns")
     family_code = _parse_choice(family, _lib.FAMILIES, "family")
     ratio = operator.index(ratio)
@@ -161,7 +194,12 @@ def indexer_forward(
         max_seqlen_k = operator.index(max_seqlen_k)
     elif thd_code != _lib.THD_COLUMNS["local"]:
         raise ValueError("indexer_forward: thd_columns: expected 'local' (the default) for a BSHD call, got 'global'")
+    return thd_code, family_code, ratio, sm_scale, thd, max_seqlen_q, max_seqlen_k
 
+
+def _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream):
+    """`indexer_forward` through the ctypes binding of the C API, after the checks above."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("w", w)):
@@ -194,21 +232,17 @@ def indexer_forward(
         raise ValueError("indexer_forward: cu_seqlens_q_host / cu_seqlens_k_host: expected none for a BSHD call, got a mirror")
 
     # ---- outputs ----
-    if thd:
-        if q.dim() != 3 or k.dim() != 3:
-            raise ValueError(
-                f"indexer_forward: q / k: expected rank 3 ((T_q, H, D), (T_k, 1, D)) for THD, got shapes {tuple(q.shape)} / {tuple(k.shape)}"
-            )
-        rows_shape = (q.shape[0],)
-        scores_shape = (q.shape[0], max_seqlen_k if thd_code == 0 else k.shape[0])
-    else:
-        if q.dim() != 4 or k.dim() != 4:
-            raise ValueError(
-                f"indexer_forward: q / k: expected rank 4 ((B, S_q, H, D), (B, S_k, 1, D)) for BSHD "
-                f"(THD needs cu_seqlens_q/k), got shapes {tuple(q.shape)} / {tuple(k.shape)}"
-            )
-        rows_shape = (q.shape[0], q.shape[1])
-        scores_shape = (q.shape[0], q.shape[1], k.shape[1])
+    if thd and (q.dim() != 3 or k.dim() != 3):
+        raise ValueError(
+            f"indexer_forward: q / k: expected rank 3 ((T_q, H, D), (T_k, 1, D)) for THD, got shapes {tuple(q.shape)} / {tuple(k.shape)}"
+        )
+    if not thd and (q.dim() != 4 or k.dim() != 4):
+        raise ValueError(
+            f"indexer_forward: q / k: expected rank 4 ((B, S_q, H, D), (B, S_k, 1, D)) for BSHD "
+            f"(THD needs cu_seqlens_q/k), got shapes {tuple(q.shape)} / {tuple(k.shape)}"
+        )
+    columns = "local" if thd_code == _lib.THD_COLUMNS["local"] else "global"
+    scores_shape, rows_shape = _torch_op.result_shapes(q, k, thd, max_seqlen_k, columns)
     if out is None:
         out = torch.empty(scores_shape, dtype=torch.float32, device=device)
     lse = lse_out

@@ -6,9 +6,10 @@ raw calls with hand-made descriptors work on machines without PyTorch or a GPU.
 Where the library is looked for, in order (the first that loads wins):
 
 1. ``$DSA_INDEXER_LIBRARY``: a path to the shared library, or a directory holding
-   ``libdsa_indexer.so``. When the variable is set nothing else is tried, so a wrong value
+   ``libdsa_indexer.so`` (or ``libdsa_indexer.so.0``, as an installed wheel does). When the variable is set nothing else is tried, so a wrong value
    is an error instead of silently loading another copy.
-2. next to this package: ``<package>/libdsa_indexer.so`` (an installed wheel or copy);
+2. in this package: ``<package>/libdsa_indexer.so``, or ``libdsa_indexer.so.0`` (what
+   ``pip install .`` puts there, with the compile helper and the operator library);
 3. the build tree of a source checkout: ``<package>/../../build/libdsa_indexer.so``;
 4. the system loader (``LD_LIBRARY_PATH``, ldconfig): ``libdsa_indexer.so.0``, then
    ``libdsa_indexer.so``.
@@ -178,7 +179,7 @@ def candidate_paths(environ=None) -> list[str]:
     explicit = env.get(ENV_LIBRARY, "")
     if explicit:
         p = Path(explicit)
-        return [str(p / LIBRARY_NAMES[0])] if p.is_dir() else [explicit]
+        return [str(p / n) for n in LIBRARY_NAMES] if p.is_dir() else [explicit]
     here = Path(__file__).resolve().parent
     out = [str(here / n) for n in LIBRARY_NAMES]
     out += [os.path.normpath(here / ".." / ".." / "build" / n) for n in LIBRARY_NAMES]

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
-if torch.cuda.get_device_capability()[0] != 9:
-    pytest.skip(f"needs a Hopper (sm_90) device, found {torch.cuda.get_device_name()}", allow_module_level=True)
+from conftest import require_hopper
+
+torch = require_hopper()
 
 import dsa_indexer
 from dsa_indexer import errors

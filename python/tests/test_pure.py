@@ -133,15 +133,30 @@ def test_library_path_that_is_not_a_library(tmp_path):
 def test_library_directory_in_variable():
     lib_dir = os.path.dirname(_lib.library_path())
     lib, path = _lib.load_library({_lib.ENV_LIBRARY: lib_dir})
-    assert path == os.path.join(lib_dir, "libdsa_indexer.so")
+    first = next(n for n in _lib.LIBRARY_NAMES if os.path.exists(os.path.join(lib_dir, n)))
+    assert path == os.path.join(lib_dir, first)
     assert lib.dsa_version().decode() == dsa_indexer.version()
 
 
 def test_default_candidates_without_variable():
     cands = _lib.candidate_paths({})
-    pkg = str(PYTHON_DIR / "dsa_indexer" / "libdsa_indexer.so")
-    build = str(REPO_ROOT / "build" / "libdsa_indexer.so")
-    assert cands.index(pkg) < cands.index(build) < cands.index("libdsa_indexer.so.0")
+    pkg_dir = os.path.dirname(os.path.abspath(dsa_indexer.__file__))
+    pkg, pkg0 = (os.path.join(pkg_dir, n) for n in ("libdsa_indexer.so", "libdsa_indexer.so.0"))
+    build = os.path.normpath(os.path.join(pkg_dir, "..", "..", "build", "libdsa_indexer.so"))
+    assert cands.index(pkg) < cands.index(pkg0) < cands.index(build) < cands.index("libdsa_indexer.so.0")
+
+
+@pytest.mark.skipif(os.environ.get("DSA_TEST_INSTALLED") != "1", reason="tests an installed package (DSA_TEST_INSTALLED=1)")
+def test_installed_package_is_self_contained():
+    """A wheel's package holds the library and the compile helper and finds the library
+    without $DSA_INDEXER_LIBRARY."""
+    assert not os.environ.get(_lib.ENV_LIBRARY), "unset DSA_INDEXER_LIBRARY to test the installed package"
+    pkg_dir = os.path.dirname(os.path.abspath(dsa_indexer.__file__))
+    assert not pkg_dir.startswith(str(PYTHON_DIR)), f"imported the source tree's package: {pkg_dir}"
+    assert os.path.dirname(_lib.library_path()) == pkg_dir
+    helper = os.path.join(pkg_dir, "dsa-indexer-nvrtc-helper")
+    assert os.path.isfile(helper) and os.access(helper, os.X_OK)
+    assert dsa_indexer.version() == re.search(r"project\(dsa_indexer VERSION ([0-9.]+)", (REPO_ROOT / "CMakeLists.txt").read_text()).group(1)
 
 
 def test_import_needs_neither_torch_nor_library(tmp_path):

@@ -1,0 +1,313 @@
+// The PyTorch operators `dsa_indexer::indexer_forward` and `dsa_indexer::indexer_forward_out`
+// on top of the library's C++ API (include/dsa_indexer/indexer.hpp).
+//
+// Loaded with torch.ops.load_library (python/dsa_indexer/_torch_op.py). It depends on libtorch's
+// C++ ABI only, not on a Python version. Registered kernels:
+//   CUDA      the forward, on the current CUDA stream of q's device under a device guard;
+//   fake      (Python, dsa_indexer._torch_op) output shapes and dtypes only: what
+//             FakeTensorMode, meta tensors and torch.compile run;
+//   Autograd  torch's not-implemented fallback: the outputs get a grad_fn whose backward
+//             raises "derivative for dsa_indexer::indexer_forward is not implemented".
+// Library errors are rethrown as torch errors whose message starts with the C status name
+// ("[DSA_STATUS_INVALID_ARGUMENT] ..."), which the Python side maps to its exception classes:
+// InvalidArgument -> ValueError, UnsupportedConfig -> NotImplementedError, else RuntimeError.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dsa_indexer/indexer.hpp"
+
+namespace {
+
+namespace dsa = dsa_indexer;
+using OptTensor = std::optional<at::Tensor>;
+
+dsa::DType dtype_of(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kBFloat16: return dsa::DType::bf16;
+    case at::kHalf: return dsa::DType::f16;
+    case at::kFloat: return dsa::DType::f32;
+    case at::kInt: return dsa::DType::i32;
+    case at::kLong: return dsa::DType::i64;
+    case at::kDouble: return dsa::DType::f64;
+    default:
+      TORCH_CHECK_VALUE(false, "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: ", name,
+                        ".dtype: expected one of bf16, f16, f32, i32, i64, f64, got ", t.scalar_type());
+  }
+}
+
+// Ranks above kMaxRank are passed as kMaxRank + 1 so that the library reports the rank.
+dsa::TensorDesc desc(const at::Tensor& t, const char* name) {
+  dsa::TensorDesc d;
+  d.data = t.data_ptr();
+  d.dtype = dtype_of(t, name);
+  d.rank = static_cast<int32_t>(t.dim() > dsa::kMaxRank ? dsa::kMaxRank + 1 : t.dim());
+  for (int i = 0; i < t.dim() && i < dsa::kMaxRank; ++i) {
+    d.shape[i] = t.size(i);
+    d.strides[i] = t.stride(i);
+  }
+  d.device = t.is_cuda() ? t.get_device() : -1;
+  return d;
+}
+
+dsa::TensorDesc desc(const OptTensor& t, const char* name) {
+  return t.has_value() ? desc(*t, name) : dsa::TensorDesc{};
+}
+
+void require_cuda(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.is_cuda(), "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: ", name,
+                    ": expected a CUDA tensor, got a tensor on ", t.device());
+}
+
+// As cuDNN-frontend does, an operand whose innermost dimension is strided is made contiguous
+// (one copy on the stream); other strides go to the library as they are.
+at::Tensor inner_contiguous(const at::Tensor& t) {
+  return t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1 ? t.contiguous() : t;
+}
+
+// The THD metadata of a call: both cu_seqlens or neither, and both max_seqlen with them.
+bool is_thd(const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
+            std::optional<int64_t> max_k) {
+  const bool thd = cu_q.has_value() || cu_k.has_value();
+  if (!thd) return false;
+  TORCH_CHECK_VALUE(cu_q.has_value() && cu_k.has_value(),
+                    "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: cu_seqlens_q / cu_seqlens_k: "
+                    "expected both (THD) or neither (BSHD), got only ",
+                    cu_q.has_value() ? "cu_seqlens_q" : "cu_seqlens_k");
+  TORCH_CHECK_VALUE(max_q.has_value() && max_k.has_value(),
+                    "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: max_seqlen_q and max_seqlen_k: "
+                    "expected an int each for THD (cu_seqlens given), got ",
+                    max_q.has_value() ? "" : "no max_seqlen_q ", max_k.has_value() ? "" : "no max_seqlen_k");
+  return true;
+}
+
+dsa::ThdColumns columns_of(const std::string& s) {
+  if (s == "local") return dsa::ThdColumns::local;
+  if (s == "global") return dsa::ThdColumns::global;
+  TORCH_CHECK_VALUE(false, "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: thd_columns: expected one of "
+                           "'local', 'global', got '", s, "'");
+}
+
+dsa::KernelFamily family_of(const std::string& s) {
+  if (s == "auto") return dsa::KernelFamily::automatic;
+  if (s == "generic") return dsa::KernelFamily::generic;
+  if (s == "reference") return dsa::KernelFamily::reference;
+  if (s == "lean") return dsa::KernelFamily::lean;
+  TORCH_CHECK_VALUE(false, "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: family: expected one of "
+                           "'auto', 'generic', 'reference', 'lean', got '", s, "'");
+}
+
+struct Shapes {
+  std::vector<int64_t> scores;
+  std::vector<int64_t> rows;  // lse
+};
+
+// The Python fake kernel (dsa_indexer._torch_op.result_shapes) computes the same shapes.
+Shapes result_shapes(const at::Tensor& q, const at::Tensor& k, bool thd, std::optional<int64_t> max_k,
+                     dsa::ThdColumns columns) {
+  if (thd) {
+    TORCH_CHECK_VALUE(q.dim() == 3 && k.dim() == 3,
+                      "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: q / k: expected rank 3 ((T_q, H, D), "
+                      "(T_k, 1, D)) for THD, got shapes ", q.sizes(), " / ", k.sizes());
+    return {{q.size(0), columns == dsa::ThdColumns::local ? *max_k : k.size(0)}, {q.size(0)}};
+  }
+  TORCH_CHECK_VALUE(columns == dsa::ThdColumns::local,
+                    "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: thd_columns: expected 'local' (the "
+                    "default) for a BSHD call, got 'global'");
+  TORCH_CHECK_VALUE(q.dim() == 4 && k.dim() == 4,
+                    "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: q / k: expected rank 4 ((B, S_q, H, D), "
+                    "(B, S_k, 1, D)) for BSHD (THD needs cu_seqlens_q/k), got shapes ", q.sizes(), " / ",
+                    k.sizes());
+  return {{q.size(0), q.size(1), k.size(1)}, {q.size(0), q.size(1)}};
+}
+
+// A host mirror: a CPU int32 tensor of as many values as the device array (contiguous copy if
+// needed; the copy lives in `keep` until the call returns).
+const int32_t* host_mirror(const OptTensor& t, int64_t n, const char* name, std::vector<at::Tensor>& keep) {
+  if (!t.has_value()) return nullptr;
+  TORCH_CHECK_VALUE(t->device().is_cpu() && t->scalar_type() == at::kInt,
+                    "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: ", name,
+                    ": expected a CPU int32 tensor, got ", t->scalar_type(), " on ", t->device());
+  TORCH_CHECK_VALUE(t->numel() == n, "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: ", name, ": expected ", n,
+                    " values (as many as the device array), got ", t->numel());
+  keep.push_back(t->contiguous());
+  return keep.back().data_ptr<int32_t>();
+}
+
+[[noreturn]] void rethrow(const dsa::Error& e, const char* status) {
+  const std::string msg = std::string("[") + status + "] " + e.what();
+  if (dynamic_cast<const dsa::InvalidArgument*>(&e)) TORCH_CHECK_VALUE(false, msg);
+  if (dynamic_cast<const dsa::UnsupportedConfig*>(&e)) TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+  TORCH_CHECK(false, msg);
+}
+
+const char* status_name(const dsa::Error& e) {
+  if (dynamic_cast<const dsa::InvalidArgument*>(&e)) return "DSA_STATUS_INVALID_ARGUMENT";
+  if (dynamic_cast<const dsa::UnsupportedConfig*>(&e)) return "DSA_STATUS_UNSUPPORTED_CONFIG";
+  if (dynamic_cast<const dsa::CompileError*>(&e)) return "DSA_STATUS_COMPILE_ERROR";
+  if (dynamic_cast<const dsa::DriverError*>(&e)) return "DSA_STATUS_DRIVER_ERROR";
+  if (dynamic_cast<const dsa::CacheError*>(&e)) return "DSA_STATUS_CACHE_ERROR";
+  return "DSA_STATUS_INTERNAL_ERROR";
+}
+
+struct Call {
+  at::Tensor q, k, w;
+  int64_t ratio;
+  double sm_scale;
+  OptTensor offsets, cu_q, cu_k;
+  std::optional<int64_t> max_q, max_k;
+  dsa::ThdColumns columns;
+  dsa::KernelFamily family;
+  OptTensor ks, ke, cu_q_host, cu_k_host;
+};
+
+// Validates what the library cannot see (devices, THD argument pairs), then runs the forward
+// into `scores` / `lse` (lse undefined: not computed) on the current stream of q's device. The
+// caller holds a device guard for q's device.
+void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
+  require_cuda(c.k, "k");
+  require_cuda(c.w, "w");
+  const bool thd = is_thd(c.cu_q, c.cu_k, c.max_q, c.max_k);
+  std::vector<at::Tensor> keep;
+  dsa::IndexerOptions opt;
+  opt.ratio = c.ratio;
+  opt.sm_scale = static_cast<float>(c.sm_scale);
+  opt.thd_columns = c.columns;
+  opt.family = c.family;
+  opt.q_causal_offsets = desc(c.offsets, "q_causal_offsets");
+  opt.ks = desc(c.ks, "ks");
+  opt.ke = desc(c.ke, "ke");
+  if (lse.defined()) opt.lse = desc(lse, "lse");
+  if (thd) {
+    // CPU cu_seqlens are copied to the device and serve as the host mirrors, as in the ctypes path.
+    for (auto pair : {std::make_pair(&c.cu_q, &c.cu_q_host), std::make_pair(&c.cu_k, &c.cu_k_host)}) {
+      if (pair.first->value().is_cuda()) continue;
+      if (!pair.second->has_value()) *pair.second = *pair.first;
+      *pair.first = pair.first->value().to(c.q.device());
+    }
+    TORCH_CHECK_VALUE(c.cu_q_host.has_value() == c.cu_k_host.has_value(),
+                      "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: cu_seqlens_q_host / cu_seqlens_k_host: "
+                      "expected both or neither, got one");
+    opt.cu_seqlens_q = desc(c.cu_q, "cu_seqlens_q");
+    opt.cu_seqlens_k = desc(c.cu_k, "cu_seqlens_k");
+    opt.max_seqlen_q = *c.max_q;
+    opt.max_seqlen_k = *c.max_k;
+    opt.cu_seqlens_q_host = host_mirror(c.cu_q_host, c.cu_q->numel(), "cu_seqlens_q_host", keep);
+    opt.cu_seqlens_k_host = host_mirror(c.cu_k_host, c.cu_k->numel(), "cu_seqlens_k_host", keep);
+  } else {
+    TORCH_CHECK_VALUE(!c.cu_q_host.has_value() && !c.cu_k_host.has_value(),
+                      "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: cu_seqlens_q_host / cu_seqlens_k_host: "
+                      "expected none for a BSHD call, got a mirror");
+  }
+  const at::Tensor q = inner_contiguous(c.q), k = inner_contiguous(c.k), w = inner_contiguous(c.w);
+  // cudaStream_t and CUstream are the same type (struct CUstream_st*).
+  const CUstream stream = c10::cuda::getCurrentCUDAStream(c.q.get_device()).stream();
+  try {
+    dsa::indexer_forward(desc(q, "q"), desc(k, "k"), desc(w, "w"), desc(scores, "scores"), opt, stream);
+  } catch (const dsa::Error& e) {
+    rethrow(e, status_name(e));
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> allocate(const Call& c, bool return_lse) {
+  const bool thd = is_thd(c.cu_q, c.cu_k, c.max_q, c.max_k);
+  const Shapes s = result_shapes(c.q, c.k, thd, c.max_k, c.columns);
+  const auto options = c.q.options().dtype(at::kFloat);
+  at::Tensor scores = at::empty(s.scores, options);
+  // Without return_lse the second result is an empty (0,) tensor: an op's schema has a fixed
+  // number of results.
+  at::Tensor lse = at::empty(return_lse ? s.rows : std::vector<int64_t>{0}, options);
+  return {scores, lse};
+}
+
+Call make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
+               const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k,
+               std::optional<int64_t> max_q, std::optional<int64_t> max_k, const std::string& columns,
+               const std::string& family, const OptTensor& ks, const OptTensor& ke, const OptTensor& cu_q_host,
+               const OptTensor& cu_k_host) {
+  return Call{q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns_of(columns), family_of(family),
+              ks, ke, cu_q_host, cu_k_host};
+}
+
+std::tuple<at::Tensor, at::Tensor> forward_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
+    const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
+    std::optional<int64_t> max_k, const std::string& columns, bool return_lse, const std::string& family,
+    const OptTensor& ks, const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
+  Call c = make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks, ke,
+                     cu_q_host, cu_k_host);
+  require_cuda(q, "q");
+  const c10::cuda::CUDAGuard guard(q.device());  // outputs are allocated on q's device
+  auto [scores, lse] = allocate(c, return_lse);
+  run(std::move(c), scores, return_lse ? lse : at::Tensor());
+  return {scores, lse};
+}
+
+void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
+                      double sm_scale, const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k,
+                      std::optional<int64_t> max_q, std::optional<int64_t> max_k, const std::string& columns,
+                      const at::Tensor& out, const OptTensor& lse_out, const std::string& family,
+                      const OptTensor& ks, const OptTensor& ke, const OptTensor& cu_q_host,
+                      const OptTensor& cu_k_host) {
+  require_cuda(q, "q");
+  require_cuda(out, "out");
+  if (lse_out.has_value()) require_cuda(*lse_out, "lse_out");
+  const c10::cuda::CUDAGuard guard(q.device());
+  run(make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks, ke, cu_q_host,
+                cu_k_host),
+      out, lse_out.has_value() ? *lse_out : at::Tensor());
+}
+
+}  // namespace
+
+// The argument names, order and defaults are those of dsa_indexer.indexer_forward (and so of
+// cuDNN-frontend's wrapper where they overlap); `lse` is an empty (0,) tensor unless return_lse.
+TORCH_LIBRARY(dsa_indexer, m) {
+  // The fake (meta) kernels are Python's (dsa_indexer._torch_op registers them when it loads
+  // this library): a C++ Meta kernel would make FakeTensor propagate one device over all
+  // operands, and the CPU host mirrors of cu_seqlens are not on q's device.
+  m.set_python_module("dsa_indexer._torch_op");
+  m.def(
+      "indexer_forward(Tensor q, Tensor k, Tensor w, int ratio=4, float sm_scale=1.0, "
+      "Tensor? q_causal_offsets=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
+      "int? max_seqlen_q=None, int? max_seqlen_k=None, str thd_columns=\"local\", bool return_lse=False, *, "
+      "str family=\"auto\", Tensor? ks=None, Tensor? ke=None, Tensor? cu_seqlens_q_host=None, "
+      "Tensor? cu_seqlens_k_host=None) -> (Tensor scores, Tensor lse)");
+  // A separate name rather than an `.out` overload: torch.compile functionalizes a custom op
+  // that mutates its arguments and returns nothing; one returning an alias of `out` it cannot.
+  m.def(
+      "indexer_forward_out(Tensor q, Tensor k, Tensor w, int ratio=4, float sm_scale=1.0, "
+      "Tensor? q_causal_offsets=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
+      "int? max_seqlen_q=None, int? max_seqlen_k=None, str thd_columns=\"local\", *, Tensor(a!) out, "
+      "Tensor(b!)? lse_out=None, str family=\"auto\", Tensor? ks=None, Tensor? ke=None, "
+      "Tensor? cu_seqlens_q_host=None, Tensor? cu_seqlens_k_host=None) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(dsa_indexer, CUDA, m) {
+  m.impl("indexer_forward", &forward_cuda);
+  m.impl("indexer_forward_out", &forward_out_cuda);
+}
+
+// CPU operands reach the CUDA kernel's checks, which name the operand that is not on the GPU
+// (instead of the dispatcher's "could not run ... with arguments from the 'CPU' backend").
+TORCH_LIBRARY_IMPL(dsa_indexer, CPU, m) {
+  m.impl("indexer_forward", &forward_cuda);
+  m.impl("indexer_forward_out", &forward_out_cuda);
+}
+
+// The out variant mutates its arguments: version counters are bumped as for in-place ops.
+TORCH_LIBRARY_IMPL(dsa_indexer, ADInplaceOrView, m) {
+  m.impl("indexer_forward_out", torch::autograd::autogradNotImplementedInplaceOrViewFallback());
+}
+
+TORCH_LIBRARY_IMPL(dsa_indexer, Autograd, m) {
+  m.impl("indexer_forward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("indexer_forward_out", torch::autograd::autogradNotImplementedFallback());
+}

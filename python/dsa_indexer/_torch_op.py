@@ -1,0 +1,246 @@
+"""The registered PyTorch operators, when built, and which backend `indexer_forward` uses.
+
+`libdsa_indexer_torch.so` (python/csrc/torch_op.cpp, CMake option DSA_INDEXER_BUILD_TORCH_OP)
+registers ``torch.ops.dsa_indexer.indexer_forward`` and ``indexer_forward_out`` with CUDA,
+Meta (fake) and Autograd kernels. It is looked for, in order:
+
+1. ``$DSA_INDEXER_TORCH_OP``: its path (when set, only it is tried and a failure is an error;
+   ``0`` means "do not use the operator": the ctypes binding serves every call);
+2. beside the loaded libdsa_indexer.so (the build tree and the installed package keep them
+   together);
+3. beside this package.
+
+The C library is loaded first (through ctypes, `_lib.library()`), so the operator library's
+dependency on libdsa_indexer.so.0 resolves to the same copy: one kernel cache, one set of
+counters. When none is found, or torch is not installed, `indexer_forward` uses the ctypes
+binding; `backend()` says which one serves calls and why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import warnings
+from typing import NamedTuple
+
+from . import _lib
+from .errors import STATUS_NAMES, LibraryError, error_for_status
+
+ENV_TORCH_OP = "DSA_INDEXER_TORCH_OP"
+OP_LIBRARY = "libdsa_indexer_torch.so"
+TORCH_OPS, CTYPES = "torch.ops", "ctypes"
+
+
+class Backend(NamedTuple):
+    """Which implementation `dsa_indexer.indexer_forward` calls: ``name`` is "torch.ops" (the
+    registered operator: torch.compile and CUDA graphs see one op) or "ctypes" (the ctypes
+    binding: opaque to torch.compile); ``path`` the operator library loaded (or ""); ``reason``
+    why the operator is not used (or "")."""
+
+    name: str
+    path: str
+    reason: str
+
+
+class _Ops(NamedTuple):
+    forward: object  # torch.ops.dsa_indexer.indexer_forward.default
+    forward_out: object  # torch.ops.dsa_indexer.indexer_forward_out.default
+
+
+_SCHEMA_TYPE_ERROR = re.compile(r"^dsa_indexer::(\w+)\(\) Expected a value of type '([^']+)' for argument '(\w+)' but instead found type '([^']+)'")
+
+_lock = threading.Lock()
+_state: tuple | None = None  # (_Ops or None, Backend) once resolved
+
+
+def candidate_paths(environ=None) -> list[str]:
+    env = os.environ if environ is None else environ
+    explicit = env.get(ENV_TORCH_OP, "")
+    if explicit:
+        return [] if explicit == "0" else [explicit]
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [os.path.join(os.path.dirname(os.path.realpath(_lib.library_path())), OP_LIBRARY), os.path.join(here, OP_LIBRARY)]
+    return list(dict.fromkeys(out))
+
+
+def _resolve(environ=None):
+    env = os.environ if environ is None else environ
+    if env.get(ENV_TORCH_OP) == "0":
+        return None, Backend(CTYPES, "", f"${ENV_TORCH_OP}=0")
+    try:
+        import torch
+    except ImportError as e:
+        return None, Backend(CTYPES, "", f"torch is not importable ({e})")
+    _lib.library()  # the C library first, so that the operator's NEEDED entry resolves to it
+    tried = []
+    for path in candidate_paths(env):
+        if not os.path.exists(path):
+            if env.get(ENV_TORCH_OP):
+                raise LibraryError(f"${ENV_TORCH_OP}={path}: no such file")
+            tried.append(f"{path}: no such file")
+            continue
+        try:
+            torch.ops.load_library(path)
+            _register_fakes(torch)
+            ops = torch.ops.dsa_indexer
+            return _Ops(ops.indexer_forward.default, ops.indexer_forward_out.default), Backend(TORCH_OPS, path, "")
+        except (OSError, RuntimeError, AttributeError) as e:
+            tried.append(f"{path}: {e}")
+            if env.get(ENV_TORCH_OP):
+                raise LibraryError(f"${ENV_TORCH_OP}={path}: the operator library does not load: {e}") from e
+            warnings.warn(f"dsa_indexer: {path} does not load ({e}); using the ctypes binding", RuntimeWarning, stacklevel=3)
+    return None, Backend(CTYPES, "", "operator library not found or not loadable: " + "; ".join(tried))
+
+
+def ops():
+    """The operator handles, or None when the ctypes binding serves calls (resolved once).
+
+    torch.compile traces through this: resolve it before tracing with `fullgraph=True` (any
+    eager call, or `backend()`), since loading a library cannot be traced."""
+    global _state
+    s = _state
+    if s is None:
+        with _lock:
+            if _state is None:
+                _state = _resolve()
+            s = _state
+    return s[0]
+
+
+def backend() -> Backend:
+    """Which implementation serves `dsa_indexer.indexer_forward` (loads the libraries)."""
+    ops()
+    return _state[1]
+
+
+def use_backend(name: str) -> Backend:
+    """Chooses the backend of later calls: "auto" (the operator when it loads, else ctypes, as
+    at start-up), "ctypes", or "torch.ops" (raises LibraryError when the operator does not
+    load). Returns the backend now in use."""
+    global _state
+    if name not in ("auto", CTYPES, TORCH_OPS):
+        raise ValueError(f"use_backend: name: expected 'auto', 'ctypes' or 'torch.ops', got {name!r}")
+    with _lock:
+        resolved = _resolve()
+        if name == CTYPES:
+            resolved = (None, Backend(CTYPES, "", "use_backend('ctypes')"))
+        elif name == TORCH_OPS and resolved[0] is None:
+            raise LibraryError(f"use_backend('torch.ops'): the operator is not available: {resolved[1].reason}")
+        _state = resolved
+    return _state[1]
+
+
+def translate(e: Exception) -> Exception:
+    """The binding's exception for an error the operator raised with a "[DSA_STATUS_...] "
+    prefix (the C++ side's convention); other exceptions are returned unchanged."""
+    msg = str(e)
+    m = _SCHEMA_TYPE_ERROR.search(msg)
+    if m:  # the dispatcher's argument conversion: a TypeError, as in the ctypes binding
+        want = "a torch.Tensor" if m.group(2).startswith("Tensor") else f"a value of type {m.group(2)}"
+        return TypeError(f"indexer_forward: {m.group(3)}: expected {want}, got {m.group(4)} ({msg.splitlines()[0]})")
+    if not msg.startswith("[DSA_STATUS_"):
+        return e
+    name, _, rest = msg[1:].partition("] ")
+    status = next((code for code, n in STATUS_NAMES.items() if n == name), None)
+    if status is None:
+        return e
+    return error_for_status(status, rest.split("\nException raised from ")[0])
+
+
+def host_mirror_tensor(values):
+    import torch
+
+    if values is None or isinstance(values, torch.Tensor):
+        return values
+    return torch.tensor([int(v) for v in values], dtype=torch.int32)
+
+
+def _stream_context(stream, device):
+    import torch
+
+    if isinstance(stream, torch.cuda.Stream):
+        return torch.cuda.stream(stream)
+    return torch.cuda.stream(torch.cuda.ExternalStream(int(stream), device=device))
+
+
+def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream):
+    """`indexer_forward` through the registered operators (same arguments and results), for
+    the calls with out=, lse_out= or stream= (the others call the operator directly). Errors are
+    the operator's (see `translate`)."""
+    if stream is not None:
+        with _stream_context(stream, q.device):
+            return forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, None)
+    extra = {}
+    if family != "auto" or ks is not None or ke is not None or cu_seqlens_q_host is not None or cu_seqlens_k_host is not None:
+        extra = dict(family=family, ks=ks, ke=ke, cu_seqlens_q_host=host_mirror_tensor(cu_seqlens_q_host),
+                     cu_seqlens_k_host=host_mirror_tensor(cu_seqlens_k_host))
+    args = (q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
+    if out is None and lse_out is None:
+        scores, lse = o.forward(*args, return_lse, **extra)
+        return {"scores": scores, "lse": lse} if return_lse else scores
+    if out is None or (lse_out is None and return_lse):
+        scores_shape, rows_shape = result_shapes(q, k, cu_seqlens_q is not None, max_seqlen_k, thd_columns)
+        if out is None:
+            out = q.new_empty(scores_shape, dtype=_float32())
+        if lse_out is None:
+            lse_out = q.new_empty(rows_shape, dtype=_float32())
+    o.forward_out(*args, out=out, lse_out=lse_out, **extra)
+    return {"scores": out, "lse": lse_out} if return_lse else out
+
+
+def _float32():
+    import torch
+
+    return torch.float32
+
+
+_fakes_registered = False
+
+
+def _register_fakes(torch) -> None:
+    """The fake kernels of both operators (shapes and dtypes only; FakeTensorMode, meta
+    tensors and torch.compile's tracing run them). They check what the shapes depend on."""
+    global _fakes_registered
+    if _fakes_registered:
+        return
+
+    def shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns):
+        thd = cu_seqlens_q is not None or cu_seqlens_k is not None
+        if thd and (cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None):
+            raise ValueError("indexer_forward: THD needs cu_seqlens_q, cu_seqlens_k, max_seqlen_q and max_seqlen_k")
+        if thd_columns not in ("local", "global") or (not thd and thd_columns != "local"):
+            raise ValueError(f"indexer_forward: thd_columns: expected 'local' (or 'global' for THD), got {thd_columns!r}")
+        rank = 3 if thd else 4
+        if q.dim() != rank or k.dim() != rank:
+            raise ValueError(f"indexer_forward: q / k: expected rank {rank} for {'THD' if thd else 'BSHD'}, got shapes {tuple(q.shape)} / {tuple(k.shape)}")
+        return result_shapes(q, k, thd, max_seqlen_k, thd_columns)
+
+    @torch.library.register_fake("dsa_indexer::indexer_forward")
+    def _fake_forward(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                      max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", return_lse=False, *, family="auto",
+                      ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+        scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
+        return q.new_empty(scores, dtype=torch.float32), q.new_empty(rows if return_lse else (0,), dtype=torch.float32)
+
+    @torch.library.register_fake("dsa_indexer::indexer_forward_out")
+    def _fake_forward_out(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                          max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, out, lse_out=None, family="auto",
+                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+        scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
+        for name, t, want in (("out", out, scores), ("lse_out", lse_out, rows)):
+            if t is not None and (tuple(t.shape) != tuple(want) or t.dtype != torch.float32):
+                raise ValueError(f"indexer_forward: {name}: expected f32{list(want)}, got {t.dtype}{list(t.shape)}")
+        return None
+
+    _fakes_registered = True
+
+
+def result_shapes(q, k, thd: bool, max_seqlen_k, thd_columns: str):
+    """(scores shape, lse shape) of a call: BSHD (B, S_q, S_k) / (B, S_q); THD (T_q,
+    max_seqlen_k) with local columns or (T_q, T_k) with global ones / (T_q,)."""
+    if thd:
+        return (q.shape[0], max_seqlen_k if thd_columns == "local" else k.shape[0]), (q.shape[0],)
+    return (q.shape[0], q.shape[1], k.shape[1]), (q.shape[0], q.shape[1])

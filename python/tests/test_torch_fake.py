@@ -1,0 +1,149 @@
+"""The registered operator without a GPU: its fake kernels (FakeTensorMode, meta tensors),
+torch.compile traces with no graph break, the backward error. Needs torch and the operator
+library (libdsa_indexer_torch.so, CMake -DDSA_INDEXER_BUILD_TORCH_OP=ON); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dsa_indexer
+
+if dsa_indexer.backend().name != "torch.ops":
+    pytest.skip(f"the operator library is not loaded: {dsa_indexer.backend().reason}", allow_module_level=True)
+
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+OPS = torch.ops.dsa_indexer
+BF16 = torch.bfloat16
+
+
+def bshd(device, B=2, S_q=64, S_k=32, H=64):
+    return (torch.empty(B, S_q, H, 128, device=device, dtype=BF16), torch.empty(B, S_k, 1, 128, device=device, dtype=BF16),
+            torch.empty(B, S_q, H, device=device, dtype=BF16))
+
+
+def thd(device, T_q=60, T_k=30, H=64, segs=2):
+    cu = lambda: torch.empty(segs + 1, device=device, dtype=torch.int32)
+    return (torch.empty(T_q, H, 128, device=device, dtype=BF16), torch.empty(T_k, 1, 128, device=device, dtype=BF16),
+            torch.empty(T_q, H, device=device, dtype=BF16), cu(), cu())
+
+
+def test_backend_says_torch_ops_and_where():
+    b = dsa_indexer.backend()
+    assert b.name == "torch.ops" and b.path.endswith("libdsa_indexer_torch.so") and b.reason == ""
+    assert OPS.indexer_forward.default is not None and OPS.indexer_forward_out.default is not None
+
+
+def test_schema_declares_mutation_of_out_and_lse_out():
+    schema = OPS.indexer_forward_out.default._schema
+    mutated = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    assert mutated == {"out", "lse_out"}
+    assert not any(a.alias_info is not None for a in OPS.indexer_forward.default._schema.arguments)
+    assert [r.name for r in OPS.indexer_forward.default._schema.returns] == ["scores", "lse"]
+
+
+@pytest.mark.parametrize("return_lse", [False, True])
+def test_fake_shapes_bshd(return_lse):
+    with FakeTensorMode():
+        q, k, w = bshd("cuda", B=3, S_q=50, S_k=20)
+        res = dsa_indexer.indexer_forward(q, k, w, ratio=2, return_lse=return_lse)
+        scores = res["scores"] if return_lse else res
+        assert scores.shape == (3, 50, 20) and scores.dtype == torch.float32 and scores.device.type == "cuda"
+        if return_lse:
+            assert res["lse"].shape == (3, 50) and res["lse"].dtype == torch.float32
+        s, lse = OPS.indexer_forward(q, k, w)
+        assert s.shape == (3, 50, 20) and lse.shape == (0,)
+
+
+@pytest.mark.parametrize("columns,cols", [("local", 17), ("global", 30)])
+def test_fake_shapes_thd(columns, cols):
+    with FakeTensorMode():
+        q, k, w, cu_q, cu_k = thd("cuda")
+        host = torch.tensor([0, 20, 60], dtype=torch.int32)
+        res = dsa_indexer.indexer_forward(q, k, w, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40, max_seqlen_k=17,
+                                          thd_columns=columns, return_lse=True, cu_seqlens_q_host=host,
+                                          cu_seqlens_k_host=torch.tensor([0, 10, 30], dtype=torch.int32))
+        assert res["scores"].shape == (60, cols) and res["lse"].shape == (60,)
+
+
+def test_meta_tensors_and_out_variant():
+    q, k, w = bshd("meta", S_q=16, S_k=8)
+    assert dsa_indexer.indexer_forward(q, k, w).shape == (2, 16, 8)
+    out, lse = torch.empty(2, 16, 8, device="meta"), torch.empty(2, 16, device="meta")
+    res = dsa_indexer.indexer_forward(q, k, w, out=out, lse_out=lse, return_lse=True)
+    assert res["scores"] is out and res["lse"] is lse
+    with pytest.raises(ValueError, match="out: expected f32"):
+        OPS.indexer_forward_out(q, k, w, out=torch.empty(2, 16, 9, device="meta"))
+
+
+def test_fake_kernel_checks_what_shapes_depend_on():
+    with FakeTensorMode():
+        q, k, w = bshd("cuda")
+        with pytest.raises(ValueError, match="rank 3 for THD"):
+            OPS.indexer_forward(q, k, w, cu_seqlens_q=q, cu_seqlens_k=q, max_seqlen_q=1, max_seqlen_k=1)
+        with pytest.raises(ValueError, match="thd_columns"):
+            OPS.indexer_forward(q, k, w, thd_columns="global")
+
+
+def _explain(fn, *args):
+    torch._dynamo.reset()
+    e = torch._dynamo.explain(fn)(*args)
+    return e.graph_count, e.graph_break_count, [str(r) for r in e.break_reasons]
+
+
+def test_compile_bshd_no_graph_break():
+    def f(q, k, w):
+        return dsa_indexer.indexer_forward(q, k, w, ratio=2, sm_scale=0.5) * 2
+
+    args = bshd("meta")
+    assert _explain(f, *args) == (1, 0, [])
+    torch._dynamo.reset()
+    assert torch.compile(f, fullgraph=True, backend="aot_eager")(*args).shape == (2, 64, 32)
+
+
+def test_compile_thd_host_mirrors_and_lse_no_graph_break():
+    def f(q, k, w, cu_q, cu_k, hq, hk):
+        r = dsa_indexer.indexer_forward(q, k, w, ratio=2, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40, max_seqlen_k=20,
+                                        cu_seqlens_q_host=hq, cu_seqlens_k_host=hk, return_lse=True)
+        return r["scores"], r["lse"]
+
+    args = (*thd("meta"), torch.tensor([0, 20, 60], dtype=torch.int32), torch.tensor([0, 10, 30], dtype=torch.int32))
+    assert _explain(f, *args) == (1, 0, [])
+    torch._dynamo.reset()
+    scores, lse = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
+    assert scores.shape == (60, 20) and lse.shape == (60,)
+
+
+def test_compile_out_variant_no_graph_break():
+    def f(q, k, w, out):
+        dsa_indexer.indexer_forward(q, k, w, ratio=2, out=out)
+        return out
+
+    args = (*bshd("meta"), torch.empty(2, 64, 32, device="meta"))
+    assert _explain(f, *args) == (1, 0, [])
+
+
+def test_backward_raises_naming_the_op():
+    q, k, w = bshd("meta", S_q=8, S_k=4)
+    q.requires_grad_(True)
+    scores = dsa_indexer.indexer_forward(q, k, w)
+    assert scores.requires_grad  # no silent detach
+    with pytest.raises(RuntimeError, match="dsa_indexer::indexer_forward"):
+        scores.sum().backward()
+
+
+def test_one_copy_of_the_library_in_the_process():
+    """The operator library's NEEDED libdsa_indexer.so.0 resolves to the copy the package loaded
+    (one kernel cache), even when the operator comes from another directory."""
+    import os
+
+    mapped = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if line.rstrip().endswith(".so") or ".so." in line else ""
+            if os.path.basename(path).startswith("libdsa_indexer.so"):
+                mapped.add(os.path.realpath(path))
+    assert mapped == {os.path.realpath(dsa_indexer.library_path())}, mapped
