@@ -96,8 +96,10 @@ EnvConfig parse_env(const EnvGetter& get) {
 }
 
 const EnvConfig& env() {
-  static const EnvConfig config = parse_env([](const char* n) { return std::getenv(n); });
-  return config;
+  // Never destroyed: a background compile (background_compiler.hpp) may still log while the
+  // process runs its exit handlers, before the worker's joiner has run.
+  static const EnvConfig* config = new EnvConfig(parse_env([](const char* n) { return std::getenv(n); }));
+  return *config;
 }
 
 void log_warning(const std::string& msg) {
