@@ -16,16 +16,15 @@ std::atomic<BackgroundCompiler*> g_worker{nullptr};
 std::atomic<ManifestRecorder*> g_recorder{nullptr};
 
 // The process's worker, built on the first async fallback and never destroyed (its exit
-// handler joins its thread). Its jobs run after exit handlers registered later have run, so
-// every static with a destructor that a job touches is constructed here, before the thread
-// starts and registers that handler: the environment and every family's parameter table (the
-// families themselves, the runtime, the driver, the embedded templates and the disk cache's
-// warning set are never destroyed).
+// handler joins its thread). That handler is registered when the thread starts, so it runs
+// before the destructors of the statics constructed before then, and after those of statics
+// constructed later: every static with a destructor that a job touches must exist before the
+// first offer. The families do (the offering call dispatched through them); their parameter
+// tables are touched here; the environment, the runtime, the driver, the embedded templates and
+// the disk cache's warning set are never destroyed.
 BackgroundCompiler& worker() {
   static BackgroundCompiler* w = [] {
-    (void)env();
     for (const Family* f : families()) (void)f->params();
-    (void)Runtime::get();
     auto* c = new BackgroundCompiler([](const BackgroundJob& j) {
       ScopedContext ctx(j.device);  // the worker has no current context of its own
       bool produced = false;

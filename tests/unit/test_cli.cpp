@@ -193,3 +193,32 @@ TEST_CASE("command line: unknown options, missing values and bad values exit 2 a
   CHECK(r.code == 0);
   CHECK_THAT(r.output, Catch::Contains("removed 1 files"));
 }
+
+TEST_CASE("hostcost: its command line, and exit 3 without a usable GPU", "[cli]") {
+  auto hostcost = [](std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
+    args.insert(args.begin(), DSA_TEST_HOSTCOST);
+    return dsa_test::run_program(args, [env] {
+      ::alarm(120);
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      return true;
+    });
+  };
+  auto help = hostcost({"--help"});
+  CHECK(help.code == 0);
+  CHECK_THAT(help.output, Catch::Contains("--keys"));
+  CHECK(hostcost({"--keys", "0"}).code == 2);
+  CHECK(hostcost({"--frobnicate"}).code == 2);
+  const std::string stub = DSA_TEST_CUDA_STUB;
+  struct stat st {};
+  if (stub.empty() || ::stat(stub.c_str(), &st) != 0) {
+    WARN("SKIPPED the no-GPU case: the CUDA toolkit has no stubs/libcuda.so here");
+    return;
+  }
+  // The toolkit's stub as libcuda: no usable GPU on any machine.
+  dsa_test::TempDir t;
+  REQUIRE(::symlink(stub.c_str(), (t.path() + "/libcuda.so.1").c_str()) == 0);
+  auto r = hostcost({"--keys", "2"}, {{"LD_LIBRARY_PATH", t.path()}});
+  INFO(r.output);
+  CHECK(r.code == 3);
+  CHECK_THAT(r.output, Catch::Contains("needs a Hopper GPU"));
+}
