@@ -9,7 +9,9 @@
 #include <climits>
 #include <thread>
 
+#include "disk_cache.hpp"
 #include "env.hpp"
+#include "nvrtc_compiler.hpp"
 #include "gpu_cases.hpp"
 #include "process_support.hpp"
 #include "sm90_indexer_generic.hpp"
@@ -141,6 +143,35 @@ TEST_CASE("async: results bitwise equal before and after the switch; one backgro
                                              {"DSA_INDEXER_CACHE_DIR", t.path() + "/cache"},
                                              {"DSA_INDEXER_RECORD_MANIFEST", t.path() + "/recorded.txt"}});
   check_child(r, "async child: done");
+}
+
+TEST_CASE("async exit child: leaves while the background compile runs", "[.async_exit_child]") {
+  REQUIRE(dd::env().lean_compile == dd::LeanCompile::async);
+  HostProblem p = async_shape();
+  dsa_support::fill_random(p, 902);
+  auto dp = dsa_support::upload(p);
+  dsa_support::run(p, dp, KernelFamily::generic);  // the fallback's variant, compiled here first
+  const auto gen = dsa_support::run(p, dp, KernelFamily::automatic);  // generic; the lean compile starts
+  const auto s = dsa_indexer::kernel_cache_stats();
+  CHECK(s.async_fallbacks == 1);
+  CHECK(s.background_compiles == 0);  // a cold NVRTC compile takes about a second; this took µs
+  CHECK(gen.scores.size() == static_cast<size_t>(p.rows() * p.cols()));
+  std::printf("async exit child: leaving\n");
+  std::fflush(stdout);
+  // main returns, exit runs the worker's handler: it waits for the compile and joins.
+}
+
+TEST_CASE("async: a process that exits during a background compile exits cleanly", "[async]") {
+  dsa_test::TempDir t;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_child("[async_exit_child]", {{"DSA_INDEXER_LEAN_COMPILE", "async"}, {"DSA_INDEXER_CACHE_DIR", t.path()}});
+  check_child(r, "async exit child: leaving");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120));
+  // The compile it waited for finished and was published: the entry is in the disk cache.
+  dd::DiskCache disk(t.path(), "", dd::nvrtc_version());
+  int entries = 0;
+  for (const auto& e : disk.list()) entries += e.ok ? 1 : 0;
+  CHECK(entries == 2);  // generic and lean
 }
 
 namespace {

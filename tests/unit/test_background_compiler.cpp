@@ -182,7 +182,7 @@ TEST_CASE("background: shutdown with jobs queued and one running joins without r
   CHECK(dsa_test::thread_count() == threads_before);
 }
 
-TEST_CASE("background: process exit joins the worker, with a job running and more queued", "[async]") {
+TEST_CASE("background: process exit joins the worker, with a job running and more queued", "[async_process]") {
   const auto r = dsa_test::run_in_child([]() -> int {
     ::alarm(30);
     // Registered before the worker starts, so it runs after the worker's exit handler.
@@ -206,7 +206,7 @@ TEST_CASE("background: process exit joins the worker, with a job running and mor
   CHECK(dsa_test::count_of(r.output, "threads at exit: 1") == 1);
 }
 
-TEST_CASE("background: a fork while a job runs; the child starts its own worker, the parent goes on", "[async_fork]") {
+TEST_CASE("background: a fork while a job runs; the child starts its own worker, the parent goes on", "[async_process]") {
   FakeCompiler fake;
   fake.slow = "slow";
   Warnings warnings;
