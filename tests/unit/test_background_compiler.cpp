@@ -12,6 +12,7 @@
 
 #include "background_compiler.hpp"
 #include "process_support.hpp"
+#include "test_support.hpp"
 
 using dsa_indexer::detail::BackgroundCompiler;
 using dsa_indexer::detail::BackgroundJob;
@@ -52,21 +53,6 @@ struct FakeCompiler {
   }
   void wait_running() {
     while (running.load() == 0) std::this_thread::sleep_for(1ms);
-  }
-};
-
-struct Warnings {
-  std::mutex mu;
-  std::vector<std::string> seen;
-  BackgroundCompiler::Warn sink() {
-    return [this](const std::string& m) {
-      std::lock_guard<std::mutex> lk(mu);
-      seen.push_back(m);
-    };
-  }
-  std::size_t count() {
-    std::lock_guard<std::mutex> lk(mu);
-    return seen.size();
   }
 };
 
@@ -132,13 +118,13 @@ TEST_CASE("background: the queue is bounded; a refused key is counted and may be
 
 TEST_CASE("background: a failing job is reported once and its key never runs again", "[async]") {
   FakeCompiler fake;
-  Warnings warnings;
+  dsa_test::MessageLog warnings;
   BackgroundCompiler c(fake.job(), 64, warnings.sink());
   CHECK(offer(c, "bad/key") == Offer::queued);
   CHECK(offer(c, "good/key") == Offer::queued);
   REQUIRE(c.wait_idle(10s));
   REQUIRE(warnings.count() == 1);
-  CHECK_THAT(warnings.seen[0], Catch::Contains("bad/key") && Catch::Contains("out of registers") &&
+  CHECK_THAT(warnings.messages()[0], Catch::Contains("bad/key") && Catch::Contains("out of registers") &&
                                    Catch::Contains("fallback family for the life of the process"));
   for (int i = 0; i < 20; ++i) CHECK(offer(c, "bad/key") == Offer::failed);
   REQUIRE(c.wait_idle(10s));
@@ -209,7 +195,7 @@ TEST_CASE("background: process exit joins the worker, with a job running and mor
 TEST_CASE("background: a fork while a job runs; the child starts its own worker, the parent goes on", "[async_process]") {
   FakeCompiler fake;
   fake.slow = "slow";
-  Warnings warnings;
+  dsa_test::MessageLog warnings;
   BackgroundCompiler c(fake.job(), 64, warnings.sink());
   CHECK(offer(c, "slow") == Offer::queued);
   CHECK(offer(c, "queued") == Offer::queued);

@@ -106,6 +106,33 @@ TEST_CASE("lru: a slow key does not block other keys", "[kernel_cache]") {
   slow.join();
 }
 
+namespace {
+// A production of `key` on a thread of its own that runs until finish(); constructed, it has
+// started (the key is in flight).
+class SlowProduction {
+ public:
+  SlowProduction(LruCache<std::shared_ptr<int>>& c, std::string key, int value)
+      : thread_([this, &c, key, value] {
+          c.get_or_create(key, [&] {
+            started_ = true;
+            while (!release_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            return std::make_shared<int>(value);
+          });
+        }) {
+    while (!started_.load()) std::this_thread::yield();
+  }
+  ~SlowProduction() { finish(); }
+  void finish() {
+    release_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> release_{false}, started_{false};
+  std::thread thread_;  // declared last: it starts once the flags exist
+};
+}  // namespace
+
 TEST_CASE("lru find: a ready entry is a hit and promotes; absent or in flight counts nothing and never waits", "[kernel_cache]") {
   LruCache<std::shared_ptr<int>> c(2);
   CHECK(c.find("a") == nullptr);
@@ -127,37 +154,20 @@ TEST_CASE("lru find: a ready entry is a hit and promotes; absent or in flight co
   CHECK(s.misses == 2);
 
   // In flight: find returns at once with nothing, and counts nothing.
-  std::atomic<bool> release{false}, started{false};
-  std::thread slow([&] {
-    c.get_or_create("slow", [&] {
-      started = true;
-      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return std::make_shared<int>(3);
-    });
-  });
-  while (!started.load()) std::this_thread::yield();
+  SlowProduction slow(c, "slow", 3);
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(c.find("slow") == nullptr);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
   CHECK(c.stats().hits == 3);
   CHECK(c.stats().misses == 3);
-  release = true;
-  slow.join();
+  slow.finish();
   REQUIRE(c.find("slow") != nullptr);
 }
 
 TEST_CASE("lru: after fork the child produces a key that was in flight in the parent", "[kernel_cache]") {
   LruCache<std::shared_ptr<int>> c(4);
   c.get_or_create("ready", [] { return std::make_shared<int>(1); });
-  std::atomic<bool> release{false}, started{false};
-  std::thread producer([&] {
-    c.get_or_create("orphan", [&] {
-      started = true;
-      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return std::make_shared<int>(2);
-    });
-  });
-  while (!started.load()) std::this_thread::yield();
+  SlowProduction producer(c, "orphan", 2);
   // What the process runtime's pthread_atfork handlers do around a fork.
   c.fork_prepare();
   const auto r = dsa_test::run_in_child([&] {
@@ -171,8 +181,7 @@ TEST_CASE("lru: after fork the child produces a key that was in flight in the pa
   c.fork_parent();
   CHECK(r.exited);
   CHECK(r.code == 0);
-  release = true;
-  producer.join();
+  producer.finish();
   REQUIRE(c.find("orphan") != nullptr);
   CHECK(*c.find("orphan") == 2);  // the parent's own production
 }

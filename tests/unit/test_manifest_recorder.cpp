@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -23,17 +24,6 @@ using Catch::Contains;
 
 namespace {
 
-struct Warnings {
-  std::mutex mu;
-  std::vector<std::string> seen;
-  ManifestRecorder::Warn sink() {
-    return [this](const std::string& m) {
-      std::lock_guard<std::mutex> lk(mu);
-      seen.push_back(m);
-    };
-  }
-};
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> v;
   std::istringstream in(text);
@@ -47,6 +37,20 @@ std::vector<KernelSpec> warmed(const std::string& path) {
 }
 
 void record(ManifestRecorder& r, const CallCase& c) { r.record(c.p, c.dev, c.spec); }
+
+// A recorder over shapes.txt in a fresh directory, optionally holding `text` first, with its
+// warnings kept.
+struct Recording {
+  dsa_test::TempDir dir;
+  std::string path = dir.path() + "/shapes.txt";
+  dsa_test::MessageLog warnings;
+  std::unique_ptr<ManifestRecorder> recorder;
+  explicit Recording(const std::string& text = std::string()) {
+    if (!text.empty()) dsa_test::spit(path, text);
+    recorder = std::make_unique<ManifestRecorder>(path, DeviceInfo::h200(), warnings.sink());
+  }
+  std::vector<std::string> lines() const { return lines_of(dsa_test::slurp(path)); }
+};
 
 // Distinct lean keys (S_q is in the key) and generic ones, for the multi-process test.
 std::vector<CallCase> key_pool() {
@@ -65,10 +69,8 @@ std::vector<CallCase> key_pool() {
 }  // namespace
 
 TEST_CASE("record: every variant of every family once, and the file warms exactly those", "[record]") {
-  dsa_test::TempDir t;
-  const std::string path = t.path() + "/shapes.txt";
-  Warnings w;
-  ManifestRecorder r(path, DeviceInfo::h200(), w.sink());
+  Recording rec;
+  ManifestRecorder& r = *rec.recorder;
   const auto cases = dsa_test::every_family_calls();
   std::vector<KernelSpec> distinct;
   for (int round = 0; round < 3; ++round)
@@ -76,27 +78,24 @@ TEST_CASE("record: every variant of every family once, and the file warms exactl
       record(r, c);
       if (round == 0 && std::find(distinct.begin(), distinct.end(), c.spec) == distinct.end()) distinct.push_back(c.spec);
     }
-  CHECK(w.seen.empty());
+  CHECK(rec.warnings.count() == 0);
   CHECK(r.stats().recorded == distinct.size());
-  CHECK(lines_of(dsa_test::slurp(path)).size() == distinct.size());
-  CHECK(warmed(path) == distinct);
+  CHECK(rec.lines().size() == distinct.size());
+  CHECK(warmed(rec.path) == distinct);
 
   // A second recorder (another process, say) finds them all in the file and appends nothing.
-  ManifestRecorder again(path, DeviceInfo::h200(), w.sink());
+  ManifestRecorder again(rec.path, DeviceInfo::h200(), rec.warnings.sink());
   for (const auto& c : cases) record(again, c);
   CHECK(again.stats().recorded == 0);
   CHECK(again.stats().present == distinct.size());
-  CHECK(lines_of(dsa_test::slurp(path)).size() == distinct.size());
-  CHECK(w.seen.empty());
+  CHECK(rec.lines().size() == distinct.size());
+  CHECK(rec.warnings.count() == 0);
 }
 
 TEST_CASE("record: lines already in the file count, whoever wrote them", "[record]") {
-  dsa_test::TempDir t;
-  const std::string path = t.path() + "/shapes.txt";
   // A hand-written automatic line implies lean and the escape hatch's generic variant.
-  dsa_test::spit(path, "# the training step\nlayout=bshd heads=64 sq=8192 sk=4096 ratio=2\n");
-  Warnings w;
-  ManifestRecorder r(path, DeviceInfo::h200(), w.sink());
+  Recording rec("# the training step\nlayout=bshd heads=64 sq=8192 sk=4096 ratio=2\n");
+  ManifestRecorder& r = *rec.recorder;
   const auto cases = dsa_test::every_family_calls();
   record(r, cases[0]);  // lean 8192x4096
   record(r, cases[7]);  // its generic fallback
@@ -105,27 +104,24 @@ TEST_CASE("record: lines already in the file count, whoever wrote them", "[recor
   record(r, cases[1]);  // the scale-1 variant is another key
   CHECK(r.stats().recorded == 1);
   // Lines another process appends after this one read the file are read on the next record.
-  std::ofstream(path, std::ios::app) << manifest_line(cases[8].p, cases[8].dev, cases[8].spec, DeviceInfo::h200()) << "\n";
+  std::ofstream(rec.path, std::ios::app) << manifest_line(cases[8].p, cases[8].dev, cases[8].spec, DeviceInfo::h200()) << "\n";
   record(r, cases[8]);
   CHECK(r.stats().recorded == 1);
   CHECK(r.stats().present == 3);
-  CHECK(lines_of(dsa_test::slurp(path)).size() == 4);
-  CHECK(w.seen.empty());
+  CHECK(rec.lines().size() == 4);
+  CHECK(rec.warnings.count() == 0);
 }
 
 TEST_CASE("record: a malformed existing file is one warning, and valid lines keep being appended", "[record]") {
-  dsa_test::TempDir t;
-  const std::string path = t.path() + "/shapes.txt";
   // Junk, a line the parser refuses, a family gate the profile refuses, then a tail without a
   // newline (a hand edit, or a writer that died mid-line).
-  dsa_test::spit(path, "this is not a manifest\nsq=64 sk=64 heads=99\nsq=64 sk=64 family=lean\n\x01\x02 sq=");
-  Warnings w;
-  ManifestRecorder r(path, DeviceInfo::h200(), w.sink());
-  const auto cases = dsa_test::every_family_calls();
-  for (const auto& c : cases) record(r, c);
-  REQUIRE(w.seen.size() == 1);
-  CHECK_THAT(w.seen[0], Contains(path) && Contains(":1:") && Contains("not a manifest line"));
-  const auto lines = lines_of(dsa_test::slurp(path));
+  Recording rec("this is not a manifest\nsq=64 sk=64 heads=99\nsq=64 sk=64 family=lean\n\x01\x02 sq=");
+  ManifestRecorder& r = *rec.recorder;
+  for (const auto& c : dsa_test::every_family_calls()) record(r, c);
+  const auto warnings = rec.warnings.messages();
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Contains(rec.path) && Contains(":1:") && Contains("not a manifest line"));
+  const auto lines = rec.lines();
   REQUIRE(lines.size() == 4 + r.stats().recorded);
   CHECK(lines[3] == "\x01\x02 sq=");  // our first line did not run into the tail
   // Every appended line parses and implies its variant.
@@ -144,10 +140,10 @@ TEST_CASE("record: an unwritable path is one warning and never an exception", "[
   for (const std::string& path : std::vector<std::string>{t.path() + "/file/below", t.path() + "/no/such/dir/m.txt", t.path(), t.path() + "/fifo",
                                  std::string("/dev/null")}) {
     INFO(path);
-    Warnings w;
+    dsa_test::MessageLog w;
     ManifestRecorder r(path, DeviceInfo::h200(), w.sink());
     for (const auto& c : cases) CHECK_NOTHROW(record(r, c));
-    CHECK(w.seen.size() == 1);
+    CHECK(w.count() == 1);
     CHECK(r.stats().recorded == 0);
   }
 }
