@@ -75,7 +75,9 @@ DSA_INDEXER_API void indexer_forward(const TensorDesc& q, const TensorDesc& k,
 
 // Counters of the in-memory kernel cache (all devices together), of the background compile worker
 // and of the shape recording. A resident-check of async mode that finds the module is a hit; one
-// that does not counts neither a hit nor a miss (it is an async fallback instead).
+// that does not counts neither a hit nor a miss (it is an async fallback instead). The struct
+// grew (the last five fields) after 0.1.0's first builds: C++ callers compile against the header
+// of the library they load; C callers have dsa_cache_stats' versions (c_api.h).
 struct CacheStats {
   uint64_t hits = 0;        // lookups served by a loaded module (including waits on an in-flight compile)
   uint64_t misses = 0;      // lookups that had to produce a module
