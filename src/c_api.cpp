@@ -1,5 +1,6 @@
 #include "dsa_indexer/c_api.h"
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -50,6 +51,31 @@ dsa_status guarded(F f) {
     g_last_error = "internal error: unknown exception";
     return DSA_STATUS_INTERNAL_ERROR;
   }
+}
+
+static_assert(sizeof(dsa_cache_stats) == DSA_CACHE_STATS_V2_SIZE, "dsa_cache_stats grew: add a version and its size");
+static_assert(offsetof(dsa_cache_stats, background_compiles) == DSA_CACHE_STATS_V1_SIZE, "version 2 fields follow version 1's");
+
+// Writes the fields that lie wholly inside the caller's first `size` bytes, through a full copy
+// on our side, and zeroes what lies past the fields this library knows.
+void fill_stats(dsa_cache_stats* out, std::size_t size) {
+  const auto s = dsa_indexer::kernel_cache_stats();
+  dsa_cache_stats full;
+  full.hits = s.hits;
+  full.misses = s.misses;
+  full.evictions = s.evictions;
+  full.compiles = s.compiles;
+  full.disk_hits = s.disk_hits;
+  full.entries = s.entries;
+  full.capacity = s.capacity;
+  full.background_compiles = s.background_compiles;
+  full.async_fallbacks = s.async_fallbacks;
+  full.background_failures = s.background_failures;
+  full.queue_rejections = s.queue_rejections;
+  full.recorded_keys = s.recorded_keys;
+  const std::size_t known = size < sizeof full ? size / sizeof(uint64_t) * sizeof(uint64_t) : sizeof full;
+  std::memcpy(out, &full, known);
+  if (size > sizeof full) std::memset(reinterpret_cast<unsigned char*>(out) + sizeof full, 0, size - sizeof full);
 }
 
 }  // namespace
@@ -114,14 +140,18 @@ const char* dsa_status_name(dsa_status s) {
 dsa_status dsa_kernel_cache_stats(dsa_cache_stats* out) {
   return guarded([&] {
     if (!out) throw dsa_indexer::InvalidArgument("dsa_kernel_cache_stats: out: expected non-null, got NULL");
-    auto s = dsa_indexer::kernel_cache_stats();
-    out->hits = s.hits;
-    out->misses = s.misses;
-    out->evictions = s.evictions;
-    out->compiles = s.compiles;
-    out->disk_hits = s.disk_hits;
-    out->entries = s.entries;
-    out->capacity = s.capacity;
+    fill_stats(out, DSA_CACHE_STATS_V1_SIZE);
+  });
+}
+
+dsa_status dsa_kernel_cache_stats_ex(dsa_cache_stats* out, size_t struct_size) {
+  return guarded([&] {
+    if (!out) throw dsa_indexer::InvalidArgument("dsa_kernel_cache_stats_ex: out: expected non-null, got NULL");
+    if (struct_size < DSA_CACHE_STATS_V1_SIZE)
+      throw dsa_indexer::InvalidArgument("dsa_kernel_cache_stats_ex: struct_size: expected at least " +
+                                         std::to_string(DSA_CACHE_STATS_V1_SIZE) + " (sizeof(dsa_cache_stats)), got " +
+                                         std::to_string(struct_size));
+    fill_stats(out, struct_size);
   });
 }
 

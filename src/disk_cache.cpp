@@ -168,10 +168,10 @@ std::atomic<uint64_t> g_warnings{0};
 // One warning per process and directory: a training job that builds several runtimes (or a
 // tool next to the library) over one bad directory must not repeat it.
 bool first_warning_for(const std::string& what) {
-  static std::mutex warned_mu;
-  static std::set<std::string> warned;
-  std::lock_guard<std::mutex> lk(warned_mu);
-  return warned.insert(what).second;
+  static auto* warned_mu = new std::mutex();  // process lifetime: a background compile may warn at exit
+  static auto* warned = new std::set<std::string>();
+  std::lock_guard<std::mutex> lk(*warned_mu);
+  return warned->insert(what).second;
 }
 
 }  // namespace

@@ -82,6 +82,16 @@ EnvConfig parse_env(const EnvGetter& get) {
 
   if (std::string t = get_str(get, "TMPDIR"); !t.empty()) c.temp_dir = t;
 
+  std::string mode = get_str(get, "DSA_INDEXER_LEAN_COMPILE");
+  if (mode.empty() || mode == "sync")
+    c.lean_compile = LeanCompile::sync;
+  else if (mode == "async")
+    c.lean_compile = LeanCompile::async;
+  else
+    fail_param<InvalidArgument>("environment", "DSA_INDEXER_LEAN_COMPILE", "'sync' or 'async'", fmt::format("'{}'", mode));
+
+  c.record_manifest = get_str(get, "DSA_INDEXER_RECORD_MANIFEST");
+
   std::string lvl = get_str(get, "DSA_INDEXER_LOG");
   if (lvl.empty() || lvl == "warn")
     c.log_level = LogLevel::warn;
@@ -96,8 +106,10 @@ EnvConfig parse_env(const EnvGetter& get) {
 }
 
 const EnvConfig& env() {
-  static const EnvConfig config = parse_env([](const char* n) { return std::getenv(n); });
-  return config;
+  // Never destroyed: a background compile (background_compiler.hpp) may still log while the
+  // process runs its exit handlers, before the worker's joiner has run.
+  static const EnvConfig* config = new EnvConfig(parse_env([](const char* n) { return std::getenv(n); }));
+  return *config;
 }
 
 void log_warning(const std::string& msg) {

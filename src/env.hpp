@@ -9,6 +9,9 @@ namespace dsa_indexer::detail {
 
 enum class CompileIsolation { in_process, process };
 enum class LogLevel { quiet = 0, warn = 1, info = 2 };
+// DSA_INDEXER_LEAN_COMPILE: whether an automatic call whose fast-path variant is not loaded yet
+// waits for it (sync) or runs the generic family while a background worker produces it (async).
+enum class LeanCompile { sync, async };
 
 struct EnvConfig {
   std::string cache_dir;        // DSA_INDEXER_CACHE_DIR, default $XDG_CACHE_HOME/dsa_indexer or ~/.cache/dsa_indexer
@@ -22,6 +25,8 @@ struct EnvConfig {
   int compile_timeout_s = 600;  // DSA_INDEXER_COMPILE_TIMEOUT, seconds an isolated compile may take
   LogLevel log_level = LogLevel::warn;  // DSA_INDEXER_LOG=quiet|warn|info
   std::string temp_dir = "/tmp";  // TMPDIR: where the tools make their private mkdtemp directories
+  LeanCompile lean_compile = LeanCompile::sync;  // DSA_INDEXER_LEAN_COMPILE=sync|async
+  std::string record_manifest;  // DSA_INDEXER_RECORD_MANIFEST: manifest file every new kernel key is appended to
 };
 
 using EnvGetter = std::function<const char*(const char*)>;

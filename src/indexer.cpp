@@ -1,7 +1,8 @@
-// The public forward: validate -> pointer checks -> dispatch -> plan -> kernel cache -> launch
+// The public forward: validate -> pointer checks -> dispatch -> plan -> kernel (cache, compile mode) -> launch
 // (docs/DESIGN.md, "The pipeline").
 #include "dsa_indexer/indexer.hpp"
 
+#include "compile_mode.hpp"
 #include "env.hpp"
 #include "family.hpp"
 #include "forward.hpp"
@@ -76,9 +77,9 @@ void forward(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, cons
   check_problem_pointers(p);
 
   const Family& family = choose_family(p, dev, opt.family, env().disable_lean);
-  const Plan plan = make_plan(p, dev, family);
+  Plan plan = make_plan(p, dev, family);
   if (plan.empty) return;
-  std::shared_ptr<LoadedKernel> kernel = Runtime::get().kernel(plan.spec, p.device);
+  std::shared_ptr<LoadedKernel> kernel = kernel_for_call(p, dev, opt.family, plan);  // may re-plan (async mode)
   launch_forward(p, plan, *kernel, stream);
 }
 
@@ -89,7 +90,11 @@ void indexer_forward(const TensorDesc& q, const TensorDesc& k, const TensorDesc&
   detail::forward(q, k, w, scores, options, stream);
 }
 
-CacheStats kernel_cache_stats() { return detail::Runtime::get().stats(); }
+CacheStats kernel_cache_stats() {
+  CacheStats s = detail::Runtime::get().stats();
+  detail::add_compile_mode_stats(s);
+  return s;
+}
 
 const char* version() { return DSA_INDEXER_VERSION; }
 

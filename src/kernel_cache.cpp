@@ -1,3 +1,4 @@
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -47,11 +48,22 @@ PreparedSource prepare(const KernelSpec& spec, const TemplateSet& templates) {
   return p;
 }
 
+namespace {
+Runtime* g_process_runtime = nullptr;
+}  // namespace
+
 Runtime& Runtime::get() {
   // Never destroyed: at exit the driver may already be torn down (a Python interpreter
   // finalizing torch, say), and unloading modules then would crash. The driver releases
   // everything when the process ends.
-  static Runtime* rt = new Runtime(env());
+  static Runtime* rt = [] {
+    g_process_runtime = new Runtime(env());
+    // A fork while another thread produces a module must leave the child a usable cache: the
+    // lock is held across fork(), and the child forgets productions it has no thread for.
+    ::pthread_atfork([] { g_process_runtime->lru_.fork_prepare(); }, [] { g_process_runtime->lru_.fork_parent(); },
+                     [] { g_process_runtime->lru_.fork_child(); });
+    return g_process_runtime;
+  }();
   return *rt;
 }
 
@@ -165,8 +177,8 @@ std::string memory_key(const KernelSpec& spec, int device) {
   return k;
 }
 
-std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device) {
-  return lru_.get_or_create(memory_key(spec, device), [&] { return load(spec, device); });
+std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device, bool* produced) {
+  return lru_.get_or_create(memory_key(spec, device), [&] { return load(spec, device); }, produced);
 }
 
 CacheStats Runtime::stats() const {

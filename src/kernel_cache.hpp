@@ -14,6 +14,12 @@
 //    outside the lock.
 //  - counters: hits (ready entry, or a wait on an in-flight production), misses (productions
 //    started), evictions; exact, read under the lock.
+//  - find: a non-blocking look for a ready entry. Found, it is a hit and promotes, as in
+//    get_or_create; not found (absent, or still in flight) it counts neither a hit nor a miss,
+//    since it starts no production and waits for none (its caller counts what it does instead).
+//  - fork: fork_prepare/fork_parent/fork_child hold the lock across fork(); the child drops the
+//    in-flight productions, whose producing threads did not survive the fork (a waiter there
+//    would wait forever), so the next caller of such a key produces it again.
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -38,8 +44,10 @@ class LruCache {
   explicit LruCache(std::size_t capacity) : capacity_(capacity < 1 ? 1 : capacity) {}
 
   // `make` is any callable returning V (a template, so that a hit costs no std::function).
+  // `produced`, when given, is set to whether this call ran `make` (a miss) and it returned.
   template <class Make>
-  V get_or_create(const std::string& key, Make&& make) {
+  V get_or_create(const std::string& key, Make&& make, bool* produced = nullptr) {
+    if (produced) *produced = false;
     std::unique_lock<std::mutex> lk(mu_);
     if (auto it = ready_.find(key); it != ready_.end()) {
       ++stats_.hits;
@@ -83,7 +91,27 @@ class LruCache {
     lk.unlock();
     promise.set_value(value);
     evicted.clear();  // destroyed here, outside the lock
+    if (produced) *produced = true;
     return value;
+  }
+
+  // The ready value of `key`, or V{} when there is none yet; never waits (see the contract).
+  V find(const std::string& key) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = ready_.find(key);
+    if (it == ready_.end()) return V{};
+    ++stats_.hits;
+    order_.splice(order_.begin(), order_, it->second.pos);
+    return it->second.value;
+  }
+
+  void fork_prepare() { mu_.lock(); }
+  void fork_parent() { mu_.unlock(); }
+  void fork_child() {
+    // Each shared state is also held by the promise on the stack of a producing thread that
+    // does not exist here, so dropping our reference only decrements its count (and leaks it).
+    inflight_.clear();
+    mu_.unlock();
   }
 
   LruStats stats() const {

@@ -24,6 +24,10 @@ std::string KernelSpec::shape_key() const {
   return k;
 }
 
+std::string KernelSpec::variant_key() const {
+  return std::string(family ? family->name() : "?") + '/' + shape_key() + '/' + arch;
+}
+
 bool KernelSpec::operator==(const KernelSpec& o) const {
   return family == o.family && values == o.values && dynamic_smem == o.dynamic_smem && arch == o.arch;
 }

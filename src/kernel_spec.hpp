@@ -34,6 +34,9 @@ struct KernelSpec {
   // "h64.wbf16.lse0.bshd.s5": every keyed parameter's prefix and value, joined by '.'. Built
   // without fmt: the in-memory key (memory_key) is made from it on every call.
   std::string shape_key() const;
+  // "sm90_indexer_generic/h64.wbf16.lse0.bshd.s5/sm_90a": the variant on any device (the
+  // in-memory key without its device).
+  std::string variant_key() const;
   bool operator==(const KernelSpec& o) const;
   bool operator!=(const KernelSpec& o) const { return !(*this == o); }
 };

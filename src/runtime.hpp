@@ -52,8 +52,12 @@ class Runtime {
   static Runtime& get();
   explicit Runtime(const EnvConfig& cfg);
 
-  // The loaded kernel for (device, spec), produced at most once per key at a time.
-  std::shared_ptr<LoadedKernel> kernel(const KernelSpec& spec, int device);
+  // The loaded kernel for (device, spec), produced at most once per key at a time. `produced`,
+  // when given, tells whether this call produced it (an in-memory miss that succeeded).
+  std::shared_ptr<LoadedKernel> kernel(const KernelSpec& spec, int device, bool* produced = nullptr);
+  // The loaded kernel under `memory_key` if it is resident now, else nullptr; never produces
+  // and never waits for a production in flight (LruCache::find: a hit counts, an absence not).
+  std::shared_ptr<LoadedKernel> resident(const std::string& memory_key) { return lru_.find(memory_key); }
   // The cubin for a spec from the disk cache or NVRTC (publishing it); needs no GPU.
   // `from_disk` tells which.
   CacheEntry entry(const KernelSpec& spec, bool* from_disk);

@@ -14,13 +14,15 @@ TemplateSet::TemplateSet(std::map<std::string, std::string> files) : files_(std:
 }
 
 const TemplateSet& TemplateSet::embedded() {
-  static const TemplateSet set = [] {
+  // Never destroyed: a background compile may still render and hash while the process runs
+  // its exit handlers, before the worker's joiner has run (background_compiler.hpp).
+  static const TemplateSet* set = [] {
     std::map<std::string, std::string> m;
     for (int i = 0; i < kNumEmbeddedTemplates; ++i)
       m[kEmbeddedTemplates[i].name] = std::string(kEmbeddedTemplates[i].data, kEmbeddedTemplates[i].size);
-    return TemplateSet(std::move(m));
+    return new TemplateSet(std::move(m));
   }();
-  return set;
+  return *set;
 }
 
 const std::string* TemplateSet::find(const std::string& name) const {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
-#   tools/gpu_session.sh OUTDIR [tests|python|demo|bench|jitcost|sanitize|racecheck|profile|all]...
+#   tools/gpu_session.sh OUTDIR [tests|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 # racecheck (not in all: it takes minutes) runs every GPU test case of the families under
 # compute-sanitizer racecheck, one process per test case, RACECHECK_JOBS (4) at a time, each
 # limited to RACECHECK_TIMEOUT (540) seconds.
@@ -29,6 +29,7 @@ if want tests; then
   run gpu_reference 150 $b/tests/dsa_gpu_tests "[reference]" --durations yes
   run gpu_generic 170 $b/tests/dsa_gpu_tests "[generic]" --durations yes
   run gpu_lean 200 $b/tests/dsa_gpu_tests "[lean]" --durations yes
+  run gpu_compile_mode 400 $b/tests/dsa_gpu_tests "[async],[record]" --durations yes
   run readme_example 30 $b/tests/readme_example
   run multi_gpu 60 $b/tests/dsa_multi_gpu_tests
 fi
@@ -37,6 +38,7 @@ want python && DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run python_gpu 1
 want demo && run demo 60 $b/tools/dsa-indexer demo
 want bench && run bench 280 $b/tools/dsa-indexer bench --json "$out/bench.json"
 want jitcost && run jitcost 120 $b/tools/dsa-indexer jitcost --json "$out/jitcost.json"
+want hostcost && run hostcost 200 $b/tools/dsa-indexer-hostcost
 if want sanitize; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   # memcheck and synccheck over the whole GPU suite of both families; racecheck (slow with

@@ -55,9 +55,18 @@ typedef struct dsa_options {
   int32_t family;
 } dsa_options;
 
+/* Counters of the kernel cache, the background compile worker and the shape recording (the
+ * C++ CacheStats). The struct only grows, by fields appended at its end; version 1 was its first
+ * seven fields (DSA_CACHE_STATS_V1_SIZE bytes). dsa_kernel_cache_stats fills those seven only, so
+ * that a caller built against version 1 (a smaller struct) is never written past;
+ * dsa_kernel_cache_stats_ex takes the caller's sizeof and fills every field that fits. */
 typedef struct dsa_cache_stats {
   uint64_t hits, misses, evictions, compiles, disk_hits, entries, capacity;
+  /* version 2 (DSA_CACHE_STATS_V2_SIZE): DSA_INDEXER_LEAN_COMPILE=async and DSA_INDEXER_RECORD_MANIFEST */
+  uint64_t background_compiles, async_fallbacks, background_failures, queue_rejections, recorded_keys;
 } dsa_cache_stats;
+#define DSA_CACHE_STATS_V1_SIZE 56
+#define DSA_CACHE_STATS_V2_SIZE 96
 
 /* Fills defaults: ratio 1, sm_scale 1, nothing optional given, THD local columns, auto family. */
 DSA_INDEXER_API void dsa_options_init(dsa_options* options);
@@ -71,6 +80,10 @@ DSA_INDEXER_API dsa_status dsa_indexer_forward(const dsa_tensor* q, const dsa_te
 DSA_INDEXER_API const char* dsa_last_error(void);
 DSA_INDEXER_API const char* dsa_status_name(dsa_status s);
 DSA_INDEXER_API dsa_status dsa_kernel_cache_stats(dsa_cache_stats* out);
+/* struct_size: sizeof the caller's dsa_cache_stats, at least DSA_CACHE_STATS_V1_SIZE. Fills
+ * every field that lies wholly inside it and zeroes any bytes past the fields this library
+ * knows (a caller built against a newer header then reads 0 for counters it does not have). */
+DSA_INDEXER_API dsa_status dsa_kernel_cache_stats_ex(dsa_cache_stats* out, size_t struct_size);
 DSA_INDEXER_API const char* dsa_version(void);
 
 #ifdef __cplusplus

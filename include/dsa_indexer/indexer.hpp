@@ -75,7 +75,11 @@ DSA_INDEXER_API void indexer_forward(const TensorDesc& q, const TensorDesc& k,
                                      const TensorDesc& w, const TensorDesc& scores,
                                      const IndexerOptions& options, CUstream stream);
 
-// Counters of the in-memory kernel cache (all devices together).
+// Counters of the in-memory kernel cache (all devices together), of the background compile worker
+// and of the shape recording. A resident-check of async mode that finds the module is a hit; one
+// that does not counts neither a hit nor a miss (it is an async fallback instead). The struct
+// grew (the last five fields) after 0.1.0's first builds: C++ callers compile against the header
+// of the library they load; C callers have dsa_cache_stats' versions (c_api.h).
 struct CacheStats {
   uint64_t hits = 0;        // lookups served by a loaded module (including waits on an in-flight compile)
   uint64_t misses = 0;      // lookups that had to produce a module
@@ -84,6 +88,13 @@ struct CacheStats {
   uint64_t disk_hits = 0;   // misses served by a verified disk-cache entry
   uint64_t entries = 0;     // entries resident now
   uint64_t capacity = 0;    // the LRU bound (DSA_INDEXER_CACHE_CAPACITY, default 256)
+  // DSA_INDEXER_LEAN_COMPILE=async (zero in sync mode):
+  uint64_t background_compiles = 0;  // fast-path variants the background worker produced (disk load or NVRTC, then module load)
+  uint64_t async_fallbacks = 0;      // automatic calls that ran the fallback family because their fast-path variant was not loaded
+  uint64_t background_failures = 0;  // background productions that failed (each key once; it then stays on the fallback)
+  uint64_t queue_rejections = 0;     // offers refused because the worker's queue was full (a later call offers the key again)
+  // DSA_INDEXER_RECORD_MANIFEST:
+  uint64_t recorded_keys = 0;        // manifest lines this process appended (one per new variant)
 };
 DSA_INDEXER_API CacheStats kernel_cache_stats();
 

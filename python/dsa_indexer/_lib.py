@@ -87,14 +87,21 @@ class DsaOptions(ctypes.Structure):
 
 
 class DsaCacheStats(ctypes.Structure):
+    """struct dsa_cache_stats (version 2), filled by dsa_kernel_cache_stats_ex with its size."""
+
     _fields_ = [
         (name, ctypes.c_uint64)
-        for name in ("hits", "misses", "evictions", "compiles", "disk_hits", "entries", "capacity")
+        for name in (
+            "hits", "misses", "evictions", "compiles", "disk_hits", "entries", "capacity",
+            "background_compiles", "async_fallbacks", "background_failures", "queue_rejections", "recorded_keys",
+        )
     ]
 
 
 class CacheStats(NamedTuple):
-    """Counters of the library's in-memory kernel cache (all devices together)."""
+    """Counters of the library's in-memory kernel cache (all devices together), of the background
+    compile worker (DSA_INDEXER_LEAN_COMPILE=async) and of the shape recording
+    (DSA_INDEXER_RECORD_MANIFEST); see CacheStats in include/dsa_indexer/indexer.hpp."""
 
     hits: int
     misses: int
@@ -103,6 +110,11 @@ class CacheStats(NamedTuple):
     disk_hits: int
     entries: int
     capacity: int
+    background_compiles: int
+    async_fallbacks: int
+    background_failures: int
+    queue_rejections: int
+    recorded_keys: int
 
 
 def make_tensor(data: int | None, dtype: int, shape, strides, device: int = 0) -> DsaTensor:
@@ -144,6 +156,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.dsa_status_name.restype = ctypes.c_char_p
     lib.dsa_kernel_cache_stats.argtypes = [p(DsaCacheStats)]
     lib.dsa_kernel_cache_stats.restype = ctypes.c_int
+    lib.dsa_kernel_cache_stats_ex.argtypes = [p(DsaCacheStats), ctypes.c_size_t]
+    lib.dsa_kernel_cache_stats_ex.restype = ctypes.c_int
     lib.dsa_version.argtypes = []
     lib.dsa_version.restype = ctypes.c_char_p
     return lib
@@ -303,9 +317,9 @@ def forward_raw(q: DsaTensor, k: DsaTensor, w: DsaTensor, scores: DsaTensor, opt
 
 
 def kernel_cache_stats() -> CacheStats:
-    """The library's kernel-cache counters."""
+    """The library's kernel-cache, background-compile and recording counters."""
     s = DsaCacheStats()
-    check(library().dsa_kernel_cache_stats(ctypes.byref(s)))
+    check(library().dsa_kernel_cache_stats_ex(ctypes.byref(s), ctypes.sizeof(s)))
     return CacheStats(*(getattr(s, f) for f, _ in DsaCacheStats._fields_))
 
 

@@ -210,6 +210,8 @@ def test_kernel_cache_stats_shape():
     want_capacity = int(os.environ.get("DSA_INDEXER_CACHE_CAPACITY", "256"))
     assert s.capacity == want_capacity
     assert s.entries <= s.capacity and s.compiles <= s.misses
+    # No call ran here: the worker and the recorder have nothing to count.
+    assert (s.background_compiles, s.async_fallbacks, s.background_failures, s.queue_rejections, s.recorded_keys) == (0,) * 5
 
 
 # ---------------------------------------------------------------- raw calls -----------------

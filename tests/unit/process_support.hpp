@@ -2,6 +2,7 @@
 // Helpers for tests that need a process of their own: "one warning per process" is a property
 // of a process, a file-size limit or a dropped privilege must not leak into the test runner,
 // and a compiler crash must not take it down.
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -101,6 +102,67 @@ inline bool limit_file_size(rlim_t bytes) {
   ::signal(SIGXFSZ, SIG_IGN);
   struct rlimit rl {bytes, bytes};
   return ::setrlimit(RLIMIT_FSIZE, &rl) == 0;
+}
+
+// Runs `body(i)` in `n` forked children at once, released together (a pipe they all read until
+// the parent closes it), so that they contend for whatever they share; waits for all.
+inline std::vector<ChildResult> run_children_together(int n, const std::function<int(int)>& body) {
+  int gate[2];
+  std::vector<ChildResult> results(static_cast<std::size_t>(n));
+  if (::pipe(gate) != 0) return results;
+  std::vector<std::pair<pid_t, int>> kids;  // pid, output pipe
+  std::fflush(nullptr);
+  for (int i = 0; i < n; ++i) {
+    int out[2];
+    if (::pipe(out) != 0) break;
+    pid_t pid = ::fork();
+    if (pid < 0) break;
+    if (pid == 0) {
+      ::close(out[0]);
+      ::close(gate[1]);
+      ::dup2(out[1], 1);
+      ::dup2(out[1], 2);
+      ::close(out[1]);
+      char c;
+      while (::read(gate[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      int code = 100;
+      try {
+        code = body(i);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: uncaught exception: %s\n", i, e.what());
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    ::close(out[1]);
+    kids.emplace_back(pid, out[0]);
+  }
+  ::close(gate[0]);
+  ::close(gate[1]);  // every child's read returns 0: go
+  for (std::size_t i = 0; i < kids.size(); ++i) {
+    ChildResult& r = results[i];
+    r.output = read_all(kids[i].second);
+    ::close(kids[i].second);
+    int st = 0;
+    while (::waitpid(kids[i].first, &st, 0) < 0 && errno == EINTR) {
+    }
+    r.exited = WIFEXITED(st);
+    r.code = r.exited ? WEXITSTATUS(st) : -1;
+    r.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+  }
+  return results;
+}
+
+// Threads of this process now (/proc/self/task), or -1 where there is no procfs.
+inline int thread_count() {
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n;
 }
 
 inline int count_of(const std::string& hay, const std::string& needle) {

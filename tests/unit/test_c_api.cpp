@@ -75,3 +75,37 @@ TEST_CASE("c api: a valid call on a machine without a GPU is a driver error, not
   CHECK(dsa_kernel_cache_stats(&st) == DSA_STATUS_OK);
   CHECK(std::string(dsa_last_error()).empty());
 }
+
+TEST_CASE("c api: cache stats versions never write past the caller's struct", "[c_api]") {
+  static_assert(DSA_CACHE_STATS_V1_SIZE == 7 * sizeof(uint64_t), "version 1: seven counters");
+  static_assert(sizeof(dsa_cache_stats) == DSA_CACHE_STATS_V2_SIZE, "version 2: twelve counters");
+  // A caller built against version 1 allocates seven counters: the old entry point writes them
+  // and nothing after.
+  unsigned char buf[DSA_CACHE_STATS_V2_SIZE + 16];
+  std::memset(buf, 0xab, sizeof buf);
+  auto* st = reinterpret_cast<dsa_cache_stats*>(buf);
+  REQUIRE(dsa_kernel_cache_stats(st) == DSA_STATUS_OK);
+  CHECK(st->capacity >= 1);
+  for (std::size_t i = DSA_CACHE_STATS_V1_SIZE; i < sizeof buf; ++i) CHECK(buf[i] == 0xab);
+  // _ex with version 1's size: the same; with a size between fields, whole fields only.
+  std::memset(buf, 0xab, sizeof buf);
+  REQUIRE(dsa_kernel_cache_stats_ex(st, DSA_CACHE_STATS_V1_SIZE + 4) == DSA_STATUS_OK);
+  CHECK(st->capacity >= 1);
+  for (std::size_t i = DSA_CACHE_STATS_V1_SIZE; i < sizeof buf; ++i) CHECK(buf[i] == 0xab);
+  // Version 2's size: every counter (none counted yet here).
+  std::memset(buf, 0xab, sizeof buf);
+  REQUIRE(dsa_kernel_cache_stats_ex(st, sizeof(dsa_cache_stats)) == DSA_STATUS_OK);
+  CHECK(st->background_compiles == 0);
+  CHECK(st->async_fallbacks == 0);
+  CHECK(st->background_failures == 0);
+  CHECK(st->queue_rejections == 0);
+  CHECK(st->recorded_keys == 0);
+  for (std::size_t i = DSA_CACHE_STATS_V2_SIZE; i < sizeof buf; ++i) CHECK(buf[i] == 0xab);
+  // A newer caller's larger struct: what this library does not know reads 0.
+  std::memset(buf, 0xab, sizeof buf);
+  REQUIRE(dsa_kernel_cache_stats_ex(st, sizeof buf) == DSA_STATUS_OK);
+  for (std::size_t i = DSA_CACHE_STATS_V2_SIZE; i < sizeof buf; ++i) CHECK(buf[i] == 0);
+  CHECK(dsa_kernel_cache_stats_ex(st, DSA_CACHE_STATS_V1_SIZE - 8) == DSA_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(dsa_last_error()), Catch::Contains("struct_size") && Catch::Contains("56"));
+  CHECK(dsa_kernel_cache_stats_ex(nullptr, sizeof(dsa_cache_stats)) == DSA_STATUS_INVALID_ARGUMENT);
+}

@@ -16,13 +16,28 @@
 
 namespace {
 
-dsa_test::ChildResult tool(std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
-  args.insert(args.begin(), DSA_TEST_TOOL);
+// `program` (a tool this build made) with `args`, in an environment with `env` added.
+dsa_test::ChildResult run_tool(const char* program, std::vector<std::string> args,
+                               std::vector<std::pair<std::string, std::string>> env = {}) {
+  args.insert(args.begin(), program);
   return dsa_test::run_program(args, [env] {
     ::alarm(120);  // survives exec: a hanging tool dies by SIGALRM
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     return true;
   });
+}
+
+dsa_test::ChildResult tool(std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
+  return run_tool(DSA_TEST_TOOL, std::move(args), std::move(env));
+}
+
+// Links the CUDA toolkit's stub as `dir`/libcuda.so.1 (with `dir` on LD_LIBRARY_PATH, no GPU is
+// usable on any machine); false where the toolkit has no stub.
+bool link_stub_libcuda(const std::string& dir) {
+  const std::string stub = DSA_TEST_CUDA_STUB;
+  struct stat st {};
+  if (stub.empty() || ::stat(stub.c_str(), &st) != 0) return false;
+  return ::symlink(stub.c_str(), (dir + "/libcuda.so.1").c_str()) == 0;
 }
 
 int count_entries(const std::string& dir) {
@@ -61,14 +76,11 @@ TEST_CASE("temp paths: jitcost works in a private mkdtemp directory, never a fix
 }
 
 TEST_CASE("driver stub: a libcuda.so.1 that is the toolkit's stub gets a message saying so", "[driver_stub]") {
-  const std::string stub = DSA_TEST_CUDA_STUB;
-  struct stat st {};
-  if (stub.empty() || ::stat(stub.c_str(), &st) != 0) {
+  dsa_test::TempDir t;
+  if (!link_stub_libcuda(t.path())) {
     WARN("SKIPPED: the CUDA toolkit has no stubs/libcuda.so here");
     return;
   }
-  dsa_test::TempDir t;
-  REQUIRE(::symlink(stub.c_str(), (t.path() + "/libcuda.so.1").c_str()) == 0);
   // bench probes the driver first and stops there without a GPU.
   auto r = tool({"bench"}, {{"LD_LIBRARY_PATH", t.path()}});
   INFO(r.output);
@@ -192,4 +204,29 @@ TEST_CASE("command line: unknown options, missing values and bad values exit 2 a
   r = tool({"cache", "clear", "--cache-dir", dir}, env);
   CHECK(r.code == 0);
   CHECK_THAT(r.output, Catch::Contains("removed 1 files"));
+}
+
+TEST_CASE("hostcost: its command line, and exit 3 without a usable GPU", "[cli]") {
+  auto hostcost = [](std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
+    return run_tool(DSA_TEST_HOSTCOST, std::move(args), std::move(env));
+  };
+  struct stat built {};
+  if (::stat(DSA_TEST_HOSTCOST, &built) != 0) {
+    WARN("SKIPPED: " DSA_TEST_HOSTCOST " is not built (a build of the unit tests alone, as the TSan run's)");
+    return;
+  }
+  auto help = hostcost({"--help"});
+  CHECK(help.code == 0);
+  CHECK_THAT(help.output, Catch::Contains("--keys"));
+  CHECK(hostcost({"--keys", "0"}).code == 2);
+  CHECK(hostcost({"--frobnicate"}).code == 2);
+  dsa_test::TempDir t;
+  if (!link_stub_libcuda(t.path())) {
+    WARN("SKIPPED the no-GPU case: the CUDA toolkit has no stubs/libcuda.so here");
+    return;
+  }
+  auto r = hostcost({"--keys", "2"}, {{"LD_LIBRARY_PATH", t.path()}});
+  INFO(r.output);
+  CHECK(r.code == 3);
+  CHECK_THAT(r.output, Catch::Contains("needs a Hopper GPU"));
 }

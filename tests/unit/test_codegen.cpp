@@ -55,7 +55,8 @@ TEST_CASE("shared code names no family", "[codegen]") {
   // The shared machinery reaches families only through family.hpp: no family's header, and no
   // family stem in a string, outside the family's own files and the registry.
   const char* shared[] = {"codegen.cpp", "dispatch.cpp", "planner.cpp", "kernel_cache.cpp", "launch.cpp", "validate.cpp",
-                          "warmup.cpp", "indexer.cpp", "c_api.cpp", "kernel_spec.cpp", "nvrtc_compiler.cpp", "disk_cache.cpp"};
+                          "warmup.cpp", "indexer.cpp", "c_api.cpp", "kernel_spec.cpp", "nvrtc_compiler.cpp", "disk_cache.cpp",
+                          "compile_mode.cpp", "background_compiler.cpp", "manifest_recorder.cpp"};
   for (const char* f : shared) {
     std::ifstream in(std::string(DSA_TEST_SOURCE_DIR) + "/" + f);
     REQUIRE(in.good());

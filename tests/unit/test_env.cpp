@@ -27,6 +27,8 @@ TEST_CASE("env defaults", "[env]") {
   CHECK_FALSE(c.disable_lean);
   CHECK(c.isolation == CompileIsolation::in_process);
   CHECK(c.log_level == LogLevel::warn);
+  CHECK(c.lean_compile == LeanCompile::sync);
+  CHECK(c.record_manifest.empty());
 }
 
 TEST_CASE("env cache directory precedence", "[env]") {
@@ -47,6 +49,20 @@ TEST_CASE("env values", "[env]") {
   CHECK(c.isolation == CompileIsolation::process);
   CHECK(c.log_level == LogLevel::quiet);
   CHECK(c.compile_helper == "/bin/h");
+}
+
+TEST_CASE("env compile mode and shape recording", "[env]") {
+  CHECK(parse({{"DSA_INDEXER_LEAN_COMPILE", "sync"}}).lean_compile == LeanCompile::sync);
+  CHECK(parse({{"DSA_INDEXER_LEAN_COMPILE", "async"}}).lean_compile == LeanCompile::async);
+  CHECK(parse({{"DSA_INDEXER_LEAN_COMPILE", ""}}).lean_compile == LeanCompile::sync);
+  CHECK(parse({{"DSA_INDEXER_RECORD_MANIFEST", "/data/shapes.txt"}}).record_manifest == "/data/shapes.txt");
+  CHECK(parse({{"DSA_INDEXER_RECORD_MANIFEST", ""}}).record_manifest.empty());
+  for (const char* bad : {"Async", "background", "1", " async"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parse({{"DSA_INDEXER_LEAN_COMPILE", bad}}),
+                      Catch::Contains("DSA_INDEXER_LEAN_COMPILE") && Catch::Contains("'sync' or 'async'") &&
+                          Catch::Contains(std::string("'") + bad + "'"));
+  }
 }
 
 TEST_CASE("env escape hatch honours both names", "[env]") {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernel_cache.hpp"
+#include "process_support.hpp"
 
 using dsa_indexer::detail::LruCache;
 
@@ -103,4 +104,84 @@ TEST_CASE("lru: a slow key does not block other keys", "[kernel_cache]") {
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
   release = true;
   slow.join();
+}
+
+namespace {
+// A production of `key` on a thread of its own that runs until finish(); constructed, it has
+// started (the key is in flight).
+class SlowProduction {
+ public:
+  SlowProduction(LruCache<std::shared_ptr<int>>& c, std::string key, int value)
+      : thread_([this, &c, key, value] {
+          c.get_or_create(key, [&] {
+            started_ = true;
+            while (!release_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            return std::make_shared<int>(value);
+          });
+        }) {
+    while (!started_.load()) std::this_thread::yield();
+  }
+  ~SlowProduction() { finish(); }
+  void finish() {
+    release_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> release_{false}, started_{false};
+  std::thread thread_;  // declared last: it starts once the flags exist
+};
+}  // namespace
+
+TEST_CASE("lru find: a ready entry is a hit and promotes; absent or in flight counts nothing and never waits", "[kernel_cache]") {
+  LruCache<std::shared_ptr<int>> c(2);
+  CHECK(c.find("a") == nullptr);
+  bool produced = true;
+  c.get_or_create("a", [] { return std::make_shared<int>(1); }, &produced);
+  CHECK(produced);
+  c.get_or_create("b", [] { return std::make_shared<int>(2); });
+  c.get_or_create("a", [] { return std::make_shared<int>(9); }, &produced);
+  CHECK_FALSE(produced);  // a hit
+  auto s = c.stats();
+  CHECK(s.hits == 1);
+  CHECK(s.misses == 2);
+  REQUIRE(c.find("b") != nullptr);  // promotes b over a
+  CHECK(*c.find("b") == 2);
+  CHECK(c.keys() == std::vector<std::string>{"b", "a"});
+  CHECK(c.find("zz") == nullptr);
+  s = c.stats();
+  CHECK(s.hits == 3);
+  CHECK(s.misses == 2);
+
+  // In flight: find returns at once with nothing, and counts nothing.
+  SlowProduction slow(c, "slow", 3);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(c.find("slow") == nullptr);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  CHECK(c.stats().hits == 3);
+  CHECK(c.stats().misses == 3);
+  slow.finish();
+  REQUIRE(c.find("slow") != nullptr);
+}
+
+TEST_CASE("lru: after fork the child produces a key that was in flight in the parent", "[kernel_cache]") {
+  LruCache<std::shared_ptr<int>> c(4);
+  c.get_or_create("ready", [] { return std::make_shared<int>(1); });
+  SlowProduction producer(c, "orphan", 2);
+  // What the process runtime's pthread_atfork handlers do around a fork.
+  c.fork_prepare();
+  const auto r = dsa_test::run_in_child([&] {
+    c.fork_child();
+    ::alarm(20);  // a wait on the orphaned production would hang: die by SIGALRM instead
+    bool produced = false;
+    const int v = *c.get_or_create("orphan", [] { return std::make_shared<int>(7); }, &produced);
+    const bool ready_kept = c.find("ready") && *c.find("ready") == 1;
+    return v == 7 && produced && ready_kept ? 0 : 1;
+  });
+  c.fork_parent();
+  CHECK(r.exited);
+  CHECK(r.code == 0);
+  producer.finish();
+  REQUIRE(c.find("orphan") != nullptr);
+  CHECK(*c.find("orphan") == 2);  // the parent's own production
 }

@@ -5,8 +5,11 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace dsa_test {
 
@@ -28,6 +31,27 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// A warning sink for objects that take one (the background worker, the manifest recorder):
+// keeps every message, thread-safely.
+class MessageLog {
+ public:
+  std::function<void(const std::string&)> sink() {
+    return [this](const std::string& m) {
+      std::lock_guard<std::mutex> lk(mu_);
+      seen_.push_back(m);
+    };
+  }
+  std::vector<std::string> messages() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return seen_;
+  }
+  std::size_t count() const { return messages().size(); }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> seen_;
 };
 
 // Whole-file read and overwrite, for tests that damage cache entries on purpose.

@@ -8,6 +8,7 @@
 #include "sm90_indexer_generic.hpp"
 #include "sm90_indexer_lean.hpp"
 #include "sm90_indexer_reference.hpp"
+#include "call_cases.hpp"
 #include "warmup.hpp"
 
 using namespace dsa_indexer::detail;
@@ -112,4 +113,56 @@ TEST_CASE("manifest values are range-checked as the public API checks them", "[w
   CHECK(v[0].sq == 2147483647);
   auto specs = manifest_specs(v, DeviceInfo::h200());
   CHECK(specs.size() == 2);
+}
+
+TEST_CASE("manifest: batch= and sms= are what a gate reads besides the shape", "[warmup]") {
+  using dsa_indexer::DType;
+  auto v = parse_manifest("sq=1024 sk=512 batch=2 family=lean\nsq=1024 sk=512 sms=114 family=lean\nsq=1024 sk=512\n", "m");
+  REQUIRE(v.size() == 3);
+  CHECK(v[0].batch == 2);
+  CHECK(v[1].sms == 114);
+  CHECK(v[2].batch == 1);
+  CHECK(v[2].sms == 0);
+  const auto specs = manifest_specs(v, DeviceInfo::h200());
+  // 128 q-tiles: lean only where B or the SM count makes the grid saturated.
+  CHECK(specs == std::vector<KernelSpec>{lean_spec(1024, 512, DType::bf16, false), generic_spec(64, DType::bf16, false, Layout::bshd)});
+  CHECK_THROWS_WITH(manifest_specs(parse_manifest("sq=1024 sk=512 family=lean\n", "m"), DeviceInfo::h200()), Contains("saturation"));
+  CHECK_THROWS_WITH(parse_manifest("layout=thd_local sq=64 sk=64 batch=2\n", "m"), Contains("batch") && Contains("THD"));
+  CHECK_THROWS_WITH(parse_manifest("sq=64 sk=64 sms=0\n", "m"), Contains("sms") && Contains("[1, 65535]"));
+  CHECK_THROWS_AS(parse_manifest("sq=64 sk=64 batch=0\n", "m"), dsa_indexer::InvalidArgument);
+  CHECK_THROWS_AS(parse_manifest("sq=64 sk=64 sms=70000\n", "m"), dsa_indexer::InvalidArgument);
+}
+
+TEST_CASE("manifest_line maps back to exactly the variant a call used, for every family", "[warmup][record]") {
+  for (const auto& c : dsa_test::every_family_calls()) {
+    const std::string line = manifest_line(c.p, c.dev, c.spec, DeviceInfo::h200());
+    INFO(c.what << ": " << c.spec.variant_key() << " -> '" << line << "'");
+    REQUIRE_FALSE(line.empty());
+    CHECK(line.find('\n') == std::string::npos);
+    CHECK_THAT(line, Contains(std::string("family=") + c.spec.family->option()) && Contains("# " + c.spec.variant_key()));
+    CHECK(manifest_specs(parse_manifest(line + "\n", "recorded"), DeviceInfo::h200()) == std::vector<KernelSpec>{c.spec});
+  }
+  // The fields a gate reads are written only where they differ from a line's defaults.
+  const auto cases = dsa_test::every_family_calls();
+  auto line_of = [&](const std::string& what) {
+    for (const auto& c : cases)
+      if (c.what == what) return manifest_line(c.p, c.dev, c.spec, DeviceInfo::h200());
+    FAIL("no case " << what);
+    return std::string();
+  };
+  CHECK_THAT(line_of("lean saturated by B 2 only"), Contains(" batch=2 ") && !Contains("sms="));
+  CHECK_THAT(line_of("lean on a 114-SM device, unsaturated on the profile"), Contains(" sms=114 ") && !Contains("batch="));
+  CHECK_THAT(line_of("lean scale 1"), Contains(" scale=1 "));
+  CHECK_THAT(line_of("lean bshd 8192x4096"), !Contains("scale=") && !Contains("batch=") && !Contains("sms="));
+}
+
+TEST_CASE("manifest_line is empty where no line says the variant", "[warmup][record]") {
+  const auto cases = dsa_test::every_family_calls();
+  // A lean variant paired with a problem its gate refuses on the profile (H 32): no line of
+  // that problem implies it, and nothing approximate is written instead.
+  const auto& lean = cases.front();
+  const auto& h32 = cases[8];
+  REQUIRE(h32.p.heads == 32);
+  CHECK(manifest_line(h32.p, h32.dev, lean.spec, DeviceInfo::h200()).empty());
+  CHECK(manifest_line(lean.p, lean.dev, KernelSpec{}, DeviceInfo::h200()).empty());
 }
