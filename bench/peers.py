@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import re
 import math
 import os
 import platform
@@ -689,7 +690,7 @@ def measure(args) -> dict:
 
     out_dir = Path(args.out)
     check_cache: dict = {}
-    for c in bench_cases(args.quick):
+    for c in (c for c in bench_cases(args.quick) if re.search(args.match, c.name)):
         row = {"case": asdict(c), "name": c.name, "visible_pairs": c.visible_pairs(), "flops": c.flops(), "series": c.series,
                "s_q": c.t_q if c.thd else c.s_q, "runs": {}}
         sets: list = []
@@ -1148,6 +1149,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=0.6, help="seconds of timed calls per cell (sets N)")
     ap.add_argument("--max-seconds", type=float, default=500, help="stop starting new cells after this many seconds")
     ap.add_argument("--quick", action="store_true", help="only the first 4 cases")
+    ap.add_argument("--match", default="", help="only the cases whose name matches this regular expression (e.g. '^thd')")
     ap.add_argument("--jitcost", default="", metavar="PATH|none",
                     help="the dsa-indexer tool whose `jitcost` fills the JIT-costs table (default build/tools/dsa-indexer; none: skip)")
     ap.add_argument("--jitcost-timeout", type=float, default=300)
