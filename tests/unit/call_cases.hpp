@@ -67,6 +67,13 @@ inline std::vector<CallCase> every_family_calls() {
   ThdCall global;
   make_thd(global, 64, true);
   v.push_back(call_case("generic thd global H64", global));
+  // lean THD: the key holds T_q rounded up to 8, never T_k or the boundaries
+  PackedCall packed({3000, 1, 0, 5190}, {1500, 1, 7, 2595});
+  v.push_back(call_case("lean thd local, 4 segments", packed));
+  PackedCall packed_global({4000, 4189}, {2000, 2094}, true);
+  packed_global.opt.sm_scale = 1.0f;
+  v.push_back(call_case("lean thd global scale 1", packed_global));
+  v.push_back(call_case("generic: the fallback of a lean thd call", packed, KernelFamily::automatic, true));
   v.push_back(call_case("reference bshd", bshd_call(1, 64, 64), KernelFamily::reference));
   ThdCall ref;
   make_thd(ref, 16, true);

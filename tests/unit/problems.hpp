@@ -1,7 +1,9 @@
 #pragma once
 // Well-formed descriptors over fake (never dereferenced) device addresses, for tests that
 // exercise validation and planning without a GPU.
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "dsa_indexer/indexer.hpp"
 
@@ -48,5 +50,33 @@ inline void make_thd(ThdCall& c, int64_t H = 32, bool global = false) {
   c.opt.max_seqlen_k = 7;
   c.opt.thd_columns = global ? dsa_indexer::ThdColumns::global : dsa_indexer::ThdColumns::local;
 }
+
+// A packed call over fake addresses: segments of sq[i] query and sk[i] key rows, host mirrors.
+struct PackedCall : Call {
+  std::vector<int32_t> cuq{0}, cuk{0};
+  PackedCall(const std::vector<int64_t>& sq, const std::vector<int64_t>& sk, bool global = false, int64_t H = 64) {
+    int64_t mq = 0, mk = 0;
+    for (std::size_t i = 0; i < sq.size(); ++i) {
+      cuq.push_back(cuq.back() + static_cast<int32_t>(sq[i]));
+      cuk.push_back(cuk.back() + static_cast<int32_t>(sk[i]));
+      mq = std::max(mq, sq[i]);
+      mk = std::max(mk, sk[i]);
+    }
+    const int64_t tq = cuq.back(), tk = cuk.back(), n = static_cast<int64_t>(cuq.size());
+    q = TensorDesc::contiguous(fake(0x100000), DType::bf16, {tq, H, 128});
+    k = TensorDesc::contiguous(fake(0x200000), DType::bf16, {tk, 1, 128});
+    w = TensorDesc::contiguous(fake(0x300000), DType::bf16, {tq, H});
+    out = TensorDesc::contiguous(fake(0x400000), DType::f32, {tq, global ? tk : mk});
+    opt.ratio = 2;
+    opt.cu_seqlens_q = TensorDesc::contiguous(fake(0x500000), DType::i32, {n});
+    opt.cu_seqlens_k = TensorDesc::contiguous(fake(0x600000), DType::i32, {n});
+    opt.cu_seqlens_q_host = cuq.data();
+    opt.cu_seqlens_k_host = cuk.data();
+    opt.max_seqlen_q = mq;
+    opt.max_seqlen_k = mk;
+    opt.thd_columns = global ? dsa_indexer::ThdColumns::global : dsa_indexer::ThdColumns::local;
+  }
+  PackedCall(const PackedCall&) = delete;
+};
 
 }  // namespace dsa_test

@@ -21,33 +21,6 @@ using dsa_indexer::KernelFamily;
 using Catch::Contains;
 
 namespace {
-// A packed call over fake addresses: segments of sq[i] query and sk[i] key rows, host mirrors.
-struct LeanThdCall : Call {
-  std::vector<int32_t> cuq{0}, cuk{0};
-  LeanThdCall(const std::vector<int64_t>& sq, const std::vector<int64_t>& sk, bool global = false, int64_t H = 64) {
-    int64_t mq = 0, mk = 0;
-    for (std::size_t i = 0; i < sq.size(); ++i) {
-      cuq.push_back(cuq.back() + static_cast<int32_t>(sq[i]));
-      cuk.push_back(cuk.back() + static_cast<int32_t>(sk[i]));
-      mq = std::max(mq, sq[i]);
-      mk = std::max(mk, sk[i]);
-    }
-    const int64_t tq = cuq.back(), tk = cuk.back(), n = static_cast<int64_t>(cuq.size());
-    q = TensorDesc::contiguous(fake(0x100000), DType::bf16, {tq, H, 128});
-    k = TensorDesc::contiguous(fake(0x200000), DType::bf16, {tk, 1, 128});
-    w = TensorDesc::contiguous(fake(0x300000), DType::bf16, {tq, H});
-    out = TensorDesc::contiguous(fake(0x400000), DType::f32, {tq, global ? tk : mk});
-    opt.ratio = 2;
-    opt.cu_seqlens_q = TensorDesc::contiguous(fake(0x500000), DType::i32, {n});
-    opt.cu_seqlens_k = TensorDesc::contiguous(fake(0x600000), DType::i32, {n});
-    opt.cu_seqlens_q_host = cuq.data();
-    opt.cu_seqlens_k_host = cuk.data();
-    opt.max_seqlen_q = mq;
-    opt.max_seqlen_k = mk;
-    opt.thd_columns = global ? dsa_indexer::ThdColumns::global : dsa_indexer::ThdColumns::local;
-  }
-  LeanThdCall(const LeanThdCall&) = delete;
-};
 
 // The headline shape: saturates 132 SMs with B 1 (1024 q-tiles).
 Call lean_call(int64_t B = 1, int64_t sq = 8192, int64_t sk = 4096, int64_t H = 64) { return bshd_call(B, sq, sk, H); }
@@ -68,20 +41,20 @@ std::string lean_error(const Call& c, bool hatch = false, const DeviceInfo& dev 
 
 TEST_CASE("dispatch: THD calls that pass the lean gates go lean, in both column modes", "[dispatch][thd]") {
   // 3 ragged segments of 8190 packed tokens (1024 q-tiles, the last one short)
-  LeanThdCall t({4000, 1, 4189}, {2000, 1, 2094});
+  PackedCall t({4000, 1, 4189}, {2000, 1, 2094});
   CHECK(&pick(t) == &lean_family());
-  LeanThdCall g({4000, 1, 4189}, {2000, 1, 2094}, true);
+  PackedCall g({4000, 1, 4189}, {2000, 1, 2094}, true);
   CHECK(&pick(g) == &lean_family());
   CHECK(&pick(t, KernelFamily::generic) == &generic_family());
   CHECK(&pick(t, KernelFamily::automatic, true) == &generic_family());  // the escape hatch
   // too few q-tiles to fill the device
-  LeanThdCall small({500, 300}, {250, 150});
+  PackedCall small({500, 300}, {250, 150});
   CHECK(&pick(small) == &generic_family());
   CHECK_THAT(lean_error(small), Contains("grid saturation (q-tiles of T_q)") && Contains("got 100"));
   // H 32, LSE and explicit windows stay generic
-  LeanThdCall h32({4096, 4096}, {2048, 2048}, false, 32);
+  PackedCall h32({4096, 4096}, {2048, 2048}, false, 32);
   CHECK_THAT(lean_error(h32), Contains("heads H"));
-  LeanThdCall lse({4096, 4096}, {2048, 2048});
+  PackedCall lse({4096, 4096}, {2048, 2048});
   lse.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {8192});
   CHECK_THAT(lean_error(lse), Contains("family lean: lse"));
   // the planner needs the host cu_seqlens (validate always has them: mirrors or one read)
@@ -93,7 +66,7 @@ TEST_CASE("dispatch: THD calls that pass the lean gates go lean, in both column 
 
 TEST_CASE("dispatch: the lean THD key ignores T_k and the segment boundaries", "[dispatch][thd]") {
   std::mt19937 rng(11);
-  const KernelSpec first = make_plan(prob(LeanThdCall({8192}, {4096})), DeviceInfo::h200(), lean_family()).spec;
+  const KernelSpec first = make_plan(prob(PackedCall({8192}, {4096})), DeviceInfo::h200(), lean_family()).spec;
   CHECK(first.shape_key() == "thd_local.sq8192.sk0.wbf16.scale1.s5");
   for (int i = 0; i < 20; ++i) {
     // a random packing of 8185..8192 tokens into 1..9 segments (empty and one-token ones too)
@@ -106,7 +79,7 @@ TEST_CASE("dispatch: the lean THD key ignores T_k and the segment boundaries", "
       left -= sq[static_cast<std::size_t>(s)];
       sk[static_cast<std::size_t>(s)] = sq[static_cast<std::size_t>(s)] / (1 + rng() % 4);
     }
-    LeanThdCall c(sq, sk);
+    PackedCall c(sq, sk);
     INFO("packing " << i);
     const Plan plan = make_plan(prob(c), DeviceInfo::h200(), lean_family());
     CHECK(plan.spec == first);
@@ -114,9 +87,9 @@ TEST_CASE("dispatch: the lean THD key ignores T_k and the segment boundaries", "
     CHECK(plan.schedule != nullptr);
   }
   // what the key does hold: T_q rounded up to the q-tile, the columns, W, the scale variant
-  CHECK(make_plan(prob(LeanThdCall({8193}, {4096})), DeviceInfo::h200(), lean_family()).spec.shape_key() ==
+  CHECK(make_plan(prob(PackedCall({8193}, {4096})), DeviceInfo::h200(), lean_family()).spec.shape_key() ==
         "thd_local.sq8200.sk0.wbf16.scale1.s5");
-  CHECK(make_plan(prob(LeanThdCall({8192}, {4096}, true)), DeviceInfo::h200(), lean_family()).spec.shape_key() ==
+  CHECK(make_plan(prob(PackedCall({8192}, {4096}, true)), DeviceInfo::h200(), lean_family()).spec.shape_key() ==
         "thd_global.sq8192.sk0.wbf16.scale1.s5");
 }
 
