@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "codegen.hpp"
@@ -40,6 +40,11 @@ int64_t round_to_tile(int64_t rows) { return (rows + kTile - 1) / kTile * kTile;
 int64_t work_items(const Problem& p) { return p.is_thd() ? round_to_tile(p.t_q) / kTile : p.s_q / kTile * p.batch; }
 
 bool saturated(const Problem& p, const DeviceInfo& dev) { return work_items(p) >= dev.sm_count; }
+
+// THD: validate() always fills them (the caller's mirrors or one read of the device arrays).
+bool has_host_seqlens(const Problem& p) {
+  return p.cu_q_host.size() == static_cast<std::size_t>(p.batch) + 1 && p.cu_k_host.size() == p.cu_q_host.size();
+}
 
 std::atomic<LeanThdOrder> g_thd_order{LeanThdOrder::balanced};
 
@@ -95,7 +100,7 @@ class LeanFamily final : public Family {
       if (!aligned16(ptr)) return Gate::fail("operand alignment", "16-byte-aligned q, k, w and scores", fmt::format("{}", ptr));
     if (!p.is_thd() && p.s_q % kTile != 0)
       return Gate::fail("S_q", fmt::format("a multiple of {} (the lean q-tile)", kTile), std::to_string(p.s_q));
-    if (p.is_thd() && (p.cu_q_host.size() != static_cast<std::size_t>(p.batch) + 1 || p.cu_k_host.size() != p.cu_q_host.size()))
+    if (p.is_thd() && !has_host_seqlens(p))
       return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
     if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
       return Gate::fail("T_q", "< 2^31 - 8", std::to_string(p.t_q));
@@ -117,7 +122,7 @@ class LeanFamily final : public Family {
     k += contiguous(p) ? ".c1" : ".c0";
     k += aligned16(p.q) && aligned16(p.k) && aligned16(p.w) && aligned16(p.out) ? ".a1" : ".a0";
     k += ".sq" + std::to_string(p.is_thd() ? round_to_tile(p.t_q) : p.s_q);
-    if (p.is_thd()) k += p.cu_q_host.size() == static_cast<std::size_t>(p.batch) + 1 && p.cu_k_host.size() == p.cu_q_host.size() ? ".cu1" : ".cu0";
+    if (p.is_thd()) k += has_host_seqlens(p) ? ".cu1" : ".cu0";
     k += saturated(p, dev) ? ".sat1" : ".sat0";
     return k;
   }
@@ -137,7 +142,7 @@ class LeanFamily final : public Family {
     l.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.num_tiles, dev.sm_count)));
     l.block[0] = LeanGeometry::kThreads;
     l.smem = plan.spec.dynamic_smem;
-    plan.empty = plan.num_tiles == 0 || p.rows == 0;
+    plan.empty = plan.num_tiles == 0;
     if (p.is_thd() && !plan.empty) plan.schedule = thd_plan_for(p, l.grid[0]);
     return plan;
   }
@@ -238,6 +243,15 @@ std::vector<int64_t> order_by_cost(const std::vector<int32_t>& kv, int32_t quant
   return order;
 }
 
+// The CTA policy under which `worst` (the max / mean per-CTA cost a schedule reaches) is lower;
+// the snake on a tie.
+int32_t best_policy(const LeanSchedule& s, const std::function<double(const LeanSchedule&)>& worst) {
+  LeanSchedule rr = s, snake = s;
+  rr.policy = dsa::kLeanRoundRobin;
+  snake.policy = dsa::kLeanSnake;
+  return worst(rr) < worst(snake) ? dsa::kLeanRoundRobin : dsa::kLeanSnake;
+}
+
 }  // namespace
 
 int LeanGeometry::smem_bytes(DType w, int kv_stages) {
@@ -280,14 +294,11 @@ LeanSchedule lean_schedule(int64_t s_q, int64_t s_k) {
   s.runs = runs_of(order);
   // The policy that balances the planning profile (H100 SXM and H200: the same SM count) best
   // over the batch sizes a key meets most.
-  auto worst = [&](int32_t policy) {
-    LeanSchedule c = s;
-    c.policy = policy;
+  s.policy = best_policy(s, [&](const LeanSchedule& c) {
     double w = 0;
     for (int64_t b : {1, 2, 4}) w = std::max(w, lean_balance(c, cost, b, DeviceInfo::h200().sm_count));
     return w;
-  };
-  s.policy = worst(dsa::kLeanRoundRobin) < worst(dsa::kLeanSnake) ? dsa::kLeanRoundRobin : dsa::kLeanSnake;
+  });
   return s;
 }
 
@@ -338,16 +349,7 @@ LeanThdPlan lean_thd_plan(const std::vector<int32_t>& kv, int64_t grid, LeanThdO
       s.runs = runs_of(order_by_cost(kv, plan.quantum));
       if (s.runs.size() <= static_cast<std::size_t>(dsa::kLeanThdMaxRuns)) break;
     }
-    double best = 0;
-    for (int32_t policy : {dsa::kLeanRoundRobin, dsa::kLeanSnake}) {
-      LeanSchedule c = s;
-      c.policy = policy;
-      const double b = kv.empty() ? 1.0 : lean_balance(c, cost, 1, grid);
-      if (policy == dsa::kLeanRoundRobin || b < best) {
-        best = b;
-        s.policy = policy;
-      }
-    }
+    s.policy = best_policy(s, [&](const LeanSchedule& c) { return lean_balance(c, cost, 1, grid); });
   } else {
     // The static order: the packed q-tiles from the last one (the generic family's order).
     std::vector<int64_t> rev(kv.size());
@@ -356,7 +358,7 @@ LeanThdPlan lean_thd_plan(const std::vector<int32_t>& kv, int64_t grid, LeanThdO
     s.policy = dsa::kLeanSnake;
     plan.quantum = 0;
   }
-  plan.balance = kv.empty() ? 1.0 : lean_balance(s, cost, 1, grid);
+  plan.balance = lean_balance(s, cost, 1, grid);
   plan.sched.policy = s.policy;
   plan.sched.n_runs = static_cast<int32_t>(s.runs.size());
   std::copy(s.runs.begin(), s.runs.end(), plan.sched.runs);

@@ -30,6 +30,7 @@
 #include "gemm_ceiling.hpp"
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
+#include "stats.hpp"
 #include "runtime.hpp"
 #include "sm90_indexer_generic.hpp"
 #include "sm90_indexer_lean.hpp"
@@ -136,11 +137,6 @@ int run_cache(const Args& a) {
   fmt::print("cache {}: {} entries ok, {} bad, {} cubin bytes in {}{}\n", sub, entries.size() - bad, bad, bytes,
              cfg.cache_dir, cfg.prebuilt_dir.empty() ? "" : " (+ prebuilt " + cfg.prebuilt_dir + ")");
   return (sub == "verify" && (bad || !problem.empty())) ? 1 : 0;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 struct Timed {

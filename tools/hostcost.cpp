@@ -22,6 +22,7 @@
 #include "env.hpp"
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
+#include "stats.hpp"
 
 namespace dd = dsa_indexer::detail;
 using namespace dsa_support;
@@ -33,11 +34,6 @@ constexpr double kTargetExtraUs = 50.0;
 constexpr int kExitOver = 1, kExitUsage = 2, kExitNoGpu = 3;
 
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 HostProblem lean_shape(int64_t sq) {
   HostProblem p;
