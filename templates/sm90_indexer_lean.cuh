@@ -470,10 +470,13 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
     return k < rounds;
   };
   i64 k = 0;
-  i32 tile = 0, b = 0;
-  bool have = next_item(k, tile, b);
   LeanLane ln;
-  if (have) ln = lane_info(tile, b);
+  bool have;
+  {
+    i32 tile = 0, b = 0;
+    have = next_item(k, tile, b);
+    if (have) ln = lane_info(tile, b);
+  }
   while (have) {
     i64 k_n = k + 1;
     i32 tile_n = 0, b_n = 0;
@@ -482,54 +485,52 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
     bool ready_n = false;
     const i32 n_kv = ln.n_kv;
     if (n_kv > 0) {
-    mbarrier_wait(&w_full[cg], q_uses & 1);
-    mbarrier_wait(&q_full[cg], q_uses & 1);
-    wreg.load(w_smem, lane & 3);
-    for (i32 it = 0; it < n_kv; ++it) {
-      mbarrier_wait(&kv_full[stage], phase);
-      named_barrier_sync(my_bar, 256);
-      mma_kv_tile(acc, kv_base0 + stage * kKvBytes, q_base);
-      named_barrier_arrive(other_bar, 256);
-      if (!kBshd && it == 0 && have_n) {
-        ln_n = lane_info(tile_n, b_n);
-        ready_n = true;
-      }
-      wgmma_wait_group<0>();
-      wgmma_fence_operands(acc);
-      // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
-      // load under this last epilogue. fp32 weights are still read from shared memory.
-      // Every thread arrives on q_empty: an arrival releases only its own thread's reads.
-      if (!Cfg::kWeightsF32 && it == n_kv - 1) mbarrier_arrive(&q_empty[cg]);
-      if (lane == 0) mbarrier_arrive(&kv_empty[stage]);
-      if (++stage == T::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-      float part[2 * TPW];
-      head_sum<T::kHeads, TPW>(acc, wreg, part, lane);
-      // KV rows relative to the item's first: the tile's rows are [it * 64, it * 64 + 64)
-      const i32 rel0 = it * kKvRows;
-      const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
-      const i32 rr = rel0 + 16 * warp_in_wg + (lane >> 2);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const i32 rel = rr + 8 * j;
-        float v = Cfg::kUnitScale ? part[j] : part[j] * a.sm_scale;
-        if (masked) {
-          if (rel < ln.c_lo || rel >= ln.c_hi) continue;
-          if (rel < ln.w_lo || rel >= ln.w_hi) v = neg_inf();
+      mbarrier_wait(&w_full[cg], q_uses & 1);
+      mbarrier_wait(&q_full[cg], q_uses & 1);
+      wreg.load(w_smem, lane & 3);
+      for (i32 it = 0; it < n_kv; ++it) {
+        mbarrier_wait(&kv_full[stage], phase);
+        named_barrier_sync(my_bar, 256);
+        mma_kv_tile(acc, kv_base0 + stage * kKvBytes, q_base);
+        named_barrier_arrive(other_bar, 256);
+        if (!kBshd && it == 0 && have_n) {
+          ln_n = lane_info(tile_n, b_n);
+          ready_n = true;
         }
-        store_streaming(ln.row + rel, v);
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(acc);
+        // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
+        // load under this last epilogue. fp32 weights are still read from shared memory.
+        // Every thread arrives on q_empty: an arrival releases only its own thread's reads.
+        if (!Cfg::kWeightsF32 && it == n_kv - 1) mbarrier_arrive(&q_empty[cg]);
+        if (lane == 0) mbarrier_arrive(&kv_empty[stage]);
+        if (++stage == T::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+        float part[2 * TPW];
+        head_sum<T::kHeads, TPW>(acc, wreg, part, lane);
+        // KV rows relative to the item's first: the tile's rows are [it * 64, it * 64 + 64)
+        const i32 rel0 = it * kKvRows;
+        const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
+        const i32 rr = rel0 + 16 * warp_in_wg + (lane >> 2);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const i32 rel = rr + 8 * j;
+          float v = Cfg::kUnitScale ? part[j] : part[j] * a.sm_scale;
+          if (masked) {
+            if (rel < ln.c_lo || rel >= ln.c_hi) continue;
+            if (rel < ln.w_lo || rel >= ln.w_hi) v = neg_inf();
+          }
+          store_streaming(ln.row + rel, v);
+        }
       }
-    }
-    if (Cfg::kWeightsF32) mbarrier_arrive(&q_empty[cg]);
-    ++q_uses;
+      if (Cfg::kWeightsF32) mbarrier_arrive(&q_empty[cg]);
+      ++q_uses;
     }
     if (have_n && !ready_n) ln_n = lane_info(tile_n, b_n);
     ln = ln_n;
     k = k_n;
-    tile = tile_n;
-    b = b_n;
     have = have_n;
   }
   if (cg == 0) named_barrier_sync(kLeanPingPong0, 256);  // consume consumer 1's last arrival
