@@ -11,7 +11,7 @@ runs the same problems in the same process:
 
 - dsa-indexer's registered operator through `dsa_indexer.indexer_forward` (backend
   "torch.ops"), allocating its output and with `out=`, and the bare
-  `torch.ops.dsa_indexer.indexer_forward.default` (the dispatcher's own share);
+  `torch.ops.dsa_indexer.indexer_forward.default` (scores only: the dispatcher's own share);
 - dsa-indexer's ctypes binding (`dsa_indexer.use_backend("ctypes")`), the same calls;
 - `dsa_indexer.cudnn_compat.indexer_forward_wrapper` (the drop-in, on the operator);
 - cuDNN-frontend's `indexer_forward_wrapper` (its SM90 path), from --wheels or installed;

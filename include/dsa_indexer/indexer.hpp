@@ -66,6 +66,13 @@ struct IndexerOptions {
   TensorDesc lse;
 
   KernelFamily family = KernelFamily::automatic;
+
+  // Every operand's data pointer is checked with the driver (one cuPointerGetAttributes each:
+  // device or managed memory of the descriptors' device), so that a host or foreign pointer is an
+  // InvalidArgument instead of a fault inside the kernel. A caller whose tensors guarantee that
+  // already may turn the check off, as the PyTorch operator does (CUDA tensors, whose device the
+  // library checks against q's). The descriptors' other checks always run.
+  bool check_pointers = true;
 };
 
 // Runs the forward on `stream`. Validation happens before anything is compiled or launched;

@@ -1,5 +1,6 @@
-// The PyTorch operators `dsa_indexer::indexer_forward` and `dsa_indexer::indexer_forward_out`
-// on top of the library's C++ API (include/dsa_indexer/indexer.hpp).
+// The PyTorch operators `dsa_indexer::indexer_forward` (scores), `indexer_forward_lse` (scores
+// and lse) and `indexer_forward_out` (into given tensors) on top of the library's C++ API
+// (include/dsa_indexer/indexer.hpp).
 //
 // Loaded with torch.ops.load_library (python/dsa_indexer/_torch_op.py). It depends on libtorch's
 // C++ ABI only, not on a Python version. Registered kernels:
@@ -12,6 +13,7 @@
 // ("[DSA_STATUS_INVALID_ARGUMENT] ..."), which the Python side maps to its exception classes:
 // InvalidArgument -> ValueError, UnsupportedConfig -> NotImplementedError, else RuntimeError.
 #include <ATen/ATen.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
@@ -181,6 +183,9 @@ void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
   opt.sm_scale = static_cast<float>(c.sm_scale);
   opt.thd_columns = c.columns;
   opt.family = c.family;
+  // Tensors checked above to be CUDA tensors, and by the library to be of q's device: their data
+  // pointers are that device's memory, so the driver is not asked again.
+  opt.check_pointers = false;
   opt.q_causal_offsets = desc(c.offsets, "q_causal_offsets");
   opt.ks = desc(c.ks, "ks");
   opt.ke = desc(c.ke, "ke");
@@ -216,15 +221,15 @@ void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> allocate(const Call& c, bool return_lse) {
+// The results on q's device (the caller holds its guard), from the CUDA caching allocator
+// directly: at::empty would go through the dispatcher once more per tensor.
+std::tuple<at::Tensor, at::Tensor> allocate(const Call& c, bool with_lse) {
   const bool thd = is_thd(c.cu_q, c.cu_k, c.max_q, c.max_k);
   const Shapes s = result_shapes(c.q, c.k, thd, c.max_k, c.columns);
-  const auto options = c.q.options().dtype(at::kFloat);
-  at::Tensor scores = at::empty(s.scores, options);
-  // Without return_lse the second result is an empty (0,) tensor: an op's schema has a fixed
-  // number of results.
-  at::Tensor lse = at::empty(return_lse ? s.rows : std::vector<int64_t>{0}, options);
-  return {scores, lse};
+  auto empty = [&](const std::vector<int64_t>& shape) {
+    return at::Tensor(at::detail::empty_cuda(shape, at::kFloat, c.q.device(), std::nullopt));
+  };
+  return {empty(s.scores), with_lse ? empty(s.rows) : at::Tensor()};
 }
 
 Call make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
@@ -236,18 +241,36 @@ Call make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, in
               ks, ke, cu_q_host, cu_k_host};
 }
 
-std::tuple<at::Tensor, at::Tensor> forward_cuda(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
+std::tuple<at::Tensor, at::Tensor> forward_allocating(
+    bool with_lse, const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
     const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
-    std::optional<int64_t> max_k, const std::string& columns, bool return_lse, const std::string& family,
-    const OptTensor& ks, const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
+    std::optional<int64_t> max_k, const std::string& columns, const std::string& family, const OptTensor& ks,
+    const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
   Call c = make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks, ke,
                      cu_q_host, cu_k_host);
   require_cuda(q, "q");
   const c10::cuda::CUDAGuard guard(q.device());  // outputs are allocated on q's device
-  auto [scores, lse] = allocate(c, return_lse);
-  run(std::move(c), scores, return_lse ? lse : at::Tensor());
+  auto [scores, lse] = allocate(c, with_lse);
+  run(std::move(c), scores, lse);
   return {scores, lse};
+}
+
+at::Tensor forward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
+                        const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k,
+                        std::optional<int64_t> max_q, std::optional<int64_t> max_k, const std::string& columns,
+                        const std::string& family, const OptTensor& ks, const OptTensor& ke,
+                        const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
+  return std::get<0>(forward_allocating(false, q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns,
+                                        family, ks, ke, cu_q_host, cu_k_host));
+}
+
+std::tuple<at::Tensor, at::Tensor> forward_lse_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
+    const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
+    std::optional<int64_t> max_k, const std::string& columns, const std::string& family, const OptTensor& ks,
+    const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
+  return forward_allocating(true, q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks,
+                            ke, cu_q_host, cu_k_host);
 }
 
 void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
@@ -268,30 +291,31 @@ void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor
 }  // namespace
 
 // The argument names, order and defaults are those of dsa_indexer.indexer_forward (and so of
-// cuDNN-frontend's wrapper where they overlap); `lse` is an empty (0,) tensor unless return_lse.
+// cuDNN-frontend's wrapper where they overlap), but for return_lse: `indexer_forward` returns the
+// scores alone and `indexer_forward_lse` scores and lse (a second result that is not wanted would
+// cost an allocation and a Python object per call).
+#define DSA_OP_ARGS                                                                                         \
+  "Tensor q, Tensor k, Tensor w, int ratio=4, float sm_scale=1.0, Tensor? q_causal_offsets=None, "         \
+  "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int? max_seqlen_q=None, int? max_seqlen_k=None, " \
+  "str thd_columns=\"local\""
+#define DSA_OP_EXTENSIONS \
+  "str family=\"auto\", Tensor? ks=None, Tensor? ke=None, Tensor? cu_seqlens_q_host=None, Tensor? cu_seqlens_k_host=None"
 TORCH_LIBRARY(dsa_indexer, m) {
   // The fake (meta) kernels are Python's (dsa_indexer._torch_op registers them when it loads
   // this library): a C++ Meta kernel would make FakeTensor propagate one device over all
   // operands, and the CPU host mirrors of cu_seqlens are not on q's device.
   m.set_python_module("dsa_indexer._torch_op");
-  m.def(
-      "indexer_forward(Tensor q, Tensor k, Tensor w, int ratio=4, float sm_scale=1.0, "
-      "Tensor? q_causal_offsets=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
-      "int? max_seqlen_q=None, int? max_seqlen_k=None, str thd_columns=\"local\", bool return_lse=False, *, "
-      "str family=\"auto\", Tensor? ks=None, Tensor? ke=None, Tensor? cu_seqlens_q_host=None, "
-      "Tensor? cu_seqlens_k_host=None) -> (Tensor scores, Tensor lse)");
+  m.def("indexer_forward(" DSA_OP_ARGS ", *, " DSA_OP_EXTENSIONS ") -> Tensor");
+  m.def("indexer_forward_lse(" DSA_OP_ARGS ", *, " DSA_OP_EXTENSIONS ") -> (Tensor scores, Tensor lse)");
   // A separate name rather than an `.out` overload: torch.compile functionalizes a custom op
   // that mutates its arguments and returns nothing; one returning an alias of `out` it cannot.
-  m.def(
-      "indexer_forward_out(Tensor q, Tensor k, Tensor w, int ratio=4, float sm_scale=1.0, "
-      "Tensor? q_causal_offsets=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
-      "int? max_seqlen_q=None, int? max_seqlen_k=None, str thd_columns=\"local\", *, Tensor(a!) out, "
-      "Tensor(b!)? lse_out=None, str family=\"auto\", Tensor? ks=None, Tensor? ke=None, "
-      "Tensor? cu_seqlens_q_host=None, Tensor? cu_seqlens_k_host=None) -> ()");
+  m.def("indexer_forward_out(" DSA_OP_ARGS ", *, Tensor(a!) out, Tensor(b!)? lse_out=None, " DSA_OP_EXTENSIONS
+        ") -> ()");
 }
 
 TORCH_LIBRARY_IMPL(dsa_indexer, CUDA, m) {
   m.impl("indexer_forward", &forward_cuda);
+  m.impl("indexer_forward_lse", &forward_lse_cuda);
   m.impl("indexer_forward_out", &forward_out_cuda);
 }
 
@@ -299,6 +323,7 @@ TORCH_LIBRARY_IMPL(dsa_indexer, CUDA, m) {
 // (instead of the dispatcher's "could not run ... with arguments from the 'CPU' backend").
 TORCH_LIBRARY_IMPL(dsa_indexer, CPU, m) {
   m.impl("indexer_forward", &forward_cuda);
+  m.impl("indexer_forward_lse", &forward_lse_cuda);
   m.impl("indexer_forward_out", &forward_out_cuda);
 }
 
@@ -309,5 +334,6 @@ TORCH_LIBRARY_IMPL(dsa_indexer, ADInplaceOrView, m) {
 
 TORCH_LIBRARY_IMPL(dsa_indexer, Autograd, m) {
   m.impl("indexer_forward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("indexer_forward_lse", torch::autograd::autogradNotImplementedFallback());
   m.impl("indexer_forward_out", torch::autograd::autogradNotImplementedFallback());
 }

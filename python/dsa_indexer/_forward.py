@@ -148,18 +148,15 @@ def indexer_forward(
     if o is not None:
         # The operator checks every argument itself; on an error the checks below run first, so
         # that both paths raise the same exception for malformed arguments, and the common calls
-        # (no out=, no stream=) go straight to the operator: this is the host cost of a call.
+        # (scores only, no out=, no stream=) go straight to the operator: the host cost of a call.
         try:
-            if out is None and lse_out is None and stream is None:
-                if family == "auto" and ks is None and ke is None and cu_seqlens_q_host is None and cu_seqlens_k_host is None:
-                    scores, lse = o.forward(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k,
-                                            max_seqlen_q, max_seqlen_k, thd_columns, return_lse)
-                else:
-                    scores, lse = o.forward(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k,
-                                            max_seqlen_q, max_seqlen_k, thd_columns, return_lse, family=family, ks=ks, ke=ke,
-                                            cu_seqlens_q_host=_torch_op.host_mirror_tensor(cu_seqlens_q_host),
-                                            cu_seqlens_k_host=_torch_op.host_mirror_tensor(cu_seqlens_k_host))
-                return {"scores": scores, "lse": lse} if return_lse else scores
+            if out is None and lse_out is None and stream is None and not return_lse and family == "auto" and ks is None and ke is None:
+                if cu_seqlens_q_host is None and cu_seqlens_k_host is None:
+                    return o.forward(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                     max_seqlen_k, thd_columns)
+                return o.forward(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                 max_seqlen_k, thd_columns, cu_seqlens_q_host=_torch_op.host_mirror_tensor(cu_seqlens_q_host),
+                                 cu_seqlens_k_host=_torch_op.host_mirror_tensor(cu_seqlens_k_host))
             return _torch_op.forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                      max_seqlen_k, thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host,
                                      cu_seqlens_k_host, stream)

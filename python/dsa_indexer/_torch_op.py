@@ -1,7 +1,8 @@
 """The registered PyTorch operators, when built, and which backend `indexer_forward` uses.
 
 `libdsa_indexer_torch.so` (python/csrc/torch_op.cpp, CMake option DSA_INDEXER_BUILD_TORCH_OP)
-registers ``torch.ops.dsa_indexer.indexer_forward`` and ``indexer_forward_out`` with CUDA,
+registers ``torch.ops.dsa_indexer.indexer_forward`` (scores), ``indexer_forward_lse`` (scores
+and lse) and ``indexer_forward_out`` (into given tensors) with CUDA,
 Meta (fake) and Autograd kernels. It is looked for, in order:
 
 1. ``$DSA_INDEXER_TORCH_OP``: its path (when set, only it is tried and a failure is an error;
@@ -45,6 +46,7 @@ class Backend(NamedTuple):
 
 class _Ops(NamedTuple):
     forward: object  # torch.ops.dsa_indexer.indexer_forward.default
+    forward_lse: object  # torch.ops.dsa_indexer.indexer_forward_lse.default
     forward_out: object  # torch.ops.dsa_indexer.indexer_forward_out.default
 
 
@@ -84,7 +86,8 @@ def _resolve(environ=None):
             torch.ops.load_library(path)
             _register_fakes(torch)
             ops = torch.ops.dsa_indexer
-            return _Ops(ops.indexer_forward.default, ops.indexer_forward_out.default), Backend(TORCH_OPS, path, "")
+            return (_Ops(ops.indexer_forward.default, ops.indexer_forward_lse.default, ops.indexer_forward_out.default),
+                    Backend(TORCH_OPS, path, ""))
         except (OSError, RuntimeError, AttributeError) as e:
             tried.append(f"{path}: {e}")
             if env.get(ENV_TORCH_OP):
@@ -179,8 +182,10 @@ def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, c
                      cu_seqlens_k_host=host_mirror_tensor(cu_seqlens_k_host))
     args = (q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
     if out is None and lse_out is None:
-        scores, lse = o.forward(*args, return_lse, **extra)
-        return {"scores": scores, "lse": lse} if return_lse else scores
+        if return_lse:
+            scores, lse = o.forward_lse(*args, **extra)
+            return {"scores": scores, "lse": lse}
+        return o.forward(*args, **extra)
     if out is None or (lse_out is None and return_lse):
         scores_shape, rows_shape = result_shapes(q, k, cu_seqlens_q is not None, max_seqlen_k, thd_columns)
         if out is None:
@@ -201,7 +206,7 @@ _fakes_registered = False
 
 
 def _register_fakes(torch) -> None:
-    """The fake kernels of both operators (shapes and dtypes only; FakeTensorMode, meta
+    """The fake kernels of the operators (shapes and dtypes only; FakeTensorMode, meta
     tensors and torch.compile's tracing run them). They check what the shapes depend on."""
     global _fakes_registered
     if _fakes_registered:
@@ -220,10 +225,17 @@ def _register_fakes(torch) -> None:
 
     @torch.library.register_fake("dsa_indexer::indexer_forward")
     def _fake_forward(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                      max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", return_lse=False, *, family="auto",
+                      max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, family="auto",
                       ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+        scores, _ = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
+        return q.new_empty(scores, dtype=torch.float32)
+
+    @torch.library.register_fake("dsa_indexer::indexer_forward_lse")
+    def _fake_forward_lse(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                          max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, family="auto",
+                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
         scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
-        return q.new_empty(scores, dtype=torch.float32), q.new_empty(rows if return_lse else (0,), dtype=torch.float32)
+        return q.new_empty(scores, dtype=torch.float32), q.new_empty(rows, dtype=torch.float32)
 
     @torch.library.register_fake("dsa_indexer::indexer_forward_out")
     def _fake_forward_out(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,

@@ -60,7 +60,7 @@ if ! op_loads; then
   t0=$SECONDS
   g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -o $b/libdsa_indexer_torch.so python/csrc/torch_op.cpp \
     -Iinclude -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include" -isystem "$cuda_inc" \
-    -L"$torch_dir/lib" -Wl,--no-as-needed "$lib" -lc10 -lc10_cuda -ltorch_cpu -ltorch -Wl,-rpath,'$ORIGIN' \
+    -L"$torch_dir/lib" -Wl,--no-as-needed "$lib" -lc10 -lc10_cuda -ltorch_cpu -ltorch_cuda -ltorch -Wl,-rpath,'$ORIGIN' \
     >>"$out/op_build.log" 2>&1
   echo "== op_build: rc=$? in $((SECONDS - t0)) s (g++ against $torch_dir)" | tee -a "$out/summary.txt"
   op_loads || { echo "== the operator does not load; see op_build.log" | tee -a "$out/summary.txt"; tail -n 20 "$out/op_build.log"; }

@@ -34,15 +34,18 @@ def thd(device, T_q=60, T_k=30, H=64, segs=2):
 def test_backend_says_torch_ops_and_where():
     b = dsa_indexer.backend()
     assert b.name == "torch.ops" and b.path.endswith("libdsa_indexer_torch.so") and b.reason == ""
-    assert OPS.indexer_forward.default is not None and OPS.indexer_forward_out.default is not None
+    assert all(op.default is not None for op in (OPS.indexer_forward, OPS.indexer_forward_lse, OPS.indexer_forward_out))
 
 
 def test_schema_declares_mutation_of_out_and_lse_out():
     schema = OPS.indexer_forward_out.default._schema
     mutated = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
     assert mutated == {"out", "lse_out"}
-    assert not any(a.alias_info is not None for a in OPS.indexer_forward.default._schema.arguments)
-    assert [r.name for r in OPS.indexer_forward.default._schema.returns] == ["scores", "lse"]
+    for op in (OPS.indexer_forward, OPS.indexer_forward_lse):
+        assert not any(a.alias_info is not None for a in op.default._schema.arguments)
+        assert "return_lse" not in {a.name for a in op.default._schema.arguments}
+    assert len(OPS.indexer_forward.default._schema.returns) == 1
+    assert [r.name for r in OPS.indexer_forward_lse.default._schema.returns] == ["scores", "lse"]
 
 
 @pytest.mark.parametrize("return_lse", [False, True])
@@ -54,8 +57,9 @@ def test_fake_shapes_bshd(return_lse):
         assert scores.shape == (3, 50, 20) and scores.dtype == torch.float32 and scores.device.type == "cuda"
         if return_lse:
             assert res["lse"].shape == (3, 50) and res["lse"].dtype == torch.float32
-        s, lse = OPS.indexer_forward(q, k, w)
-        assert s.shape == (3, 50, 20) and lse.shape == (0,)
+        assert OPS.indexer_forward(q, k, w).shape == (3, 50, 20)
+        s, lse = OPS.indexer_forward_lse(q, k, w)
+        assert s.shape == (3, 50, 20) and lse.shape == (3, 50)
 
 
 @pytest.mark.parametrize("columns,cols", [("local", 17), ("global", 30)])
@@ -86,6 +90,8 @@ def test_fake_kernel_checks_what_shapes_depend_on():
             OPS.indexer_forward(q, k, w, cu_seqlens_q=q, cu_seqlens_k=q, max_seqlen_q=1, max_seqlen_k=1)
         with pytest.raises(ValueError, match="thd_columns"):
             OPS.indexer_forward(q, k, w, thd_columns="global")
+        with pytest.raises(ValueError, match="rank 3 for THD"):
+            OPS.indexer_forward_lse(q, k, w, cu_seqlens_q=q, cu_seqlens_k=q, max_seqlen_q=1, max_seqlen_k=1)
 
 
 def _explain(fn, *args):
@@ -133,6 +139,10 @@ def test_backward_raises_naming_the_op():
     assert scores.requires_grad  # no silent detach
     with pytest.raises(RuntimeError, match="dsa_indexer::indexer_forward"):
         scores.sum().backward()
+    res = dsa_indexer.indexer_forward(q, k, w, return_lse=True)
+    assert res["scores"].requires_grad and res["lse"].requires_grad
+    with pytest.raises(RuntimeError, match="dsa_indexer::indexer_forward_lse"):
+        res["lse"].sum().backward()
 
 
 def test_one_copy_of_the_library_in_the_process():

@@ -103,10 +103,12 @@ def test_opcheck():
     torch.library.opcheck(OPS.indexer_forward.default, (q, k, w, 2, 0.5), {})
     q, k, w, kw, host = thd_case(5)
     args = (q, k, w, kw["ratio"], kw["sm_scale"], kw["q_causal_offsets"], kw["cu_seqlens_q"], kw["cu_seqlens_k"],
-            kw["max_seqlen_q"], kw["max_seqlen_k"], "local", True)
+            kw["max_seqlen_q"], kw["max_seqlen_k"], "local")
     torch.library.opcheck(OPS.indexer_forward.default, args, host)
-    out = torch.empty(q.shape[0], kw["max_seqlen_k"], device=DEV)
-    torch.library.opcheck(OPS.indexer_forward_out.default, args[:-1], dict(host, out=out))
+    torch.library.opcheck(OPS.indexer_forward_lse.default, args, host)
+    out, lse = torch.empty(q.shape[0], kw["max_seqlen_k"], device=DEV), torch.empty(q.shape[0], device=DEV)
+    torch.library.opcheck(OPS.indexer_forward_out.default, args, dict(host, out=out))
+    torch.library.opcheck(OPS.indexer_forward_out.default, args, dict(host, out=out, lse_out=lse))
 
 
 # ------------------------------------------------------------------ torch.compile ----------
