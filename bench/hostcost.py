@@ -53,8 +53,9 @@ B, S_Q, S_K, H, D, RATIO = 1, 64, 64, 64, 128, 2
 SEG_Q, SEG_K = [24, 40], [30, 34]
 
 
-def per_call_us(fn, batches: int, per_batch: int, sync) -> dict:
-    """Median / min over batches of (wall time of per_batch calls) / per_batch, in µs."""
+def per_call_us(fn, batches: int, per_batch: int, sync, keep_samples: bool = False) -> dict:
+    """Median / min over batches of (wall time of per_batch calls) / per_batch, in µs (one
+    untimed warm-up batch first)."""
     for _ in range(per_batch):
         fn()
     sync()
@@ -66,7 +67,35 @@ def per_call_us(fn, batches: int, per_batch: int, sync) -> dict:
         t1 = time.perf_counter_ns()
         sync()
         samples.append((t1 - t0) / per_batch / 1e3)
-    return {"median_us": statistics.median(samples), "min_us": min(samples), "batches": batches, "per_batch": per_batch}
+    r = {"median_us": statistics.median(samples), "min_us": min(samples), "batches": batches, "per_batch": per_batch}
+    if keep_samples:
+        r["samples"] = samples
+    return r
+
+
+def interleaved_us(entries: list, batches: int, per_batch: int, sync, rounds: int = 5) -> list:
+    """per_call_us over several implementations at once, in `rounds` round-robin turns of
+    batches // rounds batches each, so that drift in the machine (clocks, other tenants) falls on
+    all of them alike instead of on whichever was measured first. entries: (setup, fn) pairs,
+    setup() run before each turn of fn (e.g. a backend switch, not timed). Returns one result
+    (as per_call_us) or {"error": ...} per entry, in order."""
+    rounds = max(1, min(rounds, batches))
+    samples: list = [[] for _ in entries]
+    errors: list = [None for _ in entries]
+    for r in range(rounds):
+        n = batches // rounds + (1 if r < batches % rounds else 0)
+        for i, (setup, fn) in enumerate(entries):
+            if errors[i] is not None:
+                continue
+            try:
+                setup()
+                res = per_call_us(fn, n, per_batch, sync, keep_samples=True)
+                samples[i] += res["samples"]
+            except Exception as e:  # noqa: BLE001
+                errors[i] = peers._err(e)
+    return [{"error": err} if err is not None else
+            {"median_us": statistics.median(x), "min_us": min(x), "batches": len(x), "per_batch": per_batch, "rounds": rounds}
+            for err, x in zip(errors, samples)]
 
 
 def problems(device: str) -> dict:
@@ -139,36 +168,30 @@ def measure(args) -> dict:
 
     sync = torch.cuda.synchronize
     p = problems("cuda")
-    rows, notes = [], []
-
-    def add(impl, case, fn):
-        try:
-            r = per_call_us(fn, args.batches, args.per_batch, sync)
-        except Exception as e:  # noqa: BLE001
-            r = {"error": peers._err(e)}
-        rows.append(dict(impl=impl, case=case, **r))
-        shown = f"{r['median_us']:.2f} µs (min {r['min_us']:.2f})" if "median_us" in r else r["error"]
-        print(f"{impl:38s} {case:24s} {shown}", flush=True)
+    rows, notes, entries = [], [], []  # entries: (impl, case, setup, fn), measured interleaved
+    auto, ctypes_ = (lambda: dsa_indexer.use_backend("auto")), (lambda: dsa_indexer.use_backend("ctypes"))
 
     backend = dsa_indexer.use_backend("auto")
     notes.append(f"dsa-indexer {dsa_indexer.version()} from {dsa_indexer.library_path()}; backend {backend.name}"
                  + (f" ({backend.path})" if backend.path else f" ({backend.reason})"))
     if backend.name == "torch.ops":
-        for case, fn in dsa_calls(p).items():
-            add("dsa-indexer torch.ops", case, fn)
+        entries += [("dsa-indexer torch.ops", case, auto, fn) for case, fn in dsa_calls(p).items()]
         b = p["bshd"]
         raw = torch.ops.dsa_indexer.indexer_forward.default
-        add("torch.ops.dsa_indexer (bare op)", "bshd", lambda: raw(b["q"], b["k"], b["w"], RATIO))
-        add("dsa_indexer.cudnn_compat", "bshd", lambda: cudnn_compat.indexer_forward_wrapper(b["q"], b["k"], b["w"], ratio=RATIO))
-    dsa_indexer.use_backend("ctypes")
-    for case, fn in dsa_calls(p).items():
-        add("dsa-indexer ctypes", case, fn)
-    dsa_indexer.use_backend("auto")
+        entries.append(("torch.ops.dsa_indexer (bare op)", "bshd", auto, lambda: raw(b["q"], b["k"], b["w"], RATIO)))
+        entries.append(("dsa_indexer.cudnn_compat", "bshd", auto,
+                        lambda: cudnn_compat.indexer_forward_wrapper(b["q"], b["k"], b["w"], ratio=RATIO)))
+    entries += [("dsa-indexer ctypes", case, ctypes_, fn) for case, fn in dsa_calls(p).items()]
     wrapper, why = load_cudnn(args.wheels)
     notes.append(f"cuDNN-frontend: {why}")
     if wrapper is not None:
-        for case, fn in cudnn_calls(wrapper, p).items():
-            add("cuDNN-frontend SM90 wrapper", case, fn)
+        entries += [("cuDNN-frontend SM90 wrapper", case, auto, fn) for case, fn in cudnn_calls(wrapper, p).items()]
+    results = interleaved_us([(setup, fn) for _, _, setup, fn in entries], args.batches, args.per_batch, sync, args.rounds)
+    dsa_indexer.use_backend("auto")
+    for (impl, case, _, _), r in zip(entries, results):
+        rows.append(dict(impl=impl, case=case, **r))
+        shown = f"{r['median_us']:.2f} µs (min {r['min_us']:.2f})" if "median_us" in r else r["error"]
+        print(f"{impl:38s} {case:24s} {shown}", flush=True)
     jit = peers.run_jitcost(argparse.Namespace(jitcost=args.cli, jitcost_timeout=args.cli_timeout))
     cpp = None
     if jit.get("host_overhead"):
@@ -199,7 +222,8 @@ def render_section(r: dict) -> str:
          f"{env.get('gpu', '?')}; Python {env.get('python', '?')}, torch {env.get('torch', '?')}",
          f"- **Problems**: BSHD {r['problems']['bshd']}; THD {r['problems']['thd']}",
          "- **Method**: host wall time per call of a kernel-cache hit, batches of back-to-back calls with a device sync "
-         "between batches (below the launch queue's depth, so the host never waits for the GPU); median (min) over batches; "
+         "between batches (below the launch queue's depth, so the host never waits for the GPU); every implementation measured in "
+         "round-robin turns (5 by default) so that the machine's drift falls on all alike; median (min) over batches; "
          "the `dsa-indexer jitcost` method, whose C++ figure is in the last row.",
          *[f"- {n}" for n in r["notes"]], "",
          "| implementation | call | median | min | cuDNN-frontend / this |", "|---|---|---:|---:|---:|"]
@@ -235,6 +259,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cli-timeout", type=float, default=120.0)
     ap.add_argument("--batches", type=int, default=50)
     ap.add_argument("--per-batch", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5, help="round-robin turns over the implementations (the batches split among them)")
     ap.add_argument("--from-json", type=Path, help="re-render a saved run (no GPU needed)")
     args = ap.parse_args(argv)
     if args.from_json:

@@ -64,3 +64,18 @@ def test_section_replaces_only_its_markers(tmp_path):
 def test_repository_doc_has_the_markers():
     text = (REPO_ROOT / "docs" / "BENCHMARKS.md").read_text()
     assert text.count(hostcost.BEGIN) == 1 and text.count(hostcost.END) == 1
+
+
+def test_interleaved_turns_split_the_batches_and_keep_errors_apart():
+    order, setups = [], []
+
+    def boom():
+        raise RuntimeError("boom")
+
+    entries = [(lambda: setups.append("a"), lambda: order.append("a")), (lambda: setups.append("b"), boom),
+               (lambda: setups.append("c"), lambda: order.append("c"))]
+    res = hostcost.interleaved_us(entries, batches=7, per_batch=2, sync=lambda: None, rounds=3)
+    assert res[1] == {"error": "RuntimeError: boom"}
+    assert res[0]["batches"] == 7 and res[2]["batches"] == 7 and res[0]["rounds"] == 3
+    assert setups == ["a", "b", "c", "a", "c", "a", "c"]  # a failed entry is not retried
+    assert order.count("a") == (7 + 3) * 2  # 7 timed batches + one warm-up batch per turn
