@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "dsa_indexer/indexer.hpp"
@@ -241,8 +242,10 @@ Call make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, in
               ks, ke, cu_q_host, cu_k_host};
 }
 
-std::tuple<at::Tensor, at::Tensor> forward_allocating(
-    bool with_lse, const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
+// indexer_forward (kLse false: the scores) and indexer_forward_lse (kLse true: scores and lse).
+template <bool kLse>
+std::conditional_t<kLse, std::tuple<at::Tensor, at::Tensor>, at::Tensor> forward_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
     const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
     std::optional<int64_t> max_k, const std::string& columns, const std::string& family, const OptTensor& ks,
     const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
@@ -250,27 +253,13 @@ std::tuple<at::Tensor, at::Tensor> forward_allocating(
                      cu_q_host, cu_k_host);
   require_cuda(q, "q");
   const c10::cuda::CUDAGuard guard(q.device());  // outputs are allocated on q's device
-  auto [scores, lse] = allocate(c, with_lse);
+  auto [scores, lse] = allocate(c, kLse);
   run(std::move(c), scores, lse);
-  return {scores, lse};
-}
-
-at::Tensor forward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
-                        const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k,
-                        std::optional<int64_t> max_q, std::optional<int64_t> max_k, const std::string& columns,
-                        const std::string& family, const OptTensor& ks, const OptTensor& ke,
-                        const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
-  return std::get<0>(forward_allocating(false, q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns,
-                                        family, ks, ke, cu_q_host, cu_k_host));
-}
-
-std::tuple<at::Tensor, at::Tensor> forward_lse_cuda(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
-    const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
-    std::optional<int64_t> max_k, const std::string& columns, const std::string& family, const OptTensor& ks,
-    const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
-  return forward_allocating(true, q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks,
-                            ke, cu_q_host, cu_k_host);
+  if constexpr (kLse) {
+    return {scores, lse};
+  } else {
+    return scores;
+  }
 }
 
 void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
@@ -314,16 +303,16 @@ TORCH_LIBRARY(dsa_indexer, m) {
 }
 
 TORCH_LIBRARY_IMPL(dsa_indexer, CUDA, m) {
-  m.impl("indexer_forward", &forward_cuda);
-  m.impl("indexer_forward_lse", &forward_lse_cuda);
+  m.impl("indexer_forward", &forward_cuda<false>);
+  m.impl("indexer_forward_lse", &forward_cuda<true>);
   m.impl("indexer_forward_out", &forward_out_cuda);
 }
 
 // CPU operands reach the CUDA kernel's checks, which name the operand that is not on the GPU
 // (instead of the dispatcher's "could not run ... with arguments from the 'CPU' backend").
 TORCH_LIBRARY_IMPL(dsa_indexer, CPU, m) {
-  m.impl("indexer_forward", &forward_cuda);
-  m.impl("indexer_forward_lse", &forward_lse_cuda);
+  m.impl("indexer_forward", &forward_cuda<false>);
+  m.impl("indexer_forward_lse", &forward_cuda<true>);
   m.impl("indexer_forward_out", &forward_out_cuda);
 }
 
