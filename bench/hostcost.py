@@ -10,8 +10,9 @@ time per call = batch wall time / calls; median and minimum over batches. Every 
 runs the same problems in the same process:
 
 - dsa-indexer's registered operator through `dsa_indexer.indexer_forward` (backend
-  "torch.ops"), allocating its output and with `out=`, and the bare
-  `torch.ops.dsa_indexer.indexer_forward.default` (scores only: the dispatcher's own share);
+  "torch.ops"), allocating its output and with `out=`, and the bare operators
+  `torch.ops.dsa_indexer.indexer_forward.default` and the short forms `indexer_forward_bshd` /
+  `indexer_forward_thd` that the common calls use (scores only: the dispatcher's own share);
 - dsa-indexer's ctypes binding (`dsa_indexer.use_backend("ctypes")`), the same calls;
 - `dsa_indexer.cudnn_compat.indexer_forward_wrapper` (the drop-in, on the operator);
 - cuDNN-frontend's `indexer_forward_wrapper` (its SM90 path), from --wheels or installed;
@@ -176,9 +177,15 @@ def measure(args) -> dict:
                  + (f" ({backend.path})" if backend.path else f" ({backend.reason})"))
     if backend.name == "torch.ops":
         entries += [("dsa-indexer torch.ops", case, auto, fn) for case, fn in dsa_calls(p).items()]
-        b = p["bshd"]
-        raw = torch.ops.dsa_indexer.indexer_forward.default
+        b, t = p["bshd"], p["thd"]
+        ops = torch.ops.dsa_indexer
+        raw, raw_bshd, raw_thd = ops.indexer_forward.default, ops.indexer_forward_bshd.default, ops.indexer_forward_thd.default
         entries.append(("torch.ops.dsa_indexer (bare op)", "bshd", auto, lambda: raw(b["q"], b["k"], b["w"], RATIO)))
+        entries.append(("torch.ops.dsa_indexer (bare short op)", "bshd", auto,
+                        lambda: raw_bshd(b["q"], b["k"], b["w"], RATIO, 1.0, None)))
+        entries.append(("torch.ops.dsa_indexer (bare short op)", "thd, host cu_seqlens", auto,
+                        lambda: raw_thd(t["q"], t["k"], t["w"], RATIO, 1.0, None, t["cu_q"], t["cu_k"], t["max_q"], t["max_k"],
+                                        t["cu_q_host"], t["cu_k_host"])))
         entries.append(("dsa_indexer.cudnn_compat", "bshd", auto,
                         lambda: cudnn_compat.indexer_forward_wrapper(b["q"], b["k"], b["w"], ratio=RATIO)))
     entries += [("dsa-indexer ctypes", case, ctypes_, fn) for case, fn in dsa_calls(p).items()]

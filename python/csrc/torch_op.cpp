@@ -1,5 +1,6 @@
 // The PyTorch operators `dsa_indexer::indexer_forward` (scores), `indexer_forward_lse` (scores
-// and lse) and `indexer_forward_out` (into given tensors) on top of the library's C++ API
+// and lse), `indexer_forward_out` (into given tensors) and the short forms of the common calls
+// `indexer_forward_bshd` / `indexer_forward_thd` on top of the library's C++ API
 // (include/dsa_indexer/indexer.hpp).
 //
 // Loaded with torch.ops.load_library (python/dsa_indexer/_torch_op.py). It depends on libtorch's
@@ -133,15 +134,16 @@ Shapes result_shapes(const at::Tensor& q, const at::Tensor& k, bool thd, std::op
 
 // A host mirror: a CPU int32 tensor of as many values as the device array (contiguous copy if
 // needed; the copy lives in `keep` until the call returns).
-const int32_t* host_mirror(const OptTensor& t, int64_t n, const char* name, std::vector<at::Tensor>& keep) {
+const int32_t* host_mirror(const OptTensor& t, int64_t n, const char* name, at::Tensor& keep) {
   if (!t.has_value()) return nullptr;
   TORCH_CHECK_VALUE(t->device().is_cpu() && t->scalar_type() == at::kInt,
                     "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: ", name,
                     ": expected a CPU int32 tensor, got ", t->scalar_type(), " on ", t->device());
   TORCH_CHECK_VALUE(t->numel() == n, "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: ", name, ": expected ", n,
                     " values (as many as the device array), got ", t->numel());
-  keep.push_back(t->contiguous());
-  return keep.back().data_ptr<int32_t>();
+  if (t->is_contiguous()) return t->const_data_ptr<int32_t>();
+  keep = t->contiguous();
+  return keep.const_data_ptr<int32_t>();
 }
 
 [[noreturn]] void rethrow(const dsa::Error& e, const char* status) {
@@ -178,7 +180,7 @@ void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
   require_cuda(c.k, "k");
   require_cuda(c.w, "w");
   const bool thd = is_thd(c.cu_q, c.cu_k, c.max_q, c.max_k);
-  std::vector<at::Tensor> keep;
+  at::Tensor keep[2];  // contiguous copies of strided host mirrors
   dsa::IndexerOptions opt;
   opt.ratio = c.ratio;
   opt.sm_scale = static_cast<float>(c.sm_scale);
@@ -205,8 +207,8 @@ void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
     opt.cu_seqlens_k = desc(c.cu_k, "cu_seqlens_k");
     opt.max_seqlen_q = *c.max_q;
     opt.max_seqlen_k = *c.max_k;
-    opt.cu_seqlens_q_host = host_mirror(c.cu_q_host, c.cu_q->numel(), "cu_seqlens_q_host", keep);
-    opt.cu_seqlens_k_host = host_mirror(c.cu_k_host, c.cu_k->numel(), "cu_seqlens_k_host", keep);
+    opt.cu_seqlens_q_host = host_mirror(c.cu_q_host, c.cu_q->numel(), "cu_seqlens_q_host", keep[0]);
+    opt.cu_seqlens_k_host = host_mirror(c.cu_k_host, c.cu_k->numel(), "cu_seqlens_k_host", keep[1]);
   } else {
     TORCH_CHECK_VALUE(!c.cu_q_host.has_value() && !c.cu_k_host.has_value(),
                       "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: cu_seqlens_q_host / cu_seqlens_k_host: "
@@ -242,17 +244,11 @@ Call make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, in
               ks, ke, cu_q_host, cu_k_host};
 }
 
-// indexer_forward (kLse false: the scores) and indexer_forward_lse (kLse true: scores and lse).
+// Allocates the results on q's device and runs the call: scores (kLse false) or scores and lse.
 template <bool kLse>
-std::conditional_t<kLse, std::tuple<at::Tensor, at::Tensor>, at::Tensor> forward_cuda(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
-    const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
-    std::optional<int64_t> max_k, const std::string& columns, const std::string& family, const OptTensor& ks,
-    const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
-  Call c = make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks, ke,
-                     cu_q_host, cu_k_host);
-  require_cuda(q, "q");
-  const c10::cuda::CUDAGuard guard(q.device());  // outputs are allocated on q's device
+std::conditional_t<kLse, std::tuple<at::Tensor, at::Tensor>, at::Tensor> forward_call(Call c) {
+  require_cuda(c.q, "q");
+  const c10::cuda::CUDAGuard guard(c.q.device());  // outputs are allocated on q's device
   auto [scores, lse] = allocate(c, kLse);
   run(std::move(c), scores, lse);
   if constexpr (kLse) {
@@ -260,6 +256,35 @@ std::conditional_t<kLse, std::tuple<at::Tensor, at::Tensor>, at::Tensor> forward
   } else {
     return scores;
   }
+}
+
+// indexer_forward (kLse false: the scores) and indexer_forward_lse (kLse true: scores and lse).
+template <bool kLse>
+std::conditional_t<kLse, std::tuple<at::Tensor, at::Tensor>, at::Tensor> forward_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
+    const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
+    std::optional<int64_t> max_k, const std::string& columns, const std::string& family, const OptTensor& ks,
+    const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
+  return forward_call<kLse>(make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks,
+                                      ke, cu_q_host, cu_k_host));
+}
+
+// The short forms of indexer_forward for the common calls (local columns, automatic family, no
+// explicit windows): every argument of their schemas is given and none has a default, so the
+// dispatcher converts 6 (BSHD) or 12 (THD) arguments instead of 16 (docs/PERF_NOTES.md, host
+// cost of a Python call).
+at::Tensor forward_bshd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
+                             double sm_scale, const OptTensor& offsets) {
+  return forward_call<false>(Call{q, k, w, ratio, sm_scale, offsets, std::nullopt, std::nullopt, std::nullopt,
+                                  std::nullopt, dsa::ThdColumns::local, dsa::KernelFamily::automatic, std::nullopt,
+                                  std::nullopt, std::nullopt, std::nullopt});
+}
+
+at::Tensor forward_thd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
+                            double sm_scale, const OptTensor& offsets, const at::Tensor& cu_q, const at::Tensor& cu_k,
+                            int64_t max_q, int64_t max_k, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
+  return forward_call<false>(Call{q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, dsa::ThdColumns::local,
+                                  dsa::KernelFamily::automatic, std::nullopt, std::nullopt, cu_q_host, cu_k_host});
 }
 
 void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
@@ -296,6 +321,11 @@ TORCH_LIBRARY(dsa_indexer, m) {
   m.set_python_module("dsa_indexer._torch_op");
   m.def("indexer_forward(" DSA_OP_ARGS ", *, " DSA_OP_EXTENSIONS ") -> Tensor");
   m.def("indexer_forward_lse(" DSA_OP_ARGS ", *, " DSA_OP_EXTENSIONS ") -> (Tensor scores, Tensor lse)");
+  // indexer_forward with thd_columns="local" and family="auto", every argument required.
+  m.def("indexer_forward_bshd(Tensor q, Tensor k, Tensor w, int ratio, float sm_scale, Tensor? q_causal_offsets) -> Tensor");
+  m.def("indexer_forward_thd(Tensor q, Tensor k, Tensor w, int ratio, float sm_scale, Tensor? q_causal_offsets, "
+        "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, Tensor? cu_seqlens_q_host, "
+        "Tensor? cu_seqlens_k_host) -> Tensor");
   // A separate name rather than an `.out` overload: torch.compile functionalizes a custom op
   // that mutates its arguments and returns nothing; one returning an alias of `out` it cannot.
   m.def("indexer_forward_out(" DSA_OP_ARGS ", *, Tensor(a!) out, Tensor(b!)? lse_out=None, " DSA_OP_EXTENSIONS
@@ -305,6 +335,8 @@ TORCH_LIBRARY(dsa_indexer, m) {
 TORCH_LIBRARY_IMPL(dsa_indexer, CUDA, m) {
   m.impl("indexer_forward", &forward_cuda<false>);
   m.impl("indexer_forward_lse", &forward_cuda<true>);
+  m.impl("indexer_forward_bshd", &forward_bshd_cuda);
+  m.impl("indexer_forward_thd", &forward_thd_cuda);
   m.impl("indexer_forward_out", &forward_out_cuda);
 }
 
@@ -313,6 +345,8 @@ TORCH_LIBRARY_IMPL(dsa_indexer, CUDA, m) {
 TORCH_LIBRARY_IMPL(dsa_indexer, CPU, m) {
   m.impl("indexer_forward", &forward_cuda<false>);
   m.impl("indexer_forward_lse", &forward_cuda<true>);
+  m.impl("indexer_forward_bshd", &forward_bshd_cuda);
+  m.impl("indexer_forward_thd", &forward_thd_cuda);
   m.impl("indexer_forward_out", &forward_out_cuda);
 }
 
@@ -324,5 +358,7 @@ TORCH_LIBRARY_IMPL(dsa_indexer, ADInplaceOrView, m) {
 TORCH_LIBRARY_IMPL(dsa_indexer, Autograd, m) {
   m.impl("indexer_forward", torch::autograd::autogradNotImplementedFallback());
   m.impl("indexer_forward_lse", torch::autograd::autogradNotImplementedFallback());
+  m.impl("indexer_forward_bshd", torch::autograd::autogradNotImplementedFallback());
+  m.impl("indexer_forward_thd", torch::autograd::autogradNotImplementedFallback());
   m.impl("indexer_forward_out", torch::autograd::autogradNotImplementedFallback());
 }

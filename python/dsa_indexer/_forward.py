@@ -146,17 +146,21 @@ def indexer_forward(
     """
     o = _torch_op.ops()
     if o is not None:
-        # The operator checks every argument itself; on an error the checks below run first, so
-        # that both paths raise the same exception for malformed arguments, and the common calls
-        # (scores only, no out=, no stream=) go straight to the operator: the host cost of a call.
+        # The operators check every argument themselves; on an error the checks below run first,
+        # so that both paths raise the same exception for malformed arguments. The common calls
+        # (scores only, local columns, automatic family, no out=, no stream=) go straight to the
+        # short operators, whose schemas have the fewest arguments: the host cost of a call.
         try:
-            if out is None and lse_out is None and stream is None and not return_lse and family == "auto" and ks is None and ke is None:
-                if cu_seqlens_q_host is None and cu_seqlens_k_host is None:
-                    return o.forward(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                     max_seqlen_k, thd_columns)
-                return o.forward(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                 max_seqlen_k, thd_columns, cu_seqlens_q_host=_torch_op.host_mirror_tensor(cu_seqlens_q_host),
-                                 cu_seqlens_k_host=_torch_op.host_mirror_tensor(cu_seqlens_k_host))
+            if (out is None and lse_out is None and stream is None and not return_lse and family == "auto" and ks is None
+                    and ke is None and thd_columns == "local"):
+                if cu_seqlens_q is None and cu_seqlens_k is None:
+                    if cu_seqlens_q_host is None and cu_seqlens_k_host is None:
+                        return o.forward_bshd(q, k, w, ratio, sm_scale, q_causal_offsets)
+                elif (cu_seqlens_q is not None and cu_seqlens_k is not None and max_seqlen_q is not None and max_seqlen_k is not None
+                      and (cu_seqlens_q_host is None or isinstance(cu_seqlens_q_host, o.tensor_type))
+                      and (cu_seqlens_k_host is None or isinstance(cu_seqlens_k_host, o.tensor_type))):
+                    return o.forward_thd(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                         max_seqlen_k, cu_seqlens_q_host, cu_seqlens_k_host)
             return _torch_op.forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                      max_seqlen_k, thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host,
                                      cu_seqlens_k_host, stream)

@@ -2,8 +2,10 @@
 
 `libdsa_indexer_torch.so` (python/csrc/torch_op.cpp, CMake option DSA_INDEXER_BUILD_TORCH_OP)
 registers ``torch.ops.dsa_indexer.indexer_forward`` (scores), ``indexer_forward_lse`` (scores
-and lse) and ``indexer_forward_out`` (into given tensors) with CUDA,
-Meta (fake) and Autograd kernels. It is looked for, in order:
+and lse), ``indexer_forward_out`` (into given tensors) and the short forms of the common calls,
+``indexer_forward_bshd`` and ``indexer_forward_thd`` (local columns, automatic family, every
+argument required: fewer arguments for the dispatcher to convert), with CUDA, Meta (fake) and
+Autograd kernels. It is looked for, in order:
 
 1. ``$DSA_INDEXER_TORCH_OP``: its path (when set, only it is tried and a failure is an error;
    ``0`` means "do not use the operator": the ctypes binding serves every call);
@@ -48,6 +50,9 @@ class _Ops(NamedTuple):
     forward: object  # torch.ops.dsa_indexer.indexer_forward.default
     forward_lse: object  # torch.ops.dsa_indexer.indexer_forward_lse.default
     forward_out: object  # torch.ops.dsa_indexer.indexer_forward_out.default
+    forward_bshd: object  # torch.ops.dsa_indexer.indexer_forward_bshd.default (the common BSHD call)
+    forward_thd: object  # torch.ops.dsa_indexer.indexer_forward_thd.default (the common THD call)
+    tensor_type: type  # torch.Tensor
 
 
 _SCHEMA_TYPE_ERROR = re.compile(r"^dsa_indexer::(\w+)\(\) Expected a value of type '([^']+)' for argument '(\w+)' but instead found type '([^']+)'")
@@ -86,7 +91,8 @@ def _resolve(environ=None):
             torch.ops.load_library(path)
             _register_fakes(torch)
             ops = torch.ops.dsa_indexer
-            return (_Ops(ops.indexer_forward.default, ops.indexer_forward_lse.default, ops.indexer_forward_out.default),
+            return (_Ops(ops.indexer_forward.default, ops.indexer_forward_lse.default, ops.indexer_forward_out.default,
+                         ops.indexer_forward_bshd.default, ops.indexer_forward_thd.default, torch.Tensor),
                     Backend(TORCH_OPS, path, ""))
         except (OSError, RuntimeError, AttributeError) as e:
             tried.append(f"{path}: {e}")
@@ -236,6 +242,17 @@ def _register_fakes(torch) -> None:
                           ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
         scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
         return q.new_empty(scores, dtype=torch.float32), q.new_empty(rows, dtype=torch.float32)
+
+    @torch.library.register_fake("dsa_indexer::indexer_forward_bshd")
+    def _fake_forward_bshd(q, k, w, ratio, sm_scale, q_causal_offsets):
+        scores, _ = shapes(q, k, None, None, None, None, "local")
+        return q.new_empty(scores, dtype=torch.float32)
+
+    @torch.library.register_fake("dsa_indexer::indexer_forward_thd")
+    def _fake_forward_thd(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          cu_seqlens_q_host, cu_seqlens_k_host):
+        scores, _ = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, "local")
+        return q.new_empty(scores, dtype=torch.float32)
 
     @torch.library.register_fake("dsa_indexer::indexer_forward_out")
     def _fake_forward_out(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,

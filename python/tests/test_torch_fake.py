@@ -48,6 +48,83 @@ def test_schema_declares_mutation_of_out_and_lse_out():
     assert [r.name for r in OPS.indexer_forward_lse.default._schema.returns] == ["scores", "lse"]
 
 
+def test_short_ops_have_no_defaults_and_the_general_names():
+    """indexer_forward_bshd / _thd: indexer_forward's arguments of the common calls, in its order
+    and with its names and types, every one required (a default costs the dispatcher per call)."""
+    general = {a.name: str(a.type) for a in OPS.indexer_forward.default._schema.arguments}
+    for op, names in ((OPS.indexer_forward_bshd, ["q", "k", "w", "ratio", "sm_scale", "q_causal_offsets"]),
+                      (OPS.indexer_forward_thd, ["q", "k", "w", "ratio", "sm_scale", "q_causal_offsets", "cu_seqlens_q",
+                                                 "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "cu_seqlens_q_host",
+                                                 "cu_seqlens_k_host"])):
+        args = op.default._schema.arguments
+        assert [a.name for a in args] == names
+        assert not any(a.has_default_value() or a.kwarg_only or a.alias_info is not None for a in args)
+        for a in args:  # the same types, but that THD's cu_seqlens and max_seqlen are required
+            assert str(a.type) in (general[a.name], general[a.name].removeprefix("Optional[").removesuffix("]"))
+        assert len(op.default._schema.returns) == 1
+
+
+class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func.name()))
+        return func(*args, **(kwargs or {}))
+
+
+def _ops_called(fn):
+    with _Recorder() as r:
+        fn()
+    return [n for n in r.ops if n.startswith("dsa_indexer::")]
+
+
+def test_common_calls_take_the_short_ops():
+    q, k, w = bshd("meta")
+    f = dsa_indexer.indexer_forward
+    assert _ops_called(lambda: f(q, k, w, ratio=2, sm_scale=0.5)) == ["dsa_indexer::indexer_forward_bshd"]
+    offs = torch.empty(2, device="meta", dtype=torch.int32)
+    assert _ops_called(lambda: f(q, k, w, 2, 0.5, offs)) == ["dsa_indexer::indexer_forward_bshd"]
+    tq, tk, tw, cu_q, cu_k = thd("meta")
+    thd_kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40, max_seqlen_k=20)
+    hq, hk = torch.tensor([0, 20, 60], dtype=torch.int32), torch.tensor([0, 10, 30], dtype=torch.int32)
+    assert _ops_called(lambda: f(tq, tk, tw, **thd_kw)) == ["dsa_indexer::indexer_forward_thd"]
+    assert _ops_called(lambda: f(tq, tk, tw, **thd_kw, cu_seqlens_q_host=hq, cu_seqlens_k_host=hk)) == [
+        "dsa_indexer::indexer_forward_thd"]
+    # everything else: the general operators
+    assert _ops_called(lambda: f(tq, tk, tw, **thd_kw, thd_columns="global")) == ["dsa_indexer::indexer_forward"]
+    assert _ops_called(lambda: f(tq, tk, tw, **thd_kw, cu_seqlens_q_host=[0, 20, 60], cu_seqlens_k_host=[0, 10, 30])) == [
+        "dsa_indexer::indexer_forward"]
+    assert _ops_called(lambda: f(q, k, w, family="generic")) == ["dsa_indexer::indexer_forward"]
+    assert _ops_called(lambda: f(q, k, w, return_lse=True)) == ["dsa_indexer::indexer_forward_lse"]
+
+
+def _raised(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        return type(e), str(e).split(" (dsa_indexer::")[0]  # the dispatcher's own text names the op
+    return None
+
+
+def test_short_ops_raise_what_the_general_op_raises():
+    q, k, w = bshd("meta")
+    tq, tk, tw, cu_q, cu_k = thd("meta")
+    thd_kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40, max_seqlen_k=20)
+    for bad in (dict(ratio=2.5), dict(sm_scale="x"), dict(q_causal_offsets=3)):
+        short = _raised(lambda: dsa_indexer.indexer_forward(q, k, w, **bad))
+        general = _raised(lambda: dsa_indexer.indexer_forward(q, k, w, family="generic", **bad))
+        assert short is not None and short == general, (bad, short, general)
+        short = _raised(lambda: dsa_indexer.indexer_forward(tq, tk, tw, **thd_kw, **bad))
+        general = _raised(lambda: dsa_indexer.indexer_forward(tq, tk, tw, **thd_kw, family="generic", **bad))
+        assert short is not None and short == general, (bad, short, general)
+    with pytest.raises(ValueError, match="rank 3"):
+        dsa_indexer.indexer_forward(q, k, w, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40, max_seqlen_k=20)
+    with pytest.raises(ValueError, match="rank 4"):
+        OPS.indexer_forward_bshd(tq, tk, tw, 2, 1.0, None)
+
+
 @pytest.mark.parametrize("return_lse", [False, True])
 def test_fake_shapes_bshd(return_lse):
     with FakeTensorMode():
@@ -123,6 +200,17 @@ def test_compile_thd_host_mirrors_and_lse_no_graph_break():
     assert scores.shape == (60, 20) and lse.shape == (60,)
 
 
+def test_compile_thd_common_call_no_graph_break():
+    def f(q, k, w, cu_q, cu_k, hq, hk):
+        return dsa_indexer.indexer_forward(q, k, w, ratio=2, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40,
+                                           max_seqlen_k=20, cu_seqlens_q_host=hq, cu_seqlens_k_host=hk)
+
+    args = (*thd("meta"), torch.tensor([0, 20, 60], dtype=torch.int32), torch.tensor([0, 10, 30], dtype=torch.int32))
+    assert _explain(f, *args) == (1, 0, [])
+    torch._dynamo.reset()
+    assert torch.compile(f, fullgraph=True, backend="aot_eager")(*args).shape == (60, 20)
+
+
 def test_compile_out_variant_no_graph_break():
     def f(q, k, w, out):
         dsa_indexer.indexer_forward(q, k, w, ratio=2, out=out)
@@ -137,7 +225,7 @@ def test_backward_raises_naming_the_op():
     q.requires_grad_(True)
     scores = dsa_indexer.indexer_forward(q, k, w)
     assert scores.requires_grad  # no silent detach
-    with pytest.raises(RuntimeError, match="dsa_indexer::indexer_forward"):
+    with pytest.raises(RuntimeError, match="dsa_indexer::indexer_forward_bshd is not implemented"):
         scores.sum().backward()
     res = dsa_indexer.indexer_forward(q, k, w, return_lse=True)
     assert res["scores"].requires_grad and res["lse"].requires_grad

@@ -109,6 +109,39 @@ def test_opcheck():
     out, lse = torch.empty(q.shape[0], kw["max_seqlen_k"], device=DEV), torch.empty(q.shape[0], device=DEV)
     torch.library.opcheck(OPS.indexer_forward_out.default, args, dict(host, out=out))
     torch.library.opcheck(OPS.indexer_forward_out.default, args, dict(host, out=out, lse_out=lse))
+    q, k, w = bshd_inputs(1, 64, 32, 64, seed=4)
+    torch.library.opcheck(OPS.indexer_forward_bshd.default, (q, k, w, 2, 0.5, None), {})
+    q, k, w, kw, host = thd_case(5)
+    torch.library.opcheck(OPS.indexer_forward_thd.default, args[:10] + (host["cu_seqlens_q_host"], host["cu_seqlens_k_host"]), {})
+
+
+def test_short_ops_bitwise_equal_to_the_general_op():
+    """indexer_forward_bshd / _thd (what the common calls of dsa_indexer.indexer_forward use) give
+    the bits of indexer_forward with the same arguments: BSHD with and without offsets (a lean
+    and a generic shape), THD with host mirrors, without them (one device read) and with CPU
+    cu_seqlens (copied, then used as mirrors)."""
+    for B, S_q, S_k in ((1, 2048, 1024), (2, 96, 50)):
+        q, k, w = bshd_inputs(B, S_q, S_k, 64, seed=30 + S_q)
+        for offs in (None, torch.tensor([5, 1000][:B], dtype=torch.int32, device=DEV)):
+            a = OPS.indexer_forward_bshd(q, k, w, 2, 0.125, offs)
+            b = OPS.indexer_forward(q, k, w, 2, 0.125, offs)
+            assert torch.equal(bits(a), bits(b))
+            check_scores(a, indexer_forward_reference(q, k, w, ratio=2, sm_scale=0.125, q_causal_offsets=offs))
+    q, k, w, kw, host = thd_case(31)
+    general = OPS.indexer_forward(q, k, w, kw["ratio"], kw["sm_scale"], kw["q_causal_offsets"], kw["cu_seqlens_q"],
+                                  kw["cu_seqlens_k"], kw["max_seqlen_q"], kw["max_seqlen_k"], "local", **host)
+    check_scores(general, indexer_forward_reference(q, k, w, **kw))
+    thd_args = (q, k, w, kw["ratio"], kw["sm_scale"], kw["q_causal_offsets"])
+    mq, mk = kw["max_seqlen_q"], kw["max_seqlen_k"]
+    cu_q, cu_k = kw["cu_seqlens_q"], kw["cu_seqlens_k"]
+    for got in (OPS.indexer_forward_thd(*thd_args, cu_q, cu_k, mq, mk, host["cu_seqlens_q_host"], host["cu_seqlens_k_host"]),
+                OPS.indexer_forward_thd(*thd_args, cu_q, cu_k, mq, mk, None, None),
+                OPS.indexer_forward_thd(*thd_args, cu_q.cpu(), cu_k.cpu(), mq, mk, None, None),
+                # a strided host mirror is copied to a contiguous one
+                OPS.indexer_forward_thd(*thd_args, cu_q, cu_k, mq, mk, torch.stack([host["cu_seqlens_q_host"]] * 2, 1)[:, 0],
+                                        host["cu_seqlens_k_host"])):
+        assert torch.equal(bits(got), bits(general))
+    torch.cuda.synchronize()
 
 
 # ------------------------------------------------------------------ torch.compile ----------
@@ -242,7 +275,7 @@ def test_backward_raises_naming_the_op():
     q.requires_grad_(True)
     scores = dsa_indexer.indexer_forward(q, k, w, ratio=2)
     assert scores.requires_grad
-    with pytest.raises(RuntimeError, match="dsa_indexer::indexer_forward is not implemented"):
+    with pytest.raises(RuntimeError, match="dsa_indexer::indexer_forward_bshd is not implemented"):
         scores.sum().backward()
 
 
