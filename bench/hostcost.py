@@ -82,6 +82,7 @@ def interleaved_us(entries: list, batches: int, per_batch: int, sync, rounds: in
     (as per_call_us) or {"error": ...} per entry, in order."""
     rounds = max(1, min(rounds, batches))
     samples: list = [[] for _ in entries]
+    per_round: list = [[] for _ in entries]  # each turn's median: paired comparisons within a turn
     errors: list = [None for _ in entries]
     for r in range(rounds):
         n = batches // rounds + (1 if r < batches % rounds else 0)
@@ -92,11 +93,13 @@ def interleaved_us(entries: list, batches: int, per_batch: int, sync, rounds: in
                 setup()
                 res = per_call_us(fn, n, per_batch, sync, keep_samples=True)
                 samples[i] += res["samples"]
+                per_round[i].append(statistics.median(res["samples"]))
             except Exception as e:  # noqa: BLE001
                 errors[i] = peers._err(e)
     return [{"error": err} if err is not None else
-            {"median_us": statistics.median(x), "min_us": min(x), "batches": len(x), "per_batch": per_batch, "rounds": rounds}
-            for err, x in zip(errors, samples)]
+            {"median_us": statistics.median(x), "min_us": min(x), "batches": len(x), "per_batch": per_batch, "rounds": rounds,
+             "round_medians_us": rm}
+            for err, x, rm in zip(errors, samples, per_round)]
 
 
 def problems(device: str) -> dict:
@@ -180,7 +183,12 @@ def measure(args) -> dict:
         b, t = p["bshd"], p["thd"]
         ops = torch.ops.dsa_indexer
         raw, raw_bshd, raw_thd = ops.indexer_forward.default, ops.indexer_forward_bshd.default, ops.indexer_forward_thd.default
-        entries.append(("torch.ops.dsa_indexer (bare op)", "bshd", auto, lambda: raw(b["q"], b["k"], b["w"], RATIO)))
+        # the general operator called as dsa_indexer.indexer_forward called it before the short forms
+        entries.append(("torch.ops.dsa_indexer (bare op)", "bshd", auto,
+                        lambda: raw(b["q"], b["k"], b["w"], RATIO, 1.0, None, None, None, None, None, "local")))
+        entries.append(("torch.ops.dsa_indexer (bare op)", "thd, host cu_seqlens", auto,
+                        lambda: raw(t["q"], t["k"], t["w"], RATIO, 1.0, None, t["cu_q"], t["cu_k"], t["max_q"], t["max_k"], "local",
+                                    cu_seqlens_q_host=t["cu_q_host"], cu_seqlens_k_host=t["cu_k_host"])))
         entries.append(("torch.ops.dsa_indexer (bare short op)", "bshd", auto,
                         lambda: raw_bshd(b["q"], b["k"], b["w"], RATIO, 1.0, None)))
         entries.append(("torch.ops.dsa_indexer (bare short op)", "thd, host cu_seqlens", auto,

@@ -25,7 +25,6 @@ namespace dsa_indexer::detail {
   X(cuCtxSynchronize, 2000) X(cuStreamGetCtx, 9020) X(cuPointerGetAttributes, 7000)                 \
   X(cuModuleLoadData, 2000) X(cuModuleUnload, 2000) X(cuModuleGetFunction, 2000)                     \
   X(cuFuncSetAttribute, 9000) X(cuFuncGetAttribute, 2020) X(cuLaunchKernelEx, 11060)                 \
-  X(cuLaunchKernel, 4000)                                                                           \
   X(cuTensorMapEncodeTiled, 12000) X(cuGetErrorName, 6000) X(cuGetErrorString, 6000)                 \
   X(cuMemcpyDtoHAsync, 3020) X(cuMemcpyHtoDAsync, 3020) X(cuStreamSynchronize, 2000)                 \
   X(cuMemAlloc, 3020) X(cuMemFree, 3020) X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020)                 \

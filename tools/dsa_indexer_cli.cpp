@@ -475,13 +475,6 @@ int run_jitcost(const Args& a) {
         per_call_us(batches, per_batch, [&] {
           dd::launch_one(kernel->functions[0], plan.launches[0], nullptr, params, "cuLaunchKernelEx");
         }, sync));
-    // The older entry point with the same launch (no attributes are set): is it any cheaper?
-    const dd::KernelLaunch& l = plan.launches[0];
-    add("driver_v1", "cuLaunchKernel alone, the same launch (for comparison)",
-        per_call_us(batches, per_batch, [&] {
-          d.check(d.cuLaunchKernel(kernel->functions[0], l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
-                                   l.smem, nullptr, params, nullptr), "cuLaunchKernel");
-        }, sync));
   }
   sync();
   {
@@ -495,7 +488,7 @@ int run_jitcost(const Args& a) {
   }
   double sum = 0;
   for (const auto& x : st) {
-    if (x.name != "tma" && x.name != "driver" && x.name != "driver_v1" && x.name != "stream") sum += x.median_us;
+    if (x.name != "tma" && x.name != "driver" && x.name != "stream") sum += x.median_us;
     fmt::print("  stage {:<9} {:>6.3f} us (min {:.3f})  {}\n", x.name, x.median_us, x.min_us, x.what);
   }
   fmt::print("  stages validate..launch: {:.2f} us vs {:.2f} us for the whole call\n", sum, full_med);

@@ -77,5 +77,6 @@ def test_interleaved_turns_split_the_batches_and_keep_errors_apart():
     res = hostcost.interleaved_us(entries, batches=7, per_batch=2, sync=lambda: None, rounds=3)
     assert res[1] == {"error": "RuntimeError: boom"}
     assert res[0]["batches"] == 7 and res[2]["batches"] == 7 and res[0]["rounds"] == 3
+    assert len(res[0]["round_medians_us"]) == 3 and all(m >= res[0]["min_us"] for m in res[0]["round_medians_us"])
     assert setups == ["a", "b", "c", "a", "c", "a", "c"]  # a failed entry is not retried
     assert order.count("a") == (7 + 3) * 2  # 7 timed batches + one warm-up batch per turn
