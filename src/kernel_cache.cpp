@@ -178,7 +178,23 @@ std::string memory_key(const KernelSpec& spec, int device) {
 }
 
 std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device, bool* produced) {
-  return lru_.get_or_create(memory_key(spec, device), [&] { return load(spec, device); }, produced);
+  // The key is a pure function of (spec, device): a thread repeating its last variant (the
+  // steady state of a training step) looks it up without building the string again. A hit is
+  // counted and promoted by find() exactly as get_or_create would.
+  thread_local KernelSpec last_spec;
+  thread_local int last_device = -1;
+  thread_local std::string last_key;
+  if (device != last_device || spec != last_spec) {
+    last_key = memory_key(spec, device);
+    last_spec = spec;
+    last_device = device;
+  }
+  if (std::shared_ptr<LoadedKernel> k = lru_.find(last_key)) {
+    if (produced) *produced = false;
+    return k;
+  }
+  // A copy: producing may run on this thread code that looks up another variant.
+  return lru_.get_or_create(std::string(last_key), [&] { return load(spec, device); }, produced);
 }
 
 CacheStats Runtime::stats() const {

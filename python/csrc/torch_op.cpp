@@ -24,7 +24,6 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
-#include <vector>
 
 #include "dsa_indexer/indexer.hpp"
 
@@ -108,9 +107,15 @@ dsa::KernelFamily family_of(const std::string& s) {
                            "'auto', 'generic', 'reference', 'lean', got '", s, "'");
 }
 
+// Result shapes without a heap allocation per call: at most 3 dimensions.
+struct Shape {
+  int64_t dims[3];
+  size_t rank;
+  at::IntArrayRef ref() const { return at::IntArrayRef(dims, rank); }
+};
 struct Shapes {
-  std::vector<int64_t> scores;
-  std::vector<int64_t> rows;  // lse
+  Shape scores;
+  Shape rows;  // lse
 };
 
 // The Python fake kernel (dsa_indexer._torch_op.result_shapes) computes the same shapes.
@@ -120,7 +125,7 @@ Shapes result_shapes(const at::Tensor& q, const at::Tensor& k, bool thd, std::op
     TORCH_CHECK_VALUE(q.dim() == 3 && k.dim() == 3,
                       "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: q / k: expected rank 3 ((T_q, H, D), "
                       "(T_k, 1, D)) for THD, got shapes ", q.sizes(), " / ", k.sizes());
-    return {{q.size(0), columns == dsa::ThdColumns::local ? *max_k : k.size(0)}, {q.size(0)}};
+    return {{{q.size(0), columns == dsa::ThdColumns::local ? *max_k : k.size(0)}, 2}, {{q.size(0)}, 1}};
   }
   TORCH_CHECK_VALUE(columns == dsa::ThdColumns::local,
                     "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: thd_columns: expected 'local' (the "
@@ -129,7 +134,7 @@ Shapes result_shapes(const at::Tensor& q, const at::Tensor& k, bool thd, std::op
                     "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: q / k: expected rank 4 ((B, S_q, H, D), "
                     "(B, S_k, 1, D)) for BSHD (THD needs cu_seqlens_q/k), got shapes ", q.sizes(), " / ",
                     k.sizes());
-  return {{q.size(0), q.size(1), k.size(1)}, {q.size(0), q.size(1)}};
+  return {{{q.size(0), q.size(1), k.size(1)}, 3}, {{q.size(0), q.size(1)}, 2}};
 }
 
 // A host mirror: a CPU int32 tensor of as many values as the device array (contiguous copy if
@@ -229,8 +234,8 @@ void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
 std::tuple<at::Tensor, at::Tensor> allocate(const Call& c, bool with_lse) {
   const bool thd = is_thd(c.cu_q, c.cu_k, c.max_q, c.max_k);
   const Shapes s = result_shapes(c.q, c.k, thd, c.max_k, c.columns);
-  auto empty = [&](const std::vector<int64_t>& shape) {
-    return at::Tensor(at::detail::empty_cuda(shape, at::kFloat, c.q.device(), std::nullopt));
+  auto empty = [&](const Shape& shape) {
+    return at::Tensor(at::detail::empty_cuda(shape.ref(), at::kFloat, c.q.device(), std::nullopt));
   };
   return {empty(s.scores), with_lse ? empty(s.rows) : at::Tensor()};
 }
