@@ -54,10 +54,11 @@ class _Ops(NamedTuple):
     forward_thd: object  # torch.ops.dsa_indexer.indexer_forward_thd.default (the common THD call)
     tensor_type: type  # torch.Tensor
     # The short operators' C++ entry points (OpOverload._op, which OpOverload.__call__ calls):
-    # eager calls skip one Python frame; traced calls (is_compiling()) use the OpOverloads.
+    # eager calls skip one Python frame; calls Dynamo traces use the OpOverloads (other tracers
+    # see the operator through the dispatcher either way).
     bshd_entry: object
     thd_entry: object
-    is_compiling: object  # torch.compiler.is_compiling
+    is_compiling: object  # torch.compiler.is_dynamo_compiling (one call returning a constant in eager mode)
 
 
 _SCHEMA_TYPE_ERROR = re.compile(r"^dsa_indexer::(\w+)\(\) Expected a value of type '([^']+)' for argument '(\w+)' but instead found type '([^']+)'")
@@ -98,7 +99,7 @@ def _resolve(environ=None):
             ops = torch.ops.dsa_indexer
             return (_Ops(ops.indexer_forward.default, ops.indexer_forward_lse.default, ops.indexer_forward_out.default,
                          ops.indexer_forward_bshd.default, ops.indexer_forward_thd.default, torch.Tensor,
-                         ops.indexer_forward_bshd.default._op, ops.indexer_forward_thd.default._op, torch.compiler.is_compiling),
+                         ops.indexer_forward_bshd.default._op, ops.indexer_forward_thd.default._op, torch.compiler.is_dynamo_compiling),
                     Backend(TORCH_OPS, path, ""))
         except (OSError, RuntimeError, AttributeError) as e:
             tried.append(f"{path}: {e}")

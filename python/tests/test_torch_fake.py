@@ -211,6 +211,19 @@ def test_compile_thd_common_call_no_graph_break():
     assert torch.compile(f, fullgraph=True, backend="aot_eager")(*args).shape == (60, 20)
 
 
+def test_make_fx_records_the_short_operator():
+    """Tracers other than Dynamo (make_fx, as AOT autograd and non-strict export use) see the
+    operator that eager calls enter through OpOverload._op."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(q, k, w):
+        return dsa_indexer.indexer_forward(q, k, w, ratio=2, sm_scale=0.5)
+
+    g = make_fx(f, tracing_mode="fake")(*bshd("meta"))
+    targets = [str(n.target) for n in g.graph.nodes if n.op == "call_function"]
+    assert targets == ["dsa_indexer.indexer_forward_bshd.default"], targets
+
+
 def test_compile_out_variant_no_graph_break():
     def f(q, k, w, out):
         dsa_indexer.indexer_forward(q, k, w, ratio=2, out=out)
