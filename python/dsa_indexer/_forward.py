@@ -155,11 +155,11 @@ def indexer_forward(
                     and ke is None and thd_columns == "local"):
                 if cu_seqlens_q is None and cu_seqlens_k is None:
                     if cu_seqlens_q_host is None and cu_seqlens_k_host is None:
-                        return (o.forward_bshd if o.is_compiling() else o.bshd_entry)(q, k, w, ratio, sm_scale, q_causal_offsets)
+                        return (o.forward_bshd if o.dynamo_tracing() else o.bshd_entry)(q, k, w, ratio, sm_scale, q_causal_offsets)
                 elif (cu_seqlens_q is not None and cu_seqlens_k is not None and max_seqlen_q is not None and max_seqlen_k is not None
                       and (cu_seqlens_q_host is None or isinstance(cu_seqlens_q_host, o.tensor_type))
                       and (cu_seqlens_k_host is None or isinstance(cu_seqlens_k_host, o.tensor_type))):
-                    return (o.forward_thd if o.is_compiling() else o.thd_entry)(
+                    return (o.forward_thd if o.dynamo_tracing() else o.thd_entry)(
                         q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         cu_seqlens_q_host, cu_seqlens_k_host)
             return _torch_op.forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,

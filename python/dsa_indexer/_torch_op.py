@@ -58,7 +58,7 @@ class _Ops(NamedTuple):
     # see the operator through the dispatcher either way).
     bshd_entry: object
     thd_entry: object
-    is_compiling: object  # torch.compiler.is_dynamo_compiling (one call returning a constant in eager mode)
+    dynamo_tracing: object  # torch.compiler.is_dynamo_compiling (one call returning a constant in eager mode)
 
 
 _SCHEMA_TYPE_ERROR = re.compile(r"^dsa_indexer::(\w+)\(\) Expected a value of type '([^']+)' for argument '(\w+)' but instead found type '([^']+)'")
