@@ -52,7 +52,8 @@ std::shared_ptr<LoadedKernel> kernel_for_call(const Problem& p, const DeviceInfo
   Runtime& rt = Runtime::get();
   ManifestRecorder* rec = recorder();
   if (env().lean_compile == LeanCompile::async && requested == KernelFamily::automatic && plan.spec.family->fast_path()) {
-    const std::string key = memory_key(plan.spec, p.device);
+    // Both uses come before anything else on this thread looks up a variant (see the helper).
+    const std::string& key = memory_key_of_last(plan.spec, p.device);
     if (std::shared_ptr<LoadedKernel> k = rt.resident(key)) return k;
     worker().offer(key, plan.spec, p.device);
     g_fallbacks.fetch_add(1, std::memory_order_relaxed);

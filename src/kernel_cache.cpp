@@ -177,10 +177,7 @@ std::string memory_key(const KernelSpec& spec, int device) {
   return k;
 }
 
-std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device, bool* produced) {
-  // The key is a pure function of (spec, device): a thread repeating its last variant (the
-  // steady state of a training step) looks it up without building the string again. A hit is
-  // counted and promoted by find() exactly as get_or_create would.
+const std::string& memory_key_of_last(const KernelSpec& spec, int device) {
   thread_local KernelSpec last_spec;
   thread_local int last_device = -1;
   thread_local std::string last_key;
@@ -189,12 +186,19 @@ std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device
     last_spec = spec;
     last_device = device;
   }
-  if (std::shared_ptr<LoadedKernel> k = lru_.find(last_key)) {
+  return last_key;
+}
+
+std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device, bool* produced) {
+  // A thread repeating its last variant looks it up without building the key again; a hit is
+  // counted and promoted by find() exactly as get_or_create would.
+  const std::string& key = memory_key_of_last(spec, device);
+  if (std::shared_ptr<LoadedKernel> k = lru_.find(key)) {
     if (produced) *produced = false;
     return k;
   }
   // A copy: producing may run on this thread code that looks up another variant.
-  return lru_.get_or_create(std::string(last_key), [&] { return load(spec, device); }, produced);
+  return lru_.get_or_create(std::string(key), [&] { return load(spec, device); }, produced);
 }
 
 CacheStats Runtime::stats() const {

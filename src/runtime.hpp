@@ -46,6 +46,10 @@ std::string compute_disk_key(const GeneratedSource& src, const std::vector<std::
 // descriptors and shared-memory attributes are per device, so a module loaded on one device is
 // never launched on another.
 std::string memory_key(const KernelSpec& spec, int device);
+// memory_key(spec, device) from this thread's last call when (spec, device) repeat (the steady
+// state of a training step), built anew otherwise. The reference is valid until this thread's
+// next call: copy it before anything that may look up another variant.
+const std::string& memory_key_of_last(const KernelSpec& spec, int device);
 
 class Runtime {
  public:
