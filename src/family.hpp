@@ -43,8 +43,9 @@ class Family {
   virtual Gate check(const Problem& p, const DeviceInfo& dev) const = 0;
   // Exactly the inputs check() reads, as a key (the dispatcher caches verdicts under it).
   virtual std::string gate_key(const Problem& p, const DeviceInfo& dev) const = 0;
-  // Pure: the variant, the launch geometry and the schedule (called after check() passed).
-  virtual Plan plan(const Problem& p, const DeviceInfo& dev) const = 0;
+  // Pure: the variant, the launch geometry and the schedule (called after check() passed); a
+  // per-call schedule only for PlanPurpose::launch.
+  virtual Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const = 0;
   // Appends the family's part of the generated source after the shared config: asserts,
   // tables, and the name expressions of its kernels in launch order.
   virtual void render(const KernelSpec& spec, GeneratedSource& out) const = 0;

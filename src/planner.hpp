@@ -49,9 +49,13 @@ struct Plan {
   std::shared_ptr<const void> schedule;
 };
 
+// What a plan is for: a launch (everything, the per-call schedule included), or only the variant
+// (warmup manifests, which must not pay for, say, the schedule of a 2^31-token packing).
+enum class PlanPurpose { launch, spec_only };
+
 // Checks what every family needs of the device (Hopper), then asks the family for its plan.
 // Throws UnsupportedConfig naming the device property when the device cannot run the plan.
-Plan make_plan(const Problem& p, const DeviceInfo& dev, const Family& family);
+Plan make_plan(const Problem& p, const DeviceInfo& dev, const Family& family, PlanPurpose purpose = PlanPurpose::launch);
 
 // The dispatcher (dispatch.cpp). A family asked for by name serves the call or raises
 // UnsupportedConfig naming its failed gate; `automatic` takes the first family, by priority,

@@ -31,7 +31,7 @@ class GenericFamily final : public Family {
   Gate check(const Problem&, const DeviceInfo&) const override { return Gate::pass(); }
   std::string gate_key(const Problem&, const DeviceInfo&) const override { return std::string(); }
 
-  Plan plan(const Problem& p, const DeviceInfo& dev) const override {
+  Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose) const override {
     Plan plan;
     plan.spec = generic_spec(p.heads, p.w_dtype, p.has_lse, p.layout);
     plan.tokens_per_tile = GenericGeometry::tokens_per_cta(p.heads);

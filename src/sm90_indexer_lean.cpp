@@ -127,7 +127,7 @@ class LeanFamily final : public Family {
     return k;
   }
 
-  Plan plan(const Problem& p, const DeviceInfo& dev) const override {
+  Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
     Plan plan;
     plan.tokens_per_tile = static_cast<int32_t>(kTile);
     if (p.is_thd()) {
@@ -143,7 +143,7 @@ class LeanFamily final : public Family {
     l.block[0] = LeanGeometry::kThreads;
     l.smem = plan.spec.dynamic_smem;
     plan.empty = plan.num_tiles == 0;
-    if (p.is_thd() && !plan.empty) plan.schedule = thd_plan_for(p, l.grid[0]);
+    if (p.is_thd() && !plan.empty && purpose == PlanPurpose::launch) plan.schedule = thd_plan_for(p, l.grid[0]);
     return plan;
   }
 

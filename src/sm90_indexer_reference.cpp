@@ -31,7 +31,7 @@ class ReferenceFamily final : public Family {
   Gate check(const Problem&, const DeviceInfo&) const override { return Gate::pass(); }
   std::string gate_key(const Problem&, const DeviceInfo&) const override { return std::string(); }
 
-  Plan plan(const Problem& p, const DeviceInfo&) const override {
+  Plan plan(const Problem& p, const DeviceInfo&, PlanPurpose) const override {
     Plan plan;
     plan.spec = reference_spec(p.heads, p.w_dtype, p.has_lse, p.layout);
     plan.empty = p.rows == 0 || p.out_cols == 0;

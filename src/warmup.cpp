@@ -174,8 +174,9 @@ std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& probl
       const Problem p = manifest_problem(m, sc);
       // An automatic line warms what the dispatcher picks and what it picks with the escape
       // hatch set, so that neither setting meets a compile.
-      add(make_plan(p, dev, choose_family(p, dev, m.family, false)).spec);
-      if (m.family == KernelFamily::automatic) add(make_plan(p, dev, choose_family(p, dev, m.family, true)).spec);
+      add(make_plan(p, dev, choose_family(p, dev, m.family, false), PlanPurpose::spec_only).spec);
+      if (m.family == KernelFamily::automatic)
+        add(make_plan(p, dev, choose_family(p, dev, m.family, true), PlanPurpose::spec_only).spec);
     }
   }
   return specs;

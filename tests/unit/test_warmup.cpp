@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <fstream>
 
 #include "dsa_indexer/errors.hpp"
@@ -113,6 +114,14 @@ TEST_CASE("manifest values are range-checked as the public API checks them", "[w
   CHECK(v[0].sq == 2147483647);
   auto specs = manifest_specs(v, DeviceInfo::h200());
   CHECK(specs.size() == 2);
+  // A lean THD line of nearly 2^31 tokens names a variant without planning the packing's
+  // per-call q-tile order (the manifest fuzzer found that this allocated gigabytes).
+  const auto t0 = std::chrono::steady_clock::now();
+  specs = manifest_specs(parse_manifest("layout=thd_global heads=64 sq=2147483447 sk=2147483646 w=f32 lse=0\n", "m.txt"),
+                         DeviceInfo::h200());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  REQUIRE(specs.size() == 2);  // lean, and generic for the escape hatch
+  CHECK(specs[0].shape_key() == "thd_global.sq2147483448.sk0.wf32.scaleany.s5");
 }
 
 TEST_CASE("manifest: batch= and sms= are what a gate reads besides the shape", "[warmup]") {
