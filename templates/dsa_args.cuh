@@ -11,7 +11,7 @@ enum LayoutMode : i32 { kLayoutBshd = 0, kLayoutThdLocal = 1, kLayoutThdGlobal =
 struct DsaArgs {
   // device addresses (0 = not given)
   u64 q, k, w, out, lse, offsets, cu_q, cu_k, ks, ke;
-  // strides in elements (see Problem in src/problem.hpp)
+  // strides in elements (see Problem in src/core/problem.hpp)
   i64 q_stride[3];      // batch, token, head
   i64 k_stride[2];      // batch, token
   i64 w_stride[3];      // batch, token, head

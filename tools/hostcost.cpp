@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "driver.hpp"
-#include "env.hpp"
+#include "cuda/driver.hpp"
+#include "core/env.hpp"
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
 #include "stats.hpp"

@@ -86,6 +86,14 @@ DSA_INDEXER_API dsa_status dsa_kernel_cache_stats(dsa_cache_stats* out);
 DSA_INDEXER_API dsa_status dsa_kernel_cache_stats_ex(dsa_cache_stats* out, size_t struct_size);
 DSA_INDEXER_API const char* dsa_version(void);
 
+/* The kernel families, from the library's one registry (index 0 .. count - 1): name (what
+ * `family=` takes in Python and the CLI), id (a DSA_FAMILY_* value) and operation ("scores",
+ * "topk"); the strings are static. DSA_STATUS_INVALID_ARGUMENT for an index out of range or a
+ * NULL out-pointer. */
+DSA_INDEXER_API int32_t dsa_kernel_family_count(void);
+DSA_INDEXER_API dsa_status dsa_kernel_family_info(int32_t index, const char** name, int32_t* id,
+                                                  const char** operation);
+
 #ifdef __cplusplus
 }
 #endif

@@ -105,6 +105,20 @@ struct CacheStats {
 };
 DSA_INDEXER_API CacheStats kernel_cache_stats();
 
+// The kernel families of this library, from its one registry: the names the CLI, manifests,
+// Python and the PyTorch operator accept, and the operation each one implements.
+struct KernelFamilyInfo {
+  const char* name;       // "generic": what `family=` takes (static storage)
+  KernelFamily id;
+  const char* operation;  // "scores" or "topk"
+};
+DSA_INDEXER_API int kernel_family_count();
+// index in [0, kernel_family_count()); throws InvalidArgument otherwise.
+DSA_INDEXER_API KernelFamilyInfo kernel_family_info(int index);
+// "auto" -> KernelFamily::automatic, else the registered family of that name; throws
+// InvalidArgument naming `where`'s parameter `family` and listing the accepted names otherwise.
+DSA_INDEXER_API KernelFamily kernel_family_by_name(const char* name, const char* where = "indexer_forward");
+
 // Library version string, e.g. "0.1.0".
 DSA_INDEXER_API const char* version();
 

@@ -98,13 +98,13 @@ dsa::ThdColumns columns_of(const std::string& s) {
                            "'local', 'global', got '", s, "'");
 }
 
+// The names come from the library's registry (dsa::kernel_family_by_name), not from a list here.
 dsa::KernelFamily family_of(const std::string& s) {
-  if (s == "auto") return dsa::KernelFamily::automatic;
-  if (s == "generic") return dsa::KernelFamily::generic;
-  if (s == "reference") return dsa::KernelFamily::reference;
-  if (s == "lean") return dsa::KernelFamily::lean;
-  TORCH_CHECK_VALUE(false, "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: family: expected one of "
-                           "'auto', 'generic', 'reference', 'lean', got '", s, "'");
+  try {
+    return dsa::kernel_family_by_name(s.c_str(), "indexer_forward");
+  } catch (const dsa::InvalidArgument& e) {
+    TORCH_CHECK_VALUE(false, "[DSA_STATUS_INVALID_ARGUMENT] ", e.what());
+  }
 }
 
 // Result shapes without a heap allocation per call: at most 3 dimensions.

@@ -125,8 +125,8 @@ def indexer_forward(
     returned (cuDNN returns a TupleDict holding it); ``ratio`` defaults to 4 as there, the C
     API's default is 1. There are no tuning knobs and no fp8 path.
 
-    Extensions (keyword-only): ``family`` ("auto", "generic", "lean" or "reference": the C API's
-    kernel-family choice; a named family raises when its gate fails), explicit per-row windows ``ks``/``ke`` (int32 (B, S_q) / (T_q,),
+    Extensions (keyword-only): ``family`` ("auto" or a name of ``dsa_indexer.kernel_families()``:
+    the C API's kernel-family choice; a named family raises when its gate fails), explicit per-row windows ``ks``/``ke`` (int32 (B, S_q) / (T_q,),
     absolute output columns, instead of the ratio-causal window), ``stream`` (a CUstream
     handle as int or a torch.cuda.Stream; default ``torch.cuda.current_stream(q.device)``).
 
@@ -181,7 +181,7 @@ def _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seql
     """The checks that need neither torch nor the library; returns the normalized values
     (thd_columns code, family code, ratio, sm_scale, thd, max_seqlen_q, max_seqlen_k)."""
     thd_code = _parse_choice(thd_columns, _lib.THD_COLUMNS, "thd_columns")
-    family_code = _parse_choice(family, _lib.FAMILIES, "family")
+    family_code = _parse_choice(family, _lib.families("scores"), "family")
     ratio = operator.index(ratio)
     sm_scale = float(sm_scale)
     thd = cu_seqlens_q is not None or cu_seqlens_k is not None

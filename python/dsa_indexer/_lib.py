@@ -45,7 +45,6 @@ DSA_BF16, DSA_F16, DSA_F32, DSA_I32, DSA_I64, DSA_F64 = range(6)
 DTYPE_NAMES = {DSA_BF16: "bf16", DSA_F16: "f16", DSA_F32: "f32", DSA_I32: "i32", DSA_I64: "i64", DSA_F64: "f64"}
 
 THD_COLUMNS = {"local": 0, "global": 1}
-FAMILIES = {"auto": 0, "generic": 1, "reference": 2, "lean": 3}
 
 ENV_LIBRARY = "DSA_INDEXER_LIBRARY"
 LIBRARY_NAMES = ("libdsa_indexer.so", "libdsa_indexer.so.0")
@@ -160,6 +159,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.dsa_kernel_cache_stats_ex.restype = ctypes.c_int
     lib.dsa_version.argtypes = []
     lib.dsa_version.restype = ctypes.c_char_p
+    lib.dsa_kernel_family_count.argtypes = []
+    lib.dsa_kernel_family_count.restype = ctypes.c_int32
+    lib.dsa_kernel_family_info.argtypes = [ctypes.c_int32, p(ctypes.c_char_p), p(ctypes.c_int32), p(ctypes.c_char_p)]
+    lib.dsa_kernel_family_info.restype = ctypes.c_int
     return lib
 
 
@@ -321,6 +324,26 @@ def kernel_cache_stats() -> CacheStats:
     s = DsaCacheStats()
     check(library().dsa_kernel_cache_stats_ex(ctypes.byref(s), ctypes.sizeof(s)))
     return CacheStats(*(getattr(s, f) for f, _ in DsaCacheStats._fields_))
+
+
+_families: dict[str, dict[str, int]] = {}
+_families_lock = threading.Lock()
+
+
+def families(operation: str = "scores") -> dict[str, int]:
+    """{"auto": 0, name: id, ...} of the families of one operation, from the library's registry
+    (dsa_kernel_family_info): the names ``family=`` accepts."""
+    with _families_lock:
+        if operation not in _families:
+            lib = library()
+            table = {"auto": 0}
+            for i in range(lib.dsa_kernel_family_count()):
+                name, fid, op = ctypes.c_char_p(), ctypes.c_int32(), ctypes.c_char_p()
+                check(lib.dsa_kernel_family_info(i, ctypes.byref(name), ctypes.byref(fid), ctypes.byref(op)))
+                if op.value.decode() == operation:
+                    table[name.value.decode()] = fid.value
+            _families[operation] = table
+        return _families[operation]
 
 
 def version() -> str:

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "dsa_indexer/errors.hpp"
-#include "warmup.hpp"
+#include "ops/warmup.hpp"
 
 using namespace dsa_indexer::detail;
 

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <thread>
 
-#include "driver.hpp"
+#include "cuda/driver.hpp"
 #include "gpu_cases.hpp"
-#include "runtime.hpp"
+#include "jit/runtime.hpp"
 
 namespace dd = dsa_indexer::detail;
 using namespace dsa_gpu_test;

@@ -9,15 +9,15 @@
 #include <climits>
 #include <thread>
 
-#include "disk_cache.hpp"
-#include "env.hpp"
-#include "nvrtc_compiler.hpp"
+#include "jit/disk_cache.hpp"
+#include "core/env.hpp"
+#include "jit/nvrtc_compiler.hpp"
 #include "gpu_cases.hpp"
 #include "process_support.hpp"
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_lean.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_lean.hpp"
 #include "test_support.hpp"
-#include "warmup.hpp"
+#include "ops/warmup.hpp"
 
 using namespace dsa_gpu_test;
 namespace dd = dsa_indexer::detail;

@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
-#include "sm90_indexer_reference.hpp"
-#include "disk_cache.hpp"
-#include "runtime.hpp"
-#include "sha256.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/runtime.hpp"
+#include "core/sha256.hpp"
 
 using namespace dsa_indexer::detail;
 

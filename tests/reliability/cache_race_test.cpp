@@ -21,8 +21,8 @@
 
 #include <fmt/format.h>
 
-#include "disk_cache.hpp"
-#include "nvrtc_compiler.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/nvrtc_compiler.hpp"
 
 extern char** environ;
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_reference.hpp"
-#include "codegen.hpp"
-#include "compile_isolation.hpp"
-#include "nvrtc_compiler.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "jit/codegen.hpp"
+#include "jit/compile_isolation.hpp"
+#include "jit/nvrtc_compiler.hpp"
 
 using namespace dsa_indexer::detail;
 

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "family.hpp"
-#include "planner.hpp"
+#include "dispatch/family.hpp"
+#include "dispatch/planner.hpp"
 #include "problems.hpp"
-#include "validate.hpp"
+#include "ops/validate.hpp"
 
 namespace dsa_test {
 

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <string>
 
-#include "nvrtc_compiler.hpp"
-#include "sha256.hpp"
+#include "jit/nvrtc_compiler.hpp"
+#include "core/sha256.hpp"
 
 namespace dsa_test {
 

@@ -5,10 +5,10 @@
 #include <utility>
 #include <vector>
 
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_lean.hpp"
-#include "sm90_indexer_reference.hpp"
-#include "warmup.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_lean.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "ops/warmup.hpp"
 
 namespace dsa_test {
 

@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "codegen.hpp"
+#include "jit/codegen.hpp"
 #include "golden_specs.hpp"
 
 int main() {

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "background_compiler.hpp"
+#include "jit/background_compiler.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 

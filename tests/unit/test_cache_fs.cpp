@@ -14,12 +14,12 @@
 
 #include <sstream>
 
-#include "cache_fs.hpp"
+#include "jit/cache_fs.hpp"
 #include "cubin_support.hpp"
-#include "disk_cache.hpp"
+#include "jit/disk_cache.hpp"
 #include "process_support.hpp"
-#include "runtime.hpp"
-#include "sm90_indexer_reference.hpp"
+#include "jit/runtime.hpp"
+#include "families/sm90_indexer_reference.hpp"
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;

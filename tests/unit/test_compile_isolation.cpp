@@ -12,15 +12,15 @@
 #include <future>
 #include <vector>
 
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_reference.hpp"
-#include "codegen.hpp"
-#include "compile_isolation.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "jit/codegen.hpp"
+#include "jit/compile_isolation.hpp"
 #include "dsa_indexer/errors.hpp"
-#include "env.hpp"
-#include "planner.hpp"
+#include "core/env.hpp"
+#include "dispatch/planner.hpp"
 #include "process_support.hpp"
-#include "runtime.hpp"
+#include "jit/runtime.hpp"
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;

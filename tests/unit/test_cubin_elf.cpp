@@ -7,12 +7,12 @@
 
 #include <sstream>
 
-#include "cubin_elf.hpp"
+#include "jit/cubin_elf.hpp"
 #include "cubin_support.hpp"
-#include "disk_cache.hpp"
-#include "runtime.hpp"
-#include "sm90_indexer_reference.hpp"
-#include "sha256.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/runtime.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "core/sha256.hpp"
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;

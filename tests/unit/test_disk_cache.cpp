@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "cubin_support.hpp"
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_reference.hpp"
-#include "disk_cache.hpp"
-#include "runtime.hpp"
-#include "sha256.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/runtime.hpp"
+#include "core/sha256.hpp"
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;

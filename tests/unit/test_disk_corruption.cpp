@@ -12,10 +12,10 @@
 #include <map>
 #include <sstream>
 
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_reference.hpp"
-#include "disk_cache.hpp"
-#include "runtime.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/runtime.hpp"
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;

@@ -13,11 +13,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "sm90_indexer_reference.hpp"
-#include "disk_cache.hpp"
-#include "env.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "jit/disk_cache.hpp"
+#include "core/env.hpp"
 #include "process_support.hpp"
-#include "runtime.hpp"
+#include "jit/runtime.hpp"
 #include "test_support.hpp"
 
 using namespace dsa_indexer::detail;

@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "dsa_indexer/errors.hpp"
-#include "family.hpp"
-#include "planner.hpp"
+#include "dispatch/family.hpp"
+#include "dispatch/planner.hpp"
 #include "problems.hpp"
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_lean.hpp"
-#include "sm90_indexer_reference.hpp"
-#include "validate.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_lean.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "ops/validate.hpp"
 
 using namespace dsa_indexer::detail;
 using namespace dsa_test;

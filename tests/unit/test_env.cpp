@@ -4,7 +4,7 @@
 #include <string>
 
 #include "dsa_indexer/errors.hpp"
-#include "env.hpp"
+#include "core/env.hpp"
 
 using namespace dsa_indexer::detail;
 

@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernel_cache.hpp"
+#include "core/lru_cache.hpp"
 #include "process_support.hpp"
 
 using dsa_indexer::detail::LruCache;

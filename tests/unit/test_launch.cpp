@@ -1,9 +1,9 @@
 #include <catch2/catch.hpp>
 
-#include "launch.hpp"
-#include "sm90_indexer_generic.hpp"
+#include "ops/scores_args.hpp"
+#include "families/sm90_indexer_generic.hpp"
 #include "problems.hpp"
-#include "validate.hpp"
+#include "ops/validate.hpp"
 
 using namespace dsa_indexer::detail;
 using namespace dsa_test;

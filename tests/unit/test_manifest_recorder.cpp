@@ -12,11 +12,11 @@
 #include <set>
 #include <sstream>
 
-#include "manifest_recorder.hpp"
+#include "ops/manifest_recorder.hpp"
 #include "process_support.hpp"
 #include "call_cases.hpp"
 #include "test_support.hpp"
-#include "warmup.hpp"
+#include "ops/warmup.hpp"
 
 using namespace dsa_indexer::detail;
 using dsa_test::CallCase;

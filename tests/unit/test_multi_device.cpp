@@ -9,14 +9,14 @@
 #include <set>
 #include <thread>
 
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_lean.hpp"
-#include "sm90_indexer_reference.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_lean.hpp"
+#include "families/sm90_indexer_reference.hpp"
 #include "golden_specs.hpp"
-#include "kernel_cache.hpp"
+#include "core/lru_cache.hpp"
 #include "problems.hpp"
-#include "runtime.hpp"
-#include "validate.hpp"
+#include "jit/runtime.hpp"
+#include "ops/validate.hpp"
 
 using namespace dsa_indexer::detail;
 using namespace dsa_test;

@@ -3,11 +3,11 @@
 #include <future>
 #include <vector>
 
-#include "codegen.hpp"
+#include "jit/codegen.hpp"
 #include "dsa_indexer/errors.hpp"
-#include "nvrtc_compiler.hpp"
+#include "jit/nvrtc_compiler.hpp"
 #include "golden_specs.hpp"
-#include "planner.hpp"
+#include "dispatch/planner.hpp"
 
 using namespace dsa_indexer::detail;
 using dsa_test::all_specs;

@@ -4,12 +4,12 @@
 #include <set>
 
 #include "dsa_indexer/errors.hpp"
-#include "planner.hpp"
+#include "dispatch/planner.hpp"
 #include "problems.hpp"
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_lean.hpp"
-#include "sm90_indexer_reference.hpp"
-#include "validate.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_lean.hpp"
+#include "families/sm90_indexer_reference.hpp"
+#include "ops/validate.hpp"
 
 using namespace dsa_indexer::detail;
 using namespace dsa_test;

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "sha256.hpp"
+#include "core/sha256.hpp"
 
 using dsa_indexer::detail::Sha256;
 using dsa_indexer::detail::sha256_hex;

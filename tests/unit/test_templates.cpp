@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "dsa_indexer/errors.hpp"
-#include "templates.hpp"
+#include "jit/templates.hpp"
 
 using namespace dsa_indexer::detail;
 

@@ -6,7 +6,7 @@
 
 #include "dsa_indexer/errors.hpp"
 #include "problems.hpp"
-#include "validate.hpp"
+#include "ops/validate.hpp"
 
 using namespace dsa_indexer::detail;
 using namespace dsa_test;

@@ -4,13 +4,13 @@
 #include <fstream>
 
 #include "dsa_indexer/errors.hpp"
-#include "runtime.hpp"
+#include "jit/runtime.hpp"
 #include "test_support.hpp"
-#include "sm90_indexer_generic.hpp"
-#include "sm90_indexer_lean.hpp"
-#include "sm90_indexer_reference.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_lean.hpp"
+#include "families/sm90_indexer_reference.hpp"
 #include "call_cases.hpp"
-#include "warmup.hpp"
+#include "ops/warmup.hpp"
 
 using namespace dsa_indexer::detail;
 using Catch::Contains;
@@ -148,7 +148,7 @@ TEST_CASE("manifest_line maps back to exactly the variant a call used, for every
     INFO(c.what << ": " << c.spec.variant_key() << " -> '" << line << "'");
     REQUIRE_FALSE(line.empty());
     CHECK(line.find('\n') == std::string::npos);
-    CHECK_THAT(line, Contains(std::string("family=") + c.spec.family->option()) && Contains("# " + c.spec.variant_key()));
+    CHECK_THAT(line, Contains(std::string("family=") + family_of(c.spec).option()) && Contains("# " + c.spec.variant_key()));
     CHECK(manifest_specs(parse_manifest(line + "\n", "recorded"), DeviceInfo::h200()) == std::vector<KernelSpec>{c.spec});
   }
   // The fields a gate reads are written only where they differ from a line's defaults.

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "driver.hpp"
+#include "cuda/driver.hpp"
 #include "gpu_runner.hpp"
 
 namespace dsa_support {

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "driver.hpp"
+#include "cuda/driver.hpp"
 
 namespace dsa_support {
 

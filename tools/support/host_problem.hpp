@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "dsa_indexer/indexer.hpp"
-#include "problem.hpp"
+#include "core/problem.hpp"
 
 namespace dsa_support {
 

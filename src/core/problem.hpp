@@ -1,0 +1,67 @@
+#pragma once
+// A validated call, normalized: what the planner, the launcher and the tests work from.
+#include <cstdint>
+#include <vector>
+
+#include "core/operation.hpp"
+#include "dsa_indexer/indexer.hpp"
+
+namespace dsa_indexer::detail {
+
+enum class Layout : int32_t { bshd = 0, thd_local = 1, thd_global = 2 };
+const char* layout_name(Layout l);
+
+struct Problem {
+  Operation op = Operation::scores;
+  Layout layout = Layout::bshd;
+  int64_t batch = 0;      // B (BSHD) or n_seg (THD)
+  int64_t rows = 0;       // output rows: B * S_q (BSHD) or T_q (THD)
+  int64_t s_q = 0;        // BSHD S_q; THD max_seqlen_q
+  int64_t s_k = 0;        // BSHD S_k; THD max_seqlen_k
+  int64_t t_q = 0;        // THD packed rows (BSHD: S_q)
+  int64_t t_k = 0;        // THD packed key rows (BSHD: S_k)
+  int64_t out_cols = 0;   // S_k | max_seqlen_k | T_k
+  int32_t heads = 0;
+  int32_t head_dim = 0;
+  DType qk_dtype = DType::bf16;   // the input precision of q and k (a family gates on it)
+  DType w_dtype = DType::bf16;
+  int64_t ratio = 1;
+  float sm_scale = 1.0f;
+  bool has_offsets = false;
+  bool has_windows = false;
+  bool has_lse = false;
+  int32_t device = 0;
+
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* w = nullptr;
+  void* out = nullptr;
+  void* lse = nullptr;
+  const void* offsets = nullptr;
+  const void* cu_q = nullptr;
+  const void* cu_k = nullptr;
+  const void* ks = nullptr;
+  const void* ke = nullptr;
+
+  // Strides in elements. Dimensions of extent 1 carry the nested (contiguous) stride so that
+  // TMA descriptors built from them satisfy the driver's nesting rule.
+  int64_t q_stride[3] = {0, 0, 0};    // batch, token, head (THD: batch stride 0)
+  int64_t k_stride[2] = {0, 0};       // batch, token
+  int64_t w_stride[3] = {0, 0, 0};    // batch, token, head
+  int64_t out_stride[2] = {0, 0};     // batch, row
+  int64_t lse_stride[2] = {0, 0};     // batch, row
+  int64_t win_stride[2] = {0, 0};     // batch, row (ks and ke share strides)
+  int64_t offsets_stride = 1;
+
+  std::vector<int32_t> cu_q_host;     // THD: the validated cu_seqlens
+  std::vector<int32_t> cu_k_host;
+
+  bool is_thd() const { return layout != Layout::bshd; }
+  // Number of (row, column) pairs inside the windows: 2*H*D*visible_pairs() is useful FLOPs.
+  int64_t visible_pairs() const;
+  // Host-side window of one output row in its column space [lo, hi); offsets_host is
+  // q_causal_offsets as host values (empty = zeros). Used by tests and by FLOP counting.
+  static int64_t causal_limit(int64_t offset, int64_t i, int64_t ratio, int64_t s_k_b);
+};
+
+}  // namespace dsa_indexer::detail

@@ -1,0 +1,22 @@
+#pragma once
+// Parameter descriptions more than one family uses, so that their members and key tokens are
+// spelled once (the generated config and the shape keys of every family agree).
+#include "core/kernel_spec.hpp"
+#include "core/problem.hpp"
+
+namespace dsa_indexer::detail {
+
+inline constexpr const char* kWeightChoices[] = {"bf16", "f32"};
+inline constexpr const char* kWeightLiterals[] = {"false", "true"};
+inline constexpr const char* kLayoutChoices[] = {"bshd", "thd_local", "thd_global"};
+inline constexpr const char* kLayoutLiterals[] = {"dsa::kLayoutBshd", "dsa::kLayoutThdLocal", "dsa::kLayoutThdGlobal"};
+
+inline ParamDesc heads_param() { return {"kHeads", ParamDesc::integer, "int", "h"}; }
+inline ParamDesc weights_param() { return {"kWeightsF32", ParamDesc::choice, "bool", "w", kWeightChoices, kWeightLiterals, 2}; }
+inline ParamDesc lse_param() { return {"kWithLse", ParamDesc::boolean, "bool", "lse"}; }
+inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
+
+inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }
+inline int64_t layout_value(Layout l) { return static_cast<int64_t>(l); }
+
+}  // namespace dsa_indexer::detail

@@ -1,0 +1,390 @@
+// Host side of the lean family (templates/sm90_indexer_lean.cuh): its gate, its plan and
+// emitted schedule, the generated schedule struct, and its launch.
+#include "families/sm90_indexer_lean.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <numeric>
+
+#include "jit/codegen.hpp"
+#include "families/family_params.hpp"
+#include "ops/scores_args.hpp"
+#include "jit/runtime.hpp"
+#include "core/util.hpp"
+
+namespace dsa_indexer::detail {
+namespace {
+
+enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages };
+constexpr const char* kScaleChoices[] = {"any", "1"};
+constexpr const char* kScaleLiterals[] = {"false", "true"};
+constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+bool contiguous(const Problem& p) {
+  const int64_t H = p.heads, D = p.head_dim;
+  if (p.is_thd())
+    return p.q_stride[2] == D && p.q_stride[1] == H * D && p.k_stride[1] == D && p.w_stride[2] == 1 &&
+           p.w_stride[1] == H && p.out_stride[1] == p.out_cols;
+  return p.q_stride[2] == D && p.q_stride[1] == H * D && p.q_stride[0] == p.s_q * H * D && p.k_stride[1] == D &&
+         p.k_stride[0] == p.s_k * D && p.w_stride[2] == 1 && p.w_stride[1] == H && p.w_stride[0] == p.s_q * H &&
+         p.out_stride[1] == p.s_k && p.out_stride[0] == p.s_q * p.s_k;
+}
+
+constexpr int64_t kTile = LeanGeometry::kTokensPerTile;
+int64_t round_to_tile(int64_t rows) { return (rows + kTile - 1) / kTile * kTile; }
+
+// Work items: q-tiles x B (BSHD), the q-tiles of T_q (THD).
+int64_t work_items(const Problem& p) { return p.is_thd() ? round_to_tile(p.t_q) / kTile : p.s_q / kTile * p.batch; }
+
+bool saturated(const Problem& p, const DeviceInfo& dev) { return work_items(p) >= dev.sm_count; }
+
+// THD: validate() always fills them (the caller's mirrors or one read of the device arrays).
+bool has_host_seqlens(const Problem& p) {
+  return p.cu_q_host.size() == static_cast<std::size_t>(p.batch) + 1 && p.cu_k_host.size() == p.cu_q_host.size();
+}
+
+std::atomic<LeanThdOrder> g_thd_order{LeanThdOrder::balanced};
+
+// THD: the planned schedule of the packings met last (a training step calls every layer with
+// one packing), keyed by the exact host cu_seqlens and what else decides the order.
+LruCache<std::shared_ptr<const LeanThdPlan>>& thd_memo() {
+  static auto* cache = new LruCache<std::shared_ptr<const LeanThdPlan>>(16);  // process lifetime
+  return *cache;
+}
+
+std::shared_ptr<const LeanThdPlan> thd_plan_for(const Problem& p, int64_t grid) {
+  const LeanThdOrder order = g_thd_order.load(std::memory_order_relaxed);
+  std::string key;
+  const std::size_t n = p.cu_q_host.size() * sizeof(int32_t);
+  key.reserve(48 + 2 * n);
+  key += std::to_string(p.t_q) + '/' + std::to_string(p.ratio) + '/' + std::to_string(grid) + '/' +
+         std::to_string(static_cast<int>(order)) + '/';
+  key.append(reinterpret_cast<const char*>(p.cu_q_host.data()), n);
+  key.append(reinterpret_cast<const char*>(p.cu_k_host.data()), p.cu_k_host.size() * sizeof(int32_t));
+  return thd_memo().get_or_create(key, [&] {
+    return std::make_shared<const LeanThdPlan>(
+        lean_thd_plan(lean_thd_tile_kv(p.cu_q_host, p.cu_k_host, p.t_q, p.ratio), grid, order));
+  });
+}
+
+class LeanFamily final : public Family {
+ public:
+  const char* name() const override { return "sm90_indexer_lean"; }
+  const char* option() const override { return "lean"; }
+  KernelFamily id() const override { return KernelFamily::lean; }
+  Operation operation() const override { return Operation::scores; }
+  DType input_dtype() const override { return DType::bf16; }
+  int auto_priority() const override { return 2; }
+  bool fast_path() const override { return true; }
+  const std::vector<ParamDesc>& params() const override {
+    static const std::vector<ParamDesc> p = {
+        layout_param(),
+        {"kSeqQ", ParamDesc::integer, "long long", "sq"},
+        {"kSeqK", ParamDesc::integer, "long long", "sk"},
+        weights_param(),
+        {"kUnitScale", ParamDesc::choice, "bool", "scale", kScaleChoices, kScaleLiterals, 2},
+        {"kKvStages", ParamDesc::integer, "int", "s"}};
+    return p;
+  }
+
+  Gate check(const Problem& p, const DeviceInfo& dev) const override {
+    if (dev.cc_major != 9 || dev.cc_minor != 0)
+      return Gate::fail("device compute capability", "9.0 (sm_90)", fmt::format("{}.{}", dev.cc_major, dev.cc_minor));
+    if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
+    if (p.head_dim != 128) return Gate::fail("head dim D", "128", std::to_string(p.head_dim));
+    if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");
+    if (p.has_windows) return Gate::fail("explicit windows ks/ke", "not given", "given");
+    if (!contiguous(p)) return Gate::fail("operand strides", "contiguous q, k, w and scores", "a strided operand");
+    for (const void* ptr : {p.q, p.k, p.w, static_cast<const void*>(p.out)})
+      if (!aligned16(ptr)) return Gate::fail("operand alignment", "16-byte-aligned q, k, w and scores", fmt::format("{}", ptr));
+    if (!p.is_thd() && p.s_q % kTile != 0)
+      return Gate::fail("S_q", fmt::format("a multiple of {} (the lean q-tile)", kTile), std::to_string(p.s_q));
+    if (p.is_thd() && !has_host_seqlens(p))
+      return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
+    if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
+      return Gate::fail("T_q", "< 2^31 - 8", std::to_string(p.t_q));
+    if (!saturated(p, dev))
+      return Gate::fail(p.is_thd() ? "grid saturation (q-tiles of T_q)" : "grid saturation (q-tiles x B)",
+                        fmt::format(">= the device's {} SMs", dev.sm_count), std::to_string(work_items(p)));
+    return Gate::pass();
+  }
+
+  std::string gate_key(const Problem& p, const DeviceInfo& dev) const override {
+    // Exactly what check() reads: never B itself (only whether it saturates the grid), never
+    // the exact sm_scale, never T_k or the THD boundaries.
+    std::string k = "cc";
+    k += std::to_string(dev.cc_major * 10 + dev.cc_minor);
+    k += layout_name(p.layout);
+    k += ".h" + std::to_string(p.heads) + ".d" + std::to_string(p.head_dim);
+    k += p.has_lse ? ".lse1" : ".lse0";
+    k += p.has_windows ? ".win1" : ".win0";
+    k += contiguous(p) ? ".c1" : ".c0";
+    k += aligned16(p.q) && aligned16(p.k) && aligned16(p.w) && aligned16(p.out) ? ".a1" : ".a0";
+    k += ".sq" + std::to_string(p.is_thd() ? round_to_tile(p.t_q) : p.s_q);
+    if (p.is_thd()) k += has_host_seqlens(p) ? ".cu1" : ".cu0";
+    k += saturated(p, dev) ? ".sat1" : ".sat0";
+    return k;
+  }
+
+  Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
+    Plan plan;
+    plan.tokens_per_tile = static_cast<int32_t>(kTile);
+    if (p.is_thd()) {
+      plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout);
+      plan.tiles_per_batch = plan.num_tiles = work_items(p);
+    } else {
+      plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f);
+      plan.tiles_per_batch = p.s_q / kTile;
+      plan.num_tiles = plan.tiles_per_batch * p.batch;
+    }
+    KernelLaunch& l = plan.launches[plan.n_launches++];
+    l.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.num_tiles, dev.sm_count)));
+    l.block[0] = LeanGeometry::kThreads;
+    l.smem = plan.spec.dynamic_smem;
+    plan.empty = plan.num_tiles == 0;
+    if (p.is_thd() && !plan.empty && purpose == PlanPurpose::launch) plan.schedule = thd_plan_for(p, l.grid[0]);
+    return plan;
+  }
+
+  void render(const KernelSpec& spec, GeneratedSource& g) const override {
+    if (spec.values[kLayout] != layout_value(Layout::bshd)) {
+      g.text += "\n// THD: the q-tile order is planned per packing and passed at launch (LeanThdSchedule).\n";
+      g.kernels.push_back("dsa::sm90_indexer_lean_thd<DsaKernelConfig>");
+      return;
+    }
+    const LeanSchedule s = lean_schedule(spec.values[kSeqQ], spec.values[kSeqK]);
+    g.text += "\n// The planner's schedule: q-tiles by rank in runs {first, step, count, rank0} (longest\n"
+              "// first), and how work items go to CTAs.\n";
+    g.text += fmt::format("__constant__ dsa::LeanRun kDsaLeanRuns[{}] = {{", s.runs.size());
+    for (std::size_t i = 0; i < s.runs.size(); ++i)
+      g.text += fmt::format("{}{{{}, {}, {}, {}}}", i ? ", " : "", s.runs[i].first, s.runs[i].step, s.runs[i].count, s.runs[i].rank0);
+    g.text += "};\n";
+    g.text += "struct DsaLeanSchedule {\n";
+    g.text += fmt::format("  static constexpr int kPolicy = {};\n", kPolicyNames[s.policy]);
+    g.text += fmt::format("  static constexpr int kNumRuns = {};\n", s.runs.size());
+    g.text += fmt::format("  static constexpr long long kTilesPerBatch = {};\n", s.tiles_per_batch);
+    g.text += "  __device__ __forceinline__ static dsa::LeanRun run(int i) { return kDsaLeanRuns[i]; }\n";
+    g.text += "};\n";
+    g.text += "static_assert(DsaLeanSchedule::kTilesPerBatch == dsa::LeanTraits<DsaKernelConfig>::kTilesPerBatch,\n"
+              "              \"sm90_indexer_lean: the schedule covers another number of q-tiles\");\n";
+    g.kernels.push_back("dsa::sm90_indexer_lean<DsaKernelConfig, DsaLeanSchedule>");
+  }
+
+  void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
+    dsa::LeanArgs args{};
+    args.w = reinterpret_cast<uintptr_t>(p.w);
+    args.out = reinterpret_cast<uintptr_t>(p.out);
+    args.offsets = reinterpret_cast<uintptr_t>(p.offsets);
+    args.cu_q = reinterpret_cast<uintptr_t>(p.cu_q);
+    args.cu_k = reinterpret_cast<uintptr_t>(p.cu_k);
+    args.batch = p.batch;
+    args.ratio = p.ratio;
+    args.num_items = plan.num_tiles;
+    args.offsets_stride = p.offsets_stride;
+    args.t_q = p.t_q;
+    args.t_k = p.t_k;
+    args.out_cols = p.out_cols;
+    args.sm_scale = p.sm_scale;
+    args.has_offsets = p.has_offsets ? 1 : 0;
+    thread_local TmaMemo q_memo, k_memo;
+    const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p, LeanGeometry::kTokensPerConsumer));
+    const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
+    if (!p.is_thd()) {
+      void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args};
+      launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean)");
+      return;
+    }
+    // cuLaunchKernelEx copies the parameters, the schedule included, at the call.
+    const auto* thd = static_cast<const LeanThdPlan*>(plan.schedule.get());
+    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args,
+                      const_cast<dsa::LeanThdSchedule*>(&thd->sched)};
+    launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean_thd)");
+  }
+};
+
+// Per-CTA cost of `grid` CTAs walking the work items as LeanWork does.
+std::vector<double> cta_costs(const LeanSchedule& s, const std::vector<double>& costs, int64_t batch, int64_t grid) {
+  const int64_t items = static_cast<int64_t>(costs.size()) * batch;
+  grid = std::max<int64_t>(1, std::min(grid, items));
+  std::vector<double> load(static_cast<std::size_t>(grid), 0.0);
+  for (int64_t pos = 0; pos < items; ++pos) {
+    const int64_t k = pos / grid, slot = pos % grid;
+    const int64_t cta = (s.policy == dsa::kLeanSnake && (k & 1)) ? grid - 1 - slot : slot;
+    load[static_cast<std::size_t>(cta)] += costs[static_cast<std::size_t>(s.tile_of_rank(pos / batch))];
+  }
+  return load;
+}
+
+// An order of q-tiles as runs of constant step.
+std::vector<dsa::LeanRun> runs_of(const std::vector<int64_t>& order) {
+  std::vector<dsa::LeanRun> runs;
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i + 1;
+    const int64_t step = j < order.size() ? order[j] - order[i] : -1;
+    while (j < order.size() && order[j] - order[j - 1] == step) ++j;
+    runs.push_back(dsa::LeanRun{static_cast<int32_t>(order[i]), static_cast<int32_t>(step), static_cast<int32_t>(j - i),
+                                static_cast<int32_t>(i)});
+    i = j;
+  }
+  return runs;
+}
+
+// Tiles by descending cost / quantum, ties to the later tile (a counting sort: the costs are
+// small integers, and this runs on the host per packing).
+std::vector<int64_t> order_by_cost(const std::vector<int32_t>& kv, int32_t quantum) {
+  const int32_t top = kv.empty() ? 0 : *std::max_element(kv.begin(), kv.end()) / quantum;
+  std::vector<int64_t> first(static_cast<std::size_t>(top) + 2, 0);
+  for (int32_t c : kv) ++first[static_cast<std::size_t>(top - c / quantum) + 1];
+  for (std::size_t b = 1; b < first.size(); ++b) first[b] += first[b - 1];
+  std::vector<int64_t> order(kv.size());
+  for (int64_t t = static_cast<int64_t>(kv.size()) - 1; t >= 0; --t)
+    order[static_cast<std::size_t>(first[static_cast<std::size_t>(top - kv[static_cast<std::size_t>(t)] / quantum)]++)] = t;
+  return order;
+}
+
+// The CTA policy under which `worst` (the max / mean per-CTA cost a schedule reaches) is lower;
+// the snake on a tie.
+int32_t best_policy(const LeanSchedule& s, const std::function<double(const LeanSchedule&)>& worst) {
+  LeanSchedule rr = s, snake = s;
+  rr.policy = dsa::kLeanRoundRobin;
+  snake.policy = dsa::kLeanSnake;
+  return worst(rr) < worst(snake) ? dsa::kLeanRoundRobin : dsa::kLeanSnake;
+}
+
+}  // namespace
+
+int LeanGeometry::smem_bytes(DType w, int kv_stages) {
+  const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 ? 4 : 2);
+  const int bars = (3 * 2 + 2 * kv_stages) * 8;
+  return 2 * 256 * 128 * 2 + kv_stages * kKvRows * 128 * 2 + w_bytes + bars + 1024;
+}
+
+int64_t LeanSchedule::tile_of_rank(int64_t r) const {
+  for (const auto& run : runs) {
+    if (r < run.count) return run.first + run.step * r;
+    r -= run.count;
+  }
+  return -1;
+}
+
+std::vector<double> lean_tile_costs(int64_t s_q, int64_t s_k, int64_t ratio) {
+  const int64_t tiles = s_q / LeanGeometry::kTokensPerTile;
+  std::vector<double> c(static_cast<std::size_t>(tiles));
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t hi = Problem::causal_limit(0, (t + 1) * LeanGeometry::kTokensPerTile - 1, ratio, s_k);
+    c[static_cast<std::size_t>(t)] = static_cast<double>((hi + LeanGeometry::kKvRows - 1) / LeanGeometry::kKvRows) +
+                                     LeanGeometry::kTileOverhead;
+  }
+  return c;
+}
+
+LeanSchedule lean_schedule(int64_t s_q, int64_t s_k) {
+  LeanSchedule s;
+  s.tiles_per_batch = s_q / LeanGeometry::kTokensPerTile;
+  // Longest first; ties go to the later tile. The costs use the shape's own ratio, but any
+  // ratio gives the same order (see the header).
+  const std::vector<double> cost = lean_tile_costs(s_q, s_k, std::max<int64_t>(1, s_q / std::max<int64_t>(1, s_k)));
+  std::vector<int64_t> order(static_cast<std::size_t>(s.tiles_per_batch));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return cost[static_cast<std::size_t>(a)] != cost[static_cast<std::size_t>(b)] ? cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)]
+                                                                                  : a > b;
+  });
+  s.runs = runs_of(order);
+  // The policy that balances the planning profile (H100 SXM and H200: the same SM count) best
+  // over the batch sizes a key meets most.
+  s.policy = best_policy(s, [&](const LeanSchedule& c) {
+    double w = 0;
+    for (int64_t b : {1, 2, 4}) w = std::max(w, lean_balance(c, cost, b, DeviceInfo::h200().sm_count));
+    return w;
+  });
+  return s;
+}
+
+double lean_balance(const LeanSchedule& s, const std::vector<double>& costs, int64_t batch, int64_t grid) {
+  const std::vector<double> load = cta_costs(s, costs, batch, grid);
+  const double mx = *std::max_element(load.begin(), load.end());
+  const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
+  return mean > 0 ? mx / mean : 1.0;
+}
+
+std::vector<int32_t> lean_thd_tile_kv(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k, int64_t t_q,
+                                      int64_t ratio) {
+  const int64_t tiles = (t_q + kTile - 1) / kTile;
+  const std::size_t n_seg = cu_q.empty() ? 0 : cu_q.size() - 1;
+  std::vector<int32_t> kv(static_cast<std::size_t>(tiles), 0);
+  std::size_t s = 0;  // the segment of the tile's first row
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t r0 = t * kTile, r1 = std::min(r0 + kTile, t_q);
+    while (s + 1 < n_seg && cu_q[s + 1] <= r0) ++s;
+    int64_t u_lo = INT64_MAX, u_hi = INT64_MIN;
+    // Every segment with rows in [r0, r1): its last row there has its widest window.
+    for (std::size_t g = s; g < n_seg && cu_q[g] < r1; ++g) {
+      const int64_t last = std::min<int64_t>(r1, cu_q[g + 1]) - 1;
+      if (last < std::max<int64_t>(r0, cu_q[g])) continue;  // an empty segment
+      const int64_t k0 = cu_k[g], s_k = int64_t(cu_k[g + 1]) - cu_k[g];
+      const int64_t hi = Problem::causal_limit(0, last - cu_q[g], ratio, s_k);
+      if (hi <= 0) continue;
+      u_lo = std::min(u_lo, k0);
+      u_hi = std::max(u_hi, k0 + hi);
+    }
+    if (u_lo < u_hi) {
+      const int64_t begin = u_lo / LeanGeometry::kKvRows * LeanGeometry::kKvRows;
+      kv[static_cast<std::size_t>(t)] = static_cast<int32_t>((u_hi - begin + LeanGeometry::kKvRows - 1) / LeanGeometry::kKvRows);
+    }
+  }
+  return kv;
+}
+
+LeanThdPlan lean_thd_plan(const std::vector<int32_t>& kv, int64_t grid, LeanThdOrder order) {
+  LeanThdPlan plan{};
+  std::vector<double> cost(kv.size());
+  for (std::size_t t = 0; t < kv.size(); ++t) cost[t] = kv[t] + LeanGeometry::kTileOverhead;
+  LeanSchedule s;
+  s.tiles_per_batch = static_cast<int64_t>(kv.size());
+  if (order == LeanThdOrder::balanced) {
+    // Coarser cost classes give longer runs; the finest order that fits the parameter table.
+    for (plan.quantum = 1;; plan.quantum *= 2) {
+      s.runs = runs_of(order_by_cost(kv, plan.quantum));
+      if (s.runs.size() <= static_cast<std::size_t>(dsa::kLeanThdMaxRuns)) break;
+    }
+    s.policy = best_policy(s, [&](const LeanSchedule& c) { return lean_balance(c, cost, 1, grid); });
+  } else {
+    // The static order: the packed q-tiles from the last one (the generic family's order).
+    std::vector<int64_t> rev(kv.size());
+    for (std::size_t i = 0; i < rev.size(); ++i) rev[i] = static_cast<int64_t>(rev.size() - 1 - i);
+    s.runs = runs_of(rev);
+    s.policy = dsa::kLeanSnake;
+    plan.quantum = 0;
+  }
+  plan.balance = lean_balance(s, cost, 1, grid);
+  plan.sched.policy = s.policy;
+  plan.sched.n_runs = static_cast<int32_t>(s.runs.size());
+  std::copy(s.runs.begin(), s.runs.end(), plan.sched.runs);
+  return plan;
+}
+
+void set_lean_thd_order(LeanThdOrder order) { g_thd_order.store(order, std::memory_order_relaxed); }
+
+const Family& lean_family() {
+  static const LeanFamily f;
+  return f;
+}
+
+KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout) {
+  KernelSpec s;
+  s.family = &lean_family();
+  s.values[kLayout] = layout_value(layout);
+  s.values[kSeqQ] = s_q;
+  s.values[kSeqK] = s_k;
+  s.values[kWeights] = weights_value(w);
+  s.values[kUnitScale] = unit_scale ? 1 : 0;
+  s.values[kStages] = LeanGeometry::kKvStages;
+  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w));
+  return s;
+}
+
+}  // namespace dsa_indexer::detail

@@ -1,0 +1,68 @@
+#pragma once
+// sm90_indexer_lean: the per-shape fast path (H 64, D 128, no LSE, no explicit windows).
+// BSHD: compiled per (S_q, S_k, W dtype, scale variant); the planner's q-tile order and CTA
+// policy are emitted into the source, and the batch size is a launch argument.
+// THD: compiled per (T_q rounded up to the q-tile, W dtype, scale variant, column mode); T_k,
+// the segment boundaries and the offsets are launch arguments, and so is the q-tile order,
+// planned per packing from the host cu_seqlens (and memoized per packing).
+#include <memory>
+#include <vector>
+
+#include "dispatch/family.hpp"
+#include "sm90_indexer_lean_args.cuh"
+
+namespace dsa_indexer::detail {
+
+struct LeanGeometry {
+  static constexpr int kHeads = 64;
+  static constexpr int kThreads = 384;
+  static constexpr int kTokensPerConsumer = 4;
+  static constexpr int kTokensPerTile = 8;
+  static constexpr int kKvRows = 64;
+  static constexpr int kKvStages = 5;
+  // The cost model of the schedule: one q-tile costs its KV tiles plus this many KV-tile
+  // equivalents of fixed work (Q and weight loads, the first product's latency, the -inf rows).
+  static constexpr double kTileOverhead = 1.0;
+  // Mirrors LeanSmem in templates/sm90_indexer_lean.cuh; the kernel static_asserts agreement.
+  static int smem_bytes(DType w, int kv_stages = kKvStages);
+};
+
+// The emitted schedule: q-tiles by rank (runs of the order, longest first) and the CTA policy.
+struct LeanSchedule {
+  int32_t policy = dsa::kLeanSnake;
+  std::vector<dsa::LeanRun> runs;
+  int64_t tiles_per_batch = 0;
+  int64_t tile_of_rank(int64_t r) const;  // the kernel's LeanWork::item arithmetic
+};
+
+// Cost of every q-tile of one batch under the model above, with zero offsets and this ratio.
+std::vector<double> lean_tile_costs(int64_t s_q, int64_t s_k, int64_t ratio);
+// The planner: the q-tile order of an (S_q, S_k) key and the policy that balances it best.
+// The order is ratio-independent (a tile's window never shrinks with its index, whatever the
+// ratio), which is why the ratio is not part of the key.
+LeanSchedule lean_schedule(int64_t s_q, int64_t s_k);
+// max / mean of per-CTA cost when `grid` CTAs run the schedule for `batch` copies of `costs`.
+double lean_balance(const LeanSchedule& s, const std::vector<double>& costs, int64_t batch, int64_t grid);
+
+// THD. KV tiles of every q-tile of a packing under zero offsets (the planner does not read the
+// device q_causal_offsets): the union of the tile's rows' windows, as the kernel sweeps it.
+std::vector<int32_t> lean_thd_tile_kv(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k, int64_t t_q,
+                                      int64_t ratio);
+// `balanced`: longest first (by cost class), the CTA policy that balances the packing best;
+// `static`: the packed q-tiles from the last (the generic family's order). Any order is
+// correct; only the balance differs.
+enum class LeanThdOrder { balanced = 0, static_order = 1 };
+struct LeanThdPlan {
+  dsa::LeanThdSchedule sched;  // the launch parameter
+  int32_t quantum = 1;         // the cost class width that made the order fit kLeanThdMaxRuns
+  double balance = 1.0;        // max / mean per-CTA cost on the launch grid
+};
+LeanThdPlan lean_thd_plan(const std::vector<int32_t>& kv, int64_t grid, LeanThdOrder order);
+// Process-wide, for measuring one order against the other (dsa-indexer bench --thd-order).
+void set_lean_thd_order(LeanThdOrder order);
+
+const Family& lean_family();
+// s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
+KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd);
+
+}  // namespace dsa_indexer::detail

@@ -1,0 +1,246 @@
+#include "ops/warmup.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "jit/cache_fs.hpp"
+#include "dispatch/family.hpp"
+#include "core/util.hpp"
+
+namespace dsa_indexer::detail {
+namespace {
+// S_q, S_k (T_q, T_k) and the ratio: the public API's bound for each (validate.cpp).
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxManifestSms = 65535;
+}  // namespace
+
+std::string read_manifest_file(const std::string& path) {
+  std::string text;
+  const std::string why = read_regular_file(path, kMaxManifestBytes, &text);
+  if (!why.empty())
+    fail_param<InvalidArgument>("manifest", path, fmt::format("a readable regular file of at most {} bytes", kMaxManifestBytes), why);
+  return text;
+}
+
+bool parse_manifest_line(const std::string& text, int no, const std::string& file, ManifestProblem* out) {
+  std::string line = text;
+  if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+  std::istringstream toks(line);
+  std::string tok;
+  ManifestProblem p;
+  p.line = no;
+  bool any = false, have_sq = false, have_sk = false;
+  auto bad = [&](const std::string& what, const std::string& expected) {
+    fail_param<InvalidArgument>("manifest", fmt::format("{}:{}: {}", file, no, what), expected, fmt::format("'{}'", tok));
+  };
+  std::set<std::string> seen;
+  while (toks >> tok) {
+    any = true;
+    const auto eq = tok.find('=');
+    if (eq == std::string::npos) bad("token", "key=value");
+    const std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
+    // A key given twice is an error, not "the last one wins": the line says two things.
+    if (!seen.insert(k).second) bad(k, "each key once per line");
+    // The ranges the public API accepts for the same value (validate.cpp): digits only, no
+    // clamping, no wrap-around (strtoll saturates and a cast to int truncates).
+    auto num = [&](int64_t lo, int64_t hi) {
+      const std::string expected = fmt::format("an integer in [{}, {}]", lo, hi);
+      if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) bad(k, expected);
+      errno = 0;
+      const long long n = std::strtoll(v.c_str(), nullptr, 10);
+      if (errno == ERANGE || n < lo || n > hi) bad(k, expected);
+      return static_cast<int64_t>(n);
+    };
+    if (k == "layout") {
+      if (v == "bshd") p.layout = Layout::bshd;
+      else if (v == "thd_local" || v == "thd") p.layout = Layout::thd_local;
+      else if (v == "thd_global") p.layout = Layout::thd_global;
+      else bad(k, "bshd, thd_local or thd_global");
+    } else if (k == "heads") {
+      p.heads = static_cast<int>(num(1, kInt32Max));
+      if (p.heads != 16 && p.heads != 32 && p.heads != 64) bad(k, "16, 32 or 64");
+    } else if (k == "sq") {
+      p.sq = num(1, kInt32Max);
+      have_sq = true;
+    } else if (k == "sk") {
+      p.sk = num(1, kInt32Max);
+      have_sk = true;
+    } else if (k == "ratio") {
+      p.ratio = num(1, kInt32Max);
+    } else if (k == "batch") {
+      p.batch = num(1, kInt32Max);
+    } else if (k == "sms") {
+      p.sms = static_cast<int32_t>(num(1, kMaxManifestSms));
+    } else if (k == "w") {
+      if (v == "bf16") p.w = DType::bf16;
+      else if (v == "f32" || v == "fp32") p.w = DType::f32;
+      else bad(k, "bf16 or f32");
+    } else if (k == "lse") {
+      if (v != "0" && v != "1") bad(k, "0 or 1");
+      p.lse = v == "1";
+    } else if (k == "scale") {
+      if (v == "any") p.scale = ManifestScale::any;
+      else if (v == "1") p.scale = ManifestScale::one;
+      else if (v == "both") p.scale = ManifestScale::both;
+      else bad(k, "any, 1 or both");
+    } else if (k == "family") {
+      const Family* f = family_by_option(v);
+      if (v == "auto") p.family = KernelFamily::automatic;
+      else if (f) p.family = f->id();
+      else bad(k, fmt::format("auto or one of {}", family_options()));
+    } else {
+      bad("key", "one of layout, heads, sq, sk, ratio, batch, sms, w, lse, scale, family");
+    }
+  }
+  if (!any) return false;
+  if (!have_sq || !have_sk) {
+    tok = line;
+    bad("line", "both sq= and sk=");
+  }
+  if (p.layout != Layout::bshd && p.batch != 1) {
+    tok = "batch=" + std::to_string(p.batch);
+    bad("batch", "1 on a THD line (a THD problem is one packed sequence)");
+  }
+  *out = p;
+  return true;
+}
+
+std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::string& file) {
+  std::vector<ManifestProblem> out;
+  std::istringstream in(text);
+  std::string line;
+  int no = 0;
+  while (std::getline(in, line)) {
+    ManifestProblem p;
+    if (parse_manifest_line(line, ++no, file, &p)) out.push_back(p);
+  }
+  return out;
+}
+
+namespace {
+// The problem a manifest line describes, as validate() would produce it for contiguous,
+// aligned operands with the line's B (1 unless given; the device pointers are never
+// dereferenced by planning).
+Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
+  Problem p;
+  p.layout = m.layout;
+  p.heads = m.heads;
+  p.head_dim = 128;
+  p.w_dtype = m.w;
+  p.has_lse = m.lse;
+  p.ratio = m.ratio;
+  p.sm_scale = sm_scale;
+  p.batch = m.batch;
+  p.s_q = p.t_q = m.sq;
+  p.s_k = p.t_k = m.sk;
+  p.rows = m.sq * m.batch;
+  p.out_cols = m.sk;
+  const int64_t H = m.heads, D = 128;
+  const int64_t qs[3] = {m.sq * H * D, H * D, D}, ws[3] = {m.sq * H, H, 1};
+  std::copy(qs, qs + 3, p.q_stride);
+  std::copy(ws, ws + 3, p.w_stride);
+  p.k_stride[0] = m.sk * D;
+  p.k_stride[1] = D;
+  p.out_stride[0] = m.sq * m.sk;
+  p.out_stride[1] = m.sk;
+  p.lse_stride[0] = m.sq;
+  p.lse_stride[1] = 1;
+  if (p.is_thd()) {  // one segment of sq query and sk key rows (lean THD keys ignore the packing)
+    p.q_stride[0] = p.w_stride[0] = p.k_stride[0] = p.out_stride[0] = p.lse_stride[0] = 0;
+    p.cu_q_host = {0, static_cast<int32_t>(m.sq)};
+    p.cu_k_host = {0, static_cast<int32_t>(m.sk)};
+  }
+  return p;
+}
+}  // namespace
+
+std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& problems, const DeviceInfo& profile) {
+  std::vector<KernelSpec> specs;
+  auto add = [&](const KernelSpec& s) {
+    if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+  };
+  for (const auto& m : problems) {
+    std::vector<float> scales;
+    if (m.scale != ManifestScale::one) scales.push_back(0.125f);
+    if (m.scale != ManifestScale::any) scales.push_back(1.0f);
+    DeviceInfo dev = profile;
+    if (m.sms > 0) dev.sm_count = m.sms;
+    for (float sc : scales) {
+      const Problem p = manifest_problem(m, sc);
+      // An automatic line warms what the dispatcher picks and what it picks with the escape
+      // hatch set, so that neither setting meets a compile.
+      add(make_plan(p, dev, choose_family(p, dev, m.family, false), PlanPurpose::spec_only).spec);
+      if (m.family == KernelFamily::automatic)
+        add(make_plan(p, dev, choose_family(p, dev, m.family, true), PlanPurpose::spec_only).spec);
+    }
+  }
+  return specs;
+}
+
+std::string manifest_line(const Problem& p, const DeviceInfo& dev, const KernelSpec& spec, const DeviceInfo& profile) {
+  if (!spec.family) return std::string();
+  const bool thd = p.layout != Layout::bshd;
+  // The problem as the dispatcher saw it, with the family named so that the line implies this
+  // variant only. Values that decide no spec are still the call's (a reader sees the shape);
+  // an empty dimension becomes 1, which the verification below proves changes nothing.
+  std::string line = fmt::format("layout={} heads={} sq={} sk={} ratio={} w={} lse={}", layout_name(p.layout), p.heads,
+                                 std::max<int64_t>(1, thd ? p.t_q : p.s_q), std::max<int64_t>(1, thd ? p.t_k : p.s_k),
+                                 std::max<int64_t>(1, p.ratio), p.w_dtype == DType::f32 ? "f32" : "bf16", p.has_lse ? 1 : 0);
+  if (p.sm_scale == 1.0f) line += " scale=1";
+  if (!thd && p.batch != 1) line += fmt::format(" batch={}", std::max<int64_t>(1, p.batch));
+  if (dev.sm_count != profile.sm_count) line += fmt::format(" sms={}", dev.sm_count);
+  line += fmt::format(" family={}", family_of(spec).option());
+  try {
+    if (manifest_specs(parse_manifest(line, "recorded line"), profile) == std::vector<KernelSpec>{spec})
+      return line + "  # " + spec.variant_key();
+  } catch (const Error&) {
+    // a value outside the manifest's ranges, or a gate the profile does not pass: not expressible
+  }
+  return std::string();
+}
+
+WarmupSummary warmup(Runtime& rt, const std::vector<KernelSpec>& specs, const WarmupProgress& progress) {
+  WarmupSummary s;
+  const auto t0 = std::chrono::steady_clock::now();
+  int i = 0;
+  for (const auto& spec : specs) {
+    ++i;
+    std::string status;
+    try {
+      const std::string key = prepare(spec).disk_key;
+      if (rt.disk().load(key)) {
+        ++s.cached;
+        status = "already cached";
+      } else {
+        const auto c0 = std::chrono::steady_clock::now();
+        bool from_disk = false;
+        rt.entry(spec, &from_disk);
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+        if (!rt.disk().load(key)) {
+          ++s.failed;
+          status = fmt::format("compiled in {:.2f} s but not stored: {}", sec,
+                               rt.disk().directory_problem().empty() ? std::string("cache directory unwritable")
+                                                                     : rt.disk().directory_problem());
+          s.failures.push_back(fmt::format("{}: {}", spec.shape_key(), status));
+        } else {
+          ++s.compiled;
+          status = fmt::format("compiled in {:.2f} s", sec);
+        }
+      }
+    } catch (const std::exception& e) {
+      ++s.failed;
+      status = fmt::format("FAILED: {}", e.what());
+      s.failures.push_back(fmt::format("{}: {}", spec.shape_key(), e.what()));
+    }
+    if (progress) progress(i, static_cast<int>(specs.size()), spec, status);
+  }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+}  // namespace dsa_indexer::detail
