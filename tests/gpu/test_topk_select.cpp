@@ -95,6 +95,7 @@ void launch_topk(const dsa::TopkSelectArgs& a, const TopkShape& sh, CUstream str
   l.smem = dsa::kTopkFixedSmemBytes + cache / 16u * 16u;
   dsa::TopkSelectArgs copy = a;
   void* params[] = {&copy};
+  dd::ScopedContext ctx(0);
   if (a.n_rows > 0) dd::launch_one(m.function(sh.threads), l, stream, params, "sm90_topk_select");
 }
 
