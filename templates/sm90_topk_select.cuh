@@ -276,25 +276,191 @@ __device__ __forceinline__ u32 topk_dynamic_smem_bytes() {
   return r;
 }
 
+// Ordered pass over `nw` words of a key source in column order: cells with key > tkey, and the
+// first take_eq cells with key == tkey, go to dkey/dcol at their rank among the selected (a
+// block-wide scan of per-thread counts, so no atomic decides a position). Ranks >= limit are
+// not written; the pass stops once `stop_at` cells are selected. Returns the selected count
+// (at least stop_at when it stopped early).
+template <int T, class Keys, class Cols>
+__device__ __forceinline__ u32 topk_ordered_pass(TopkScratch& s, i32 nw, Keys keys, Cols cols, u32 tkey, u32 take_eq,
+                                                 u32 limit, u32 stop_at, u32* dkey, i32* dcol) {
+  u32 gt_base = 0u, eq_base = 0u;
+  for (i32 t0 = 0; t0 < nw; t0 += kTopkUnroll * T) {
+    uint4 kk[kTopkUnroll];
+    u32 v[kTopkUnroll], ex[kTopkUnroll];
+#pragma unroll
+    for (int u = 0; u < kTopkUnroll; ++u) {
+      const i32 w = t0 + u * T + static_cast<i32>(threadIdx.x);
+      kk[u] = w < nw ? keys(w) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < kTopkUnroll; ++u) {
+      u32 gt = 0u, eq = 0u;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const u32 key = topk_lane(kk[u], q);
+        gt += key > tkey;
+        eq += take_eq != 0u && key == tkey;
+      }
+      v[u] = gt | (eq << 16);
+    }
+    const u32 tot = topk_block_scan<T, kTopkUnroll>(s, v, ex);
+#pragma unroll
+    for (int u = 0; u < kTopkUnroll; ++u) {
+      u32 g = gt_base + (ex[u] & 0xffffu), e = eq_base + (ex[u] >> 16);
+      const i32 w = t0 + u * T + static_cast<i32>(threadIdx.x);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const u32 key = topk_lane(kk[u], q);
+        if (key > tkey) {
+          const u32 at = g + min(e, take_eq);
+          if (at < limit) {
+            dkey[at] = key;
+            dcol[at] = cols(w, q);
+          }
+          ++g;
+        } else if (take_eq != 0u && key == tkey) {
+          if (e < take_eq && g + e < limit) {
+            dkey[g + e] = key;
+            dcol[g + e] = cols(w, q);
+          }
+          ++e;
+        }
+      }
+    }
+    gt_base += tot & 0xffffu;
+    eq_base += tot >> 16;
+    if (gt_base + min(eq_base, take_eq) >= stop_at) break;  // uniform
+  }
+  return gt_base + min(eq_base, take_eq);
+}
+
+// The exact threshold from an 11-bit histogram of key bits 31..21 (already in `hist`) of a
+// source holding at least k keys: then bits 20..10 and 9..0, each over the candidates when
+// they are (or now fit) in ckey (`in_cands`), else by another pass over the row. Selected =
+// keys > tkey, plus the first take_eq keys == tkey in column order.
+template <int T>
+__device__ __forceinline__ void topk_threshold(TopkScratch& s, u32* hist, u32* ckey, i32* ccol, bool in_cands,
+                                               const TopkRowCtx& rc, const uint4* cache, i32 cw, u32 k, u32& tkey,
+                                               u32& take_eq) {
+  const int tid = threadIdx.x;
+  u32 bin, above;
+  topk_find_bin<T>(s, hist, k, bin, above);
+  u32 prefix = bin << 21;
+  int res_shift = 21;  // key bits >= res_shift are fixed to prefix's
+  u32 need = k - above;
+  u32 count = hist[bin];
+  bool done = need == count;
+  for (int level = 2; level <= 3 && !done; ++level) {
+    const int dshift = level == 2 ? 10 : 0;
+    const u32 dmask = level == 2 ? 0x7ffu : 0x3ffu;
+    const u32 match = prefix >> res_shift;
+    if (!in_cands && count <= static_cast<u32>(kTopkCandCap)) {
+      // Collection order follows the atomics, but nothing below depends on it: the
+      // histograms count, and ties are broken by the ordered pass in column order.
+      __syncthreads();
+      if (tid == 0) s.cand_count = 0u;
+      __syncthreads();
+      topk_for_each_word<T>(rc, cache, cw, [&](i32 w, const uint4& kk) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const u32 key = topk_lane(kk, q);
+          if ((key >> res_shift) == match) {
+            const u32 at = atomicAdd(&s.cand_count, 1u);
+            ckey[at] = key;
+            ccol[at] = 4 * w - rc.off + q;
+          }
+        }
+      });
+      in_cands = true;
+    }
+    __syncthreads();
+    for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+    __syncthreads();
+    if (in_cands) {
+      const u32 nc = s.cand_count;
+      for (u32 i = tid; i < nc; i += T) {
+        const u32 key = ckey[i];
+        if ((key >> res_shift) == match) atomicAdd(&hist[(key >> dshift) & dmask], 1u);
+      }
+    } else {
+      topk_for_each_word<T>(rc, cache, cw, [&](i32, const uint4& kk) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const u32 key = topk_lane(kk, q);
+          if ((key >> res_shift) == match) atomicAdd(&hist[(key >> dshift) & dmask], 1u);
+        }
+      });
+    }
+    u32 b2, above2;
+    topk_find_bin<T>(s, hist, need, b2, above2);
+    prefix |= b2 << dshift;
+    res_shift = dshift;
+    need -= above2;
+    count = hist[b2];
+    done = need == count;
+  }
+  if (done) {
+    tkey = prefix - 1u;  // every key >= prefix (prefix >= 3 << 21, no wrap)
+    take_eq = 0u;
+  } else {
+    tkey = prefix;
+    take_eq = need;
+  }
+}
+
+// sum over the row's visible cells of exp(x - m), m finite, fp64 in a fixed order.
+template <int T>
+__device__ __forceinline__ float topk_row_lse(TopkScratch& s, const TopkRowCtx& rc, const uint4* cache, i32 cw, u32 max_key) {
+  const float m = topk_key_value(max_key);
+  if (rc.n == 0) return __uint_as_float(0xff800000u);
+  if (max_key == kTopkNanKey) return topk_canonical_nan();
+  if (max_key == kTopkPosInfKey || max_key == kTopkNegInfKey) return m;  // +inf; -inf: every cell -inf
+  double acc = 0.0;
+  topk_for_each_word<T>(rc, cache, cw, [&](i32, const uint4& kk) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const u32 key = topk_lane(kk, q);
+      if (key != kTopkNoKey) acc += static_cast<double>(topk_exp_diff(topk_key_value(key), m));
+    }
+  });
+  const double sum = topk_block_sum<T>(s, acc);
+  return static_cast<float>(static_cast<double>(m) + log(sum));
+}
+
 // grid: any number of CTAs (rows are strided over them); block: T threads; dynamic shared
 // memory: kTopkFixedSmemBytes + a multiple of 16 bytes of row cache.
 // The second launch bound caps registers at 64 for every T: with T = 256 alone ptxas took 80
 // registers and spilled; 64 fit without spills (the 1024-thread variant needs exactly that).
+//
+// Fast path (almost every row): a threshold t estimated from a strided sample of the row (the
+// key at rank ~(k + cap) / 2 scaled to the sample), then ONE ordered pass over the row keeps
+// the keys >= t in column order as candidates. When k <= candidates <= kTopkCandCap the set
+// is exact from the candidates alone (every key >= the k-th largest is among them), refined
+// by radix levels over <= cap keys, so the row is read once with no per-cell atomics (the
+// row-wide histogram's shared atomics, contended on the few bins that hold most scores, were
+// the cost of the exact path). Otherwise (an unlucky sample, heavy ties) the exact path:
+// a histogram pass over the row (cached in shared memory where it fits), radix levels and an
+// ordered pass over the row.
 template <int T>
 __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_constant__ TopkSelectArgs a) {
   static_assert(T == 256 || T == 512 || T == 1024, "sm90_topk_select: T must be 256, 512 or 1024");
-  static_assert(kTopkCandCap >= kTopkMaxK, "sm90_topk_select: the selected pairs are staged in the candidate buffer");
+  static_assert(kTopkCandCap >= kTopkMaxK, "sm90_topk_select: candidates must hold a whole selection");
   static_assert(4 * kTopkUnroll * T < 65536, "sm90_topk_select: the per-tile counts of the ordered pass are packed in 16 bits");
+  static_assert(kTopkSampleWords * 4 <= kTopkCandCap, "sm90_topk_select: the sample is staged in the candidate buffer");
   extern __shared__ __align__(16) u32 smem[];
   __shared__ TopkScratch s;
   u32* const hist = smem;
   u32* const ckey = smem + kTopkBins;
   i32* const ccol = reinterpret_cast<i32*>(smem + kTopkBins + kTopkCandCap);
-  const uint4* const cache = reinterpret_cast<const uint4*>(smem + kTopkBins + 2 * kTopkCandCap);
-  uint4* const cache_w = reinterpret_cast<uint4*>(smem + kTopkBins + 2 * kTopkCandCap);
+  u32* const skey = smem + kTopkBins + 2 * kTopkCandCap;
+  i32* const scol = reinterpret_cast<i32*>(smem + kTopkBins + 2 * kTopkCandCap + kTopkMaxK);
+  const uint4* const cache = reinterpret_cast<const uint4*>(smem + kTopkFixedSmemBytes / 4);
+  uint4* const cache_w = reinterpret_cast<uint4*>(smem + kTopkFixedSmemBytes / 4);
   // Row cache capacity in words; the launch guarantees at least kTopkFixedSmemBytes.
   const i32 cw = static_cast<i32>((topk_dynamic_smem_bytes() - static_cast<u32>(kTopkFixedSmemBytes)) / 16u);
-  const i32 k = a.k;
+  const u32 k = static_cast<u32>(a.k);
+  const u32 cap = static_cast<u32>(kTopkCandCap);
   const int tid = threadIdx.x;
 
   for (i64 row = blockIdx.x; row < a.n_rows; row += gridDim.x) {
@@ -306,191 +472,116 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
     rc.base = p - rc.off;
     rc.n = n;
     rc.nw = n > 0 ? static_cast<i32>((static_cast<i64>(rc.off) + n + 3) >> 2) : 0;
-    const bool select_all = n <= k;
+    auto row_keys = [&](i32 w) { return topk_load_word(rc, w); };
+    auto row_cols = [&](i32 w, int q) { return 4 * w - rc.off + q; };
 
-    // 1. load pass. The barrier keeps the previous row's readers of shared memory ahead.
-    __syncthreads();
-    if (!select_all)
+    // 1. candidates in column order: the whole row when it fits, else the keys >= a sampled t.
+    u32 t_minus_1 = 0u;  // keys > 0: every visible cell
+    if (static_cast<u32>(n) > cap) {
+      __syncthreads();  // the previous row's readers of shared memory
+      for (int i = tid; i < kTopkSampleWords; i += T) {
+        const uint4 kk = topk_load_word(rc, static_cast<i32>(static_cast<i64>(i) * rc.nw / kTopkSampleWords));
+        ckey[4 * i + 0] = kk.x;
+        ckey[4 * i + 1] = kk.y;
+        ckey[4 * i + 2] = kk.z;
+        ckey[4 * i + 3] = kk.w;
+      }
       for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
-    __syncthreads();
-    u32 mx = 0u;
-    {
-      auto take = [&](i32 w, const uint4& kk) {
-        if (w < cw) cache_w[w] = kk;
-        mx = max(mx, max(max(kk.x, kk.y), max(kk.z, kk.w)));
-        if (!select_all) {
+      __syncthreads();
+      // The sample rank whose key should have about (k + cap) / 2 row keys at or above it.
+      const u64 want = (static_cast<u64>(k + cap) / 2u) * (4u * kTopkSampleWords) / static_cast<u64>(n);
+      const u32 j = static_cast<u32>(want < 1u ? 1u : want);
+      for (int i = tid; i < 4 * kTopkSampleWords; i += T) atomicAdd(&hist[ckey[i] >> 21], 1u);
+      u32 b1, above1;
+      topk_find_bin<T>(s, hist, j, b1, above1);
+      for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+      __syncthreads();
+      for (int i = tid; i < 4 * kTopkSampleWords; i += T) {
+        const u32 key = ckey[i];
+        if ((key >> 21) == b1) atomicAdd(&hist[(key >> 10) & 0x7ffu], 1u);
+      }
+      u32 b2, above2;
+      topk_find_bin<T>(s, hist, j - above1, b2, above2);
+      // b1 holds only visible keys (j <= sample keys in bins >= b1, and bin 0 holds only the
+      // empty lanes, below every visible key), so t >= 3 << 21.
+      t_minus_1 = ((b1 << 21) | (b2 << 10)) - 1u;
+    }
+    const u32 n_cand = topk_ordered_pass<T>(s, rc.nw, row_keys, row_cols, t_minus_1, 0u, cap,
+                                            static_cast<u32>(n) > cap ? cap + 1u : cap, ckey, ccol);
+    const bool fast = static_cast<u32>(n) <= cap || (n_cand >= k && n_cand <= cap);
+
+    u32 max_key = 0u, tkey = 0u, take_eq = 0u;
+    u32 n_sel = 0u;
+    if (fast) {
+      // 2. the exact threshold among the candidates (they hold every key >= the k-th largest).
+      __syncthreads();
+      u32 mx = 0u;
+      for (u32 i = tid; i < n_cand; i += T) mx = max(mx, ckey[i]);
+      max_key = topk_block_max<T>(s, mx);
+      n_sel = min(n_cand, k);
+      if (n_cand > k) {
+        for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+        __syncthreads();
+        for (u32 i = tid; i < n_cand; i += T) atomicAdd(&hist[ckey[i] >> 21], 1u);
+        __syncthreads();
+        if (tid == 0) s.cand_count = n_cand;
+        topk_threshold<T>(s, hist, ckey, ccol, true, rc, cache, 0, k, tkey, take_eq);
+      }
+      // 3. the selected candidates, still in column order.
+      auto cand_keys = [&](i32 w) {
+        const u32 i = 4u * static_cast<u32>(w);
+        return make_uint4(i + 0 < n_cand ? ckey[i + 0] : 0u, i + 1 < n_cand ? ckey[i + 1] : 0u,
+                          i + 2 < n_cand ? ckey[i + 2] : 0u, i + 3 < n_cand ? ckey[i + 3] : 0u);
+      };
+      auto cand_cols = [&](i32 w, int q) { return ccol[4 * w + q]; };
+      topk_ordered_pass<T>(s, static_cast<i32>((n_cand + 3u) / 4u), cand_keys, cand_cols, tkey, take_eq, n_sel, n_sel, skey,
+                           scol);
+      if (a.lse != nullptr) {
+        const float lse = topk_row_lse<T>(s, rc, cache, 0, max_key);
+        if (tid == 0) a.lse[row * a.lse_stride] = lse;
+      }
+    } else {
+      // The exact path. Load pass: histogram of bits 31..21, the max key, the row cache.
+      __syncthreads();
+      for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+      __syncthreads();
+      u32 mx = 0u;
+      {
+        auto take = [&](i32 w, const uint4& kk) {
+          if (w < cw) cache_w[w] = kk;
+          mx = max(mx, max(max(kk.x, kk.y), max(kk.z, kk.w)));
           atomicAdd(&hist[kk.x >> 21], 1u);
           atomicAdd(&hist[kk.y >> 21], 1u);
           atomicAdd(&hist[kk.z >> 21], 1u);
           atomicAdd(&hist[kk.w >> 21], 1u);
+        };
+        i32 w = tid;
+        for (; w + (kTopkUnroll - 1) * T < rc.nw; w += kTopkUnroll * T) {
+          uint4 kk[kTopkUnroll];
+#pragma unroll
+          for (int u = 0; u < kTopkUnroll; ++u) kk[u] = topk_load_word(rc, w + u * T);
+#pragma unroll
+          for (int u = 0; u < kTopkUnroll; ++u) take(w + u * T, kk[u]);
         }
-      };
-      i32 w = tid;
-      for (; w + (kTopkUnroll - 1) * T < rc.nw; w += kTopkUnroll * T) {
-        uint4 kk[kTopkUnroll];
-#pragma unroll
-        for (int u = 0; u < kTopkUnroll; ++u) kk[u] = topk_load_word(rc, w + u * T);
-#pragma unroll
-        for (int u = 0; u < kTopkUnroll; ++u) take(w + u * T, kk[u]);
+        for (; w < rc.nw; w += T) take(w, topk_load_word(rc, w));
       }
-      for (; w < rc.nw; w += T) take(w, topk_load_word(rc, w));
-    }
-    const u32 max_key = topk_block_max<T>(s, mx);  // barrier: cache and histogram complete
-
-    // lse over the whole visible row.
-    if (a.lse != nullptr) {
-      float lse;
-      const float m = topk_key_value(max_key);
-      if (n == 0) {
-        lse = __uint_as_float(0xff800000u);
-      } else if (max_key == kTopkNanKey) {
-        lse = topk_canonical_nan();
-      } else if (max_key == kTopkPosInfKey || max_key == kTopkNegInfKey) {
-        lse = m;  // +inf, or -inf when every visible cell is -inf
-      } else {
-        double acc = 0.0;
-        topk_for_each_word<T>(rc, cache, cw, [&](i32, const uint4& kk) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const u32 key = topk_lane(kk, q);
-            if (key != kTopkNoKey) acc += static_cast<double>(topk_exp_diff(topk_key_value(key), m));
-          }
-        });
-        const double sum = topk_block_sum<T>(s, acc);
-        lse = static_cast<float>(static_cast<double>(m) + log(sum));
+      max_key = topk_block_max<T>(s, mx);  // barrier: cache and histogram complete
+      if (a.lse != nullptr) {
+        const float lse = topk_row_lse<T>(s, rc, cache, cw, max_key);
+        if (tid == 0) a.lse[row * a.lse_stride] = lse;
       }
-      if (tid == 0) a.lse[row * a.lse_stride] = lse;
-    }
-
-    // 2. the threshold: selected = keys > tkey, plus the first `take_eq` keys == tkey in
-    //    column order.
-    u32 tkey = 0u;  // select_all: every visible key (> kTopkNoKey)
-    u32 take_eq = 0u;
-    if (!select_all) {
-      u32 bin, above;
-      topk_find_bin<T>(s, hist, static_cast<u32>(k), bin, above);
-      u32 prefix = bin << 21;
-      int res_shift = 21;  // key bits >= res_shift are fixed to prefix's
-      u32 need = static_cast<u32>(k) - above;
-      u32 count = hist[bin];
-      bool in_cands = false;
-      bool done = need == count;
-      for (int level = 2; level <= 3 && !done; ++level) {
-        const int dshift = level == 2 ? 10 : 0;
-        const u32 dmask = level == 2 ? 0x7ffu : 0x3ffu;
-        const u32 match = prefix >> res_shift;
-        if (!in_cands && count <= static_cast<u32>(kTopkCandCap)) {
-          // Collection order follows the atomics, but nothing below depends on it: the
-          // histograms count, and ties are broken by the ordered pass in column order.
-          __syncthreads();
-          if (tid == 0) s.cand_count = 0u;
-          __syncthreads();
-          topk_for_each_word<T>(rc, cache, cw, [&](i32 w, const uint4& kk) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const u32 key = topk_lane(kk, q);
-              if ((key >> res_shift) == match) {
-                const u32 at = atomicAdd(&s.cand_count, 1u);
-                ckey[at] = key;
-                ccol[at] = 4 * w - rc.off + q;
-              }
-            }
-          });
-          in_cands = true;
-        }
-        __syncthreads();
-        for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
-        __syncthreads();
-        if (in_cands) {
-          const u32 nc = s.cand_count;
-          for (u32 i = tid; i < nc; i += T) {
-            const u32 key = ckey[i];
-            if ((key >> res_shift) == match) atomicAdd(&hist[(key >> dshift) & dmask], 1u);
-          }
-        } else {
-          topk_for_each_word<T>(rc, cache, cw, [&](i32, const uint4& kk) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const u32 key = topk_lane(kk, q);
-              if ((key >> res_shift) == match) atomicAdd(&hist[(key >> dshift) & dmask], 1u);
-            }
-          });
-        }
-        u32 b2, above2;
-        topk_find_bin<T>(s, hist, need, b2, above2);
-        prefix |= b2 << dshift;
-        res_shift = dshift;
-        need -= above2;
-        count = hist[b2];
-        done = need == count;
-      }
-      if (done) {
-        tkey = prefix - 1u;  // every key >= prefix (prefix >= 3 << 21, no wrap)
-      } else {
-        tkey = prefix;
-        take_eq = need;
-      }
-    }
-    const i32 n_sel = select_all ? n : k;
-
-    // 3. ordered pass: positions by a block scan in column order, staged in shared memory.
-    u32* const skey = ckey;
-    i32* const scol = ccol;
-    {
-      u32 gt_base = 0u, eq_base = 0u;
-      for (i32 t0 = 0; t0 < rc.nw; t0 += kTopkUnroll * T) {
-        uint4 kk[kTopkUnroll];
-        u32 v[kTopkUnroll], ex[kTopkUnroll];
-#pragma unroll
-        for (int u = 0; u < kTopkUnroll; ++u) {
-          const i32 w = t0 + u * T + tid;
-          kk[u] = w < rc.nw ? (w < cw ? cache[w] : topk_load_word(rc, w)) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int u = 0; u < kTopkUnroll; ++u) {
-          u32 gt = 0u, eq = 0u;
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const u32 key = topk_lane(kk[u], q);
-            gt += key > tkey;
-            eq += take_eq != 0u && key == tkey;
-          }
-          v[u] = gt | (eq << 16);
-        }
-        const u32 tot = topk_block_scan<T, kTopkUnroll>(s, v, ex);
-#pragma unroll
-        for (int u = 0; u < kTopkUnroll; ++u) {
-          u32 g = gt_base + (ex[u] & 0xffffu), e = eq_base + (ex[u] >> 16);
-          const i32 w = t0 + u * T + tid;
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const u32 key = topk_lane(kk[u], q);
-            if (key > tkey) {
-              const u32 at = g + min(e, take_eq);
-              skey[at] = key;
-              scol[at] = 4 * w - rc.off + q;
-              ++g;
-            } else if (take_eq != 0u && key == tkey) {
-              if (e < take_eq) {
-                skey[g + e] = key;
-                scol[g + e] = 4 * w - rc.off + q;
-              }
-              ++e;
-            }
-          }
-        }
-        gt_base += tot & 0xffffu;
-        eq_base += tot >> 16;
-        if (gt_base + min(eq_base, take_eq) >= static_cast<u32>(n_sel)) break;  // uniform
-      }
+      topk_threshold<T>(s, hist, ckey, ccol, false, rc, cache, cw, k, tkey, take_eq);
+      n_sel = k;  // n > cap >= k
+      auto cached_keys = [&](i32 w) { return w < cw ? cache[w] : topk_load_word(rc, w); };
+      topk_ordered_pass<T>(s, rc.nw, cached_keys, row_cols, tkey, take_eq, n_sel, n_sel, skey, scol);
     }
     __syncthreads();
 
     // 4. optional score order, then the outputs in slot order.
-    if (a.sort_by_score && n_sel > 1) {
+    if (a.sort_by_score && n_sel > 1u) {
       int n2 = 1;
-      while (n2 < n_sel) n2 <<= 1;
-      for (int i = n_sel + tid; i < n2; i += T) {
+      while (n2 < static_cast<int>(n_sel)) n2 <<= 1;
+      for (int i = static_cast<int>(n_sel) + tid; i < n2; i += T) {
         skey[i] = kTopkNoKey;  // ranks after every selected key
         scol[i] = 0x7fffffff;
       }
@@ -500,7 +591,7 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
     int sm_mode = 0;
     float m = 0.0f;
     double total = 0.0;
-    if (a.softmax != nullptr && n_sel > 0) {
+    if (a.softmax != nullptr && n_sel > 0u) {
       m = topk_key_value(max_key);  // the row's largest key is always selected (k >= 1)
       if (max_key == kTopkNanKey || max_key == kTopkPosInfKey) {
         sm_mode = 1;
@@ -508,12 +599,12 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
         sm_mode = 2;
       } else {
         double acc = 0.0;
-        for (int i = tid; i < n_sel; i += T) acc += static_cast<double>(topk_exp_diff(topk_key_value(skey[i]), m));
+        for (u32 i = tid; i < n_sel; i += T) acc += static_cast<double>(topk_exp_diff(topk_key_value(skey[i]), m));
         total = topk_block_sum<T>(s, acc);
       }
     }
     const i32 lo = rw.lo, bias = rw.bias;
-    for (int i = tid; i < k; i += T) {
+    for (u32 i = tid; i < k; i += T) {
       const bool sel = i < n_sel;
       const u32 key = sel ? skey[i] : 0u;
       const float v = sel ? topk_key_value(key) : __uint_as_float(0xff800000u);

@@ -11,12 +11,14 @@ namespace dsa {
 constexpr i32 kTopkMaxK = 2048;
 
 // Dynamic shared memory: [histogram kTopkBins u32][candidate keys kTopkCandCap u32]
-// [candidate columns kTopkCandCap i32][row cache: the rest]. The host chooses the launch's
-// dynamic size as kTopkFixedSmemBytes + cache bytes; the kernel reads %dynamic_smem_size and
-// keeps the first (size - fixed) / 16 aligned 4-float words of each row in shared memory.
-constexpr i32 kTopkBins = 2048;       // 11-bit radix digit
-constexpr i32 kTopkCandCap = 4096;    // candidates of the threshold bin refined in shared memory
-constexpr i32 kTopkFixedSmemBytes = (kTopkBins + 2 * kTopkCandCap) * 4;
+// [candidate columns kTopkCandCap i32][selected keys kTopkMaxK u32][selected columns kTopkMaxK
+// i32][row cache: the rest]. The host chooses the launch's dynamic size as kTopkFixedSmemBytes
+// + cache bytes; the kernel reads %dynamic_smem_size and keeps the first (size - fixed) / 16
+// aligned 4-float words of a row in shared memory on its exact (histogram) path.
+constexpr i32 kTopkBins = 2048;         // 11-bit radix digit
+constexpr i32 kTopkCandCap = 4096;      // candidates refined in shared memory
+constexpr i32 kTopkSampleWords = 1024;  // 4-float words sampled to estimate the filter threshold
+constexpr i32 kTopkFixedSmemBytes = (kTopkBins + 2 * kTopkCandCap + 2 * kTopkMaxK) * 4;
 
 // Visible workspace columns [lo, hi) of one row (lo == hi: an empty row); the output index of
 // column c is c + bias.

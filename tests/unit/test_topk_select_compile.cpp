@@ -49,5 +49,6 @@ TEST_CASE("topk select: the launch arguments have the layout the template reads"
   CHECK(sizeof(dsa::TopkRow) == 16);
   CHECK(sizeof(dsa::TopkSelectArgs) == 104);
   CHECK(dsa::kTopkCandCap >= dsa::kTopkMaxK);
-  CHECK(dsa::kTopkFixedSmemBytes == (dsa::kTopkBins + 2 * dsa::kTopkCandCap) * 4);
+  CHECK(dsa::kTopkSampleWords * 4 <= dsa::kTopkCandCap);
+  CHECK(dsa::kTopkFixedSmemBytes == (dsa::kTopkBins + 2 * dsa::kTopkCandCap + 2 * dsa::kTopkMaxK) * 4);
 }
