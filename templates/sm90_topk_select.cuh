@@ -1,0 +1,625 @@
+#pragma once
+// sm90_topk_select: exact, deterministic top-k of fp32 score rows (the unfused top-k path).
+//
+// Contract, per row r with visible columns [lo, hi):
+// - The selected set is the k largest visible scores ranked by (score desc, column asc), so a
+//   tie at the k-th place goes to the smaller column and the set is unique.
+// - Ranking uses an order-preserving u32 key: positives get the sign bit set, negatives have
+//   every bit flipped. Consequences, chosen on purpose and tested:
+//   * every NaN (any sign, any payload) ranks above +inf and all NaNs are equal (then by
+//     column); a selected NaN is returned as the canonical 0x7fffffff;
+//   * +0.0 ranks above -0.0 (they are distinct keys, nothing is canonicalized);
+//   * -inf cells are visible and selectable like any other value.
+// - Output slots: ascending column (default) or (score desc, column asc); rows with fewer than
+//   k visible cells are padded at the end with index -1, value -inf, softmax 0.
+// - softmax over the selected values with m = the largest selected value: exp(v - m) / sum.
+//   m NaN or +inf: every selected slot is NaN (0x7fffffff), as torch.softmax gives; m = -inf
+//   (every selected cell is -inf): every slot 0. v - m is carried exactly (TwoSum) into the
+//   exponent, and sums are in fp64 in a fixed order, so the result is within a few fp32 ulp of
+//   the exact value and the same bits run to run.
+// - lse = log(sum over all visible cells of exp(score)): NaN (0x7fffffff) if a NaN is visible,
+//   +inf if +inf is, -inf for an empty or all -inf row; else m + log(sum exp(x - m)), fp64 sum
+//   in a fixed order.
+//
+// Algorithm (one CTA per row, rows strided over the grid):
+//   1. load pass: keys of the row (float4 loads over 16-byte aligned words; the partial head
+//      and tail words load lane by lane), 11-bit histogram of key bits 31..21 in shared memory,
+//      the row's max key; the first words that fit stay in shared memory as keys.
+//   2. the threshold bin by a block scan of the histogram from the top; then two more radix
+//      levels (bits 20..10, 9..0) over the bin's candidates, collected into shared memory when
+//      they fit (kTopkCandCap), else by further histogram passes over the row (all-equal rows,
+//      concentrated scores): every level is exact, so the threshold key T and the number of
+//      T-keys to take follow exactly.
+//   3. one ordered pass in column order: a block-wide scan of (count > T, count == T) places
+//      every selected cell; the T-ties taken are the smallest columns because equal keys are
+//      counted in column order. No atomics decide any position, so the output is deterministic.
+//   4. optional bitonic sort of the <= 2048 selected (key, column) pairs for score order; then
+//      indices, values, softmax in slot order.
+// A pass over the row reads the cached prefix from shared memory and the rest from global
+// memory (L2 usually still holds it from the load pass).
+#include "sm90_topk_select_args.cuh"
+
+namespace dsa {
+
+constexpr u32 kTopkNanKey = 0xffffffffu;
+// Key 0 marks the lanes of a partial word outside [lo, hi): no float maps to it (negative NaNs
+// map to kTopkNanKey), -inf is 0x007fffff, so it ranks below every visible cell and its
+// histogram bin (0) can never be a threshold bin.
+constexpr u32 kTopkNoKey = 0u;
+constexpr u32 kTopkPosInfKey = 0xff800000u;
+constexpr u32 kTopkNegInfKey = 0x007fffffu;
+constexpr int kTopkUnroll = 4;  // words in flight per thread (global loads, ordered-pass tiles)
+
+__device__ __forceinline__ u32 topk_key(float x) {
+  const u32 b = __float_as_uint(x);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return kTopkNanKey;
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+// Inverse of topk_key (a NaN key gives the canonical 0x7fffffff).
+__device__ __forceinline__ float topk_key_value(u32 k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+__device__ __forceinline__ float topk_canonical_nan() { return __uint_as_float(0x7fffffffu); }
+
+// exp(v - m) with the rounding error of v - m (TwoSum) folded back in: without it a spread of
+// 20 between v and m costs ~1e-6 relative in the exponential. Requires m finite.
+__device__ __forceinline__ float topk_exp_diff(float v, float m) {
+  const float d = v - m;
+  if (!(d > -3.0e38f)) return expf(d);  // v = -inf (or d overflowed to -inf): exp is 0
+  const float bv = d - v;
+  const float err = (v - (d - bv)) + (-m - bv);
+  const float e = expf(d);
+  return fmaf(e, err, e);
+}
+
+struct TopkRowCtx {
+  const float* base;  // 16-byte aligned: &row[lo - off]
+  i32 n;              // visible cells
+  i32 off;            // floats between base and column lo (0..3)
+  i32 nw;             // 4-float words covering [lo, hi)
+};
+
+// Keys of word w: one float4 when the word lies inside [lo, hi), lane by lane at the edges.
+__device__ __forceinline__ uint4 topk_load_word(const TopkRowCtx& rc, i32 w) {
+  const i32 first = 4 * w - rc.off;
+  uint4 k;
+  if (first >= 0 && first + 4 <= rc.n) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(rc.base) + w);
+    k.x = topk_key(v.x);
+    k.y = topk_key(v.y);
+    k.z = topk_key(v.z);
+    k.w = topk_key(v.w);
+  } else {
+    const float* p = rc.base + 4 * w;
+    k.x = (first + 0 >= 0 && first + 0 < rc.n) ? topk_key(__ldg(p + 0)) : kTopkNoKey;
+    k.y = (first + 1 >= 0 && first + 1 < rc.n) ? topk_key(__ldg(p + 1)) : kTopkNoKey;
+    k.z = (first + 2 >= 0 && first + 2 < rc.n) ? topk_key(__ldg(p + 2)) : kTopkNoKey;
+    k.w = (first + 3 >= 0 && first + 3 < rc.n) ? topk_key(__ldg(p + 3)) : kTopkNoKey;
+  }
+  return k;
+}
+
+__device__ __forceinline__ u32 topk_lane(const uint4& k, int s) {
+  return s == 0 ? k.x : s == 1 ? k.y : s == 2 ? k.z : k.w;
+}
+
+// f(w, keys) over every word of the row: the cached prefix from shared memory, the rest from
+// global memory with kTopkUnroll loads in flight per thread.
+template <int T, class F>
+__device__ __forceinline__ void topk_for_each_word(const TopkRowCtx& rc, const uint4* cache, i32 cw, F&& f) {
+  const i32 nc = min(cw, rc.nw);
+  for (i32 w = threadIdx.x; w < nc; w += T) f(w, cache[w]);
+  i32 w = nc + static_cast<i32>(threadIdx.x);
+  for (; w + (kTopkUnroll - 1) * T < rc.nw; w += kTopkUnroll * T) {
+    uint4 k[kTopkUnroll];
+#pragma unroll
+    for (int u = 0; u < kTopkUnroll; ++u) k[u] = topk_load_word(rc, w + u * T);
+#pragma unroll
+    for (int u = 0; u < kTopkUnroll; ++u) f(w + u * T, k[u]);
+  }
+  for (; w < rc.nw; w += T) f(w, topk_load_word(rc, w));
+}
+
+// Small block-wide primitives on static shared scratch. Each begins with a barrier, so a call
+// may follow another without one.
+struct TopkScratch {
+  u32 tot[kTopkUnroll][32];
+  u32 pre[kTopkUnroll][32];
+  u32 sum[kTopkUnroll];
+  double dsum[32];
+  double dtotal;
+  u32 umax;
+  u32 bin, above;  // topk_find_bin's result
+  u32 cand_count;
+};
+
+__device__ __forceinline__ u32 topk_warp_incl_scan(u32 v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const u32 t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += t;
+  }
+  return v;
+}
+
+// Exclusive scan of U values per thread in the order (u, thread): ex[u] = sum of v over every
+// (u', t') before (u, threadIdx.x). Returns the block total.
+template <int T, int U>
+__device__ __forceinline__ u32 topk_block_scan(TopkScratch& s, const u32 (&v)[U], u32 (&ex)[U]) {
+  static_assert(T % 32 == 0 && T / 32 >= U && T <= 1024, "topk_block_scan: T must be a multiple of 32 in [32U, 1024]");
+  constexpr int NW = T / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u32 incl[U];
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    incl[u] = topk_warp_incl_scan(v[u]);
+    if (lane == 31) s.tot[u][warp] = incl[u];
+  }
+  __syncthreads();
+  if (warp < U) {
+    const u32 x = lane < NW ? s.tot[warp][lane] : 0u;
+    const u32 xi = topk_warp_incl_scan(x);
+    if (lane < NW) s.pre[warp][lane] = xi - x;
+    if (lane == 31) s.sum[warp] = xi;
+  }
+  __syncthreads();
+  u32 base = 0;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    ex[u] = base + s.pre[u][warp] + incl[u] - v[u];
+    base += s.sum[u];
+  }
+  return base;
+}
+
+template <int T>
+__device__ __forceinline__ u32 topk_block_max(TopkScratch& s, u32 v) {
+  constexpr int NW = T / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  v = __reduce_max_sync(0xffffffffu, v);
+  if (lane == 0) s.tot[0][warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    u32 x = lane < NW ? s.tot[0][lane] : 0u;
+    x = __reduce_max_sync(0xffffffffu, x);
+    if (lane == 0) s.umax = x;
+  }
+  __syncthreads();
+  return s.umax;
+}
+
+// Fixed-order fp64 sum: per-thread partials (caller's fixed assignment), a shuffle tree per
+// warp, then warp 0 over the warp sums. The same bits on every run.
+template <int T>
+__device__ __forceinline__ double topk_block_sum(TopkScratch& s, double v) {
+  constexpr int NW = T / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);
+  if (lane == 0) s.dsum[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double x = lane < NW ? s.dsum[lane] : 0.0;
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) x += __shfl_down_sync(0xffffffffu, x, d);
+    if (lane == 0) s.dtotal = x;
+  }
+  __syncthreads();
+  return s.dtotal;
+}
+
+// The bin b with (count above b) < need <= (count above b) + hist[b], scanning from the top
+// bin down. The caller guarantees sum(hist) >= need >= 1, so exactly one thread finds it.
+template <int T>
+__device__ __forceinline__ void topk_find_bin(TopkScratch& s, const u32* hist, u32 need, u32& bin, u32& above) {
+  static_assert(kTopkBins % T == 0, "topk_find_bin: T must divide kTopkBins");
+  constexpr int kPer = kTopkBins / T;
+  const int top = kTopkBins - 1 - static_cast<int>(threadIdx.x) * kPer;
+  u32 c[kPer];
+  u32 v[1] = {0u}, ex[1];
+  __syncthreads();  // the histogram is complete
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    c[i] = hist[top - i];
+    v[0] += c[i];
+  }
+  topk_block_scan<T, 1>(s, v, ex);
+  u32 acc = ex[0];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (acc < need && acc + c[i] >= need) {
+      s.bin = static_cast<u32>(top - i);
+      s.above = acc;
+    }
+    acc += c[i];
+  }
+  __syncthreads();
+  bin = s.bin;
+  above = s.above;
+}
+
+// Ascending by (key desc, column asc): the score order of the output.
+__device__ __forceinline__ bool topk_before(u32 ka, i32 ca, u32 kb, i32 cb) {
+  return ka > kb || (ka == kb && ca < cb);
+}
+
+template <int T>
+__device__ __forceinline__ void topk_bitonic_sort(u32* key, i32* col, int n2) {
+  for (int size = 2; size <= n2; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < n2 / 2; i += T) {
+        const int pos = 2 * i - (i & (stride - 1));
+        const int par = pos + stride;
+        const u32 ka = key[pos], kb = key[par];
+        const i32 ca = col[pos], cb = col[par];
+        const bool up = (pos & size) == 0;
+        if (up ? topk_before(kb, cb, ka, ca) : topk_before(ka, ca, kb, cb)) {
+          key[pos] = kb;
+          key[par] = ka;
+          col[pos] = cb;
+          col[par] = ca;
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ u32 topk_dynamic_smem_bytes() {
+  u32 r;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+  return r;
+}
+
+// Ordered pass over `nw` words of a key source in column order: cells with key > tkey, and the
+// first take_eq cells with key == tkey, go to dkey/dcol at their rank among the selected (a
+// block-wide scan of per-thread counts, so no atomic decides a position). Ranks >= limit are
+// not written; the pass stops once `stop_at` cells are selected. Returns the selected count
+// (at least stop_at when it stopped early).
+template <int T, class Keys, class Cols>
+__device__ __forceinline__ u32 topk_ordered_pass(TopkScratch& s, i32 nw, Keys keys, Cols cols, u32 tkey, u32 take_eq,
+                                                 u32 limit, u32 stop_at, u32* dkey, i32* dcol) {
+  u32 gt_base = 0u, eq_base = 0u;
+  for (i32 t0 = 0; t0 < nw; t0 += kTopkUnroll * T) {
+    uint4 kk[kTopkUnroll];
+    u32 v[kTopkUnroll], ex[kTopkUnroll];
+#pragma unroll
+    for (int u = 0; u < kTopkUnroll; ++u) {
+      const i32 w = t0 + u * T + static_cast<i32>(threadIdx.x);
+      kk[u] = w < nw ? keys(w) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < kTopkUnroll; ++u) {
+      u32 gt = 0u, eq = 0u;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const u32 key = topk_lane(kk[u], q);
+        gt += key > tkey;
+        eq += take_eq != 0u && key == tkey;
+      }
+      v[u] = gt | (eq << 16);
+    }
+    const u32 tot = topk_block_scan<T, kTopkUnroll>(s, v, ex);
+#pragma unroll
+    for (int u = 0; u < kTopkUnroll; ++u) {
+      u32 g = gt_base + (ex[u] & 0xffffu), e = eq_base + (ex[u] >> 16);
+      const i32 w = t0 + u * T + static_cast<i32>(threadIdx.x);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const u32 key = topk_lane(kk[u], q);
+        if (key > tkey) {
+          const u32 at = g + min(e, take_eq);
+          if (at < limit) {
+            dkey[at] = key;
+            dcol[at] = cols(w, q);
+          }
+          ++g;
+        } else if (take_eq != 0u && key == tkey) {
+          if (e < take_eq && g + e < limit) {
+            dkey[g + e] = key;
+            dcol[g + e] = cols(w, q);
+          }
+          ++e;
+        }
+      }
+    }
+    gt_base += tot & 0xffffu;
+    eq_base += tot >> 16;
+    if (gt_base + min(eq_base, take_eq) >= stop_at) break;  // uniform
+  }
+  return gt_base + min(eq_base, take_eq);
+}
+
+// The exact threshold from an 11-bit histogram of key bits 31..21 (already in `hist`) of a
+// source holding at least k keys: then bits 20..10 and 9..0, each over the candidates when
+// they are (or now fit) in ckey (`in_cands`), else by another pass over the row. Selected =
+// keys > tkey, plus the first take_eq keys == tkey in column order.
+template <int T>
+__device__ __forceinline__ void topk_threshold(TopkScratch& s, u32* hist, u32* ckey, i32* ccol, bool in_cands,
+                                               const TopkRowCtx& rc, const uint4* cache, i32 cw, u32 k, u32& tkey,
+                                               u32& take_eq) {
+  const int tid = threadIdx.x;
+  u32 bin, above;
+  topk_find_bin<T>(s, hist, k, bin, above);
+  u32 prefix = bin << 21;
+  int res_shift = 21;  // key bits >= res_shift are fixed to prefix's
+  u32 need = k - above;
+  u32 count = hist[bin];
+  bool done = need == count;
+  for (int level = 2; level <= 3 && !done; ++level) {
+    const int dshift = level == 2 ? 10 : 0;
+    const u32 dmask = level == 2 ? 0x7ffu : 0x3ffu;
+    const u32 match = prefix >> res_shift;
+    if (!in_cands && count <= static_cast<u32>(kTopkCandCap)) {
+      // Collection order follows the atomics, but nothing below depends on it: the
+      // histograms count, and ties are broken by the ordered pass in column order.
+      __syncthreads();
+      if (tid == 0) s.cand_count = 0u;
+      __syncthreads();
+      topk_for_each_word<T>(rc, cache, cw, [&](i32 w, const uint4& kk) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const u32 key = topk_lane(kk, q);
+          if ((key >> res_shift) == match) {
+            const u32 at = atomicAdd(&s.cand_count, 1u);
+            ckey[at] = key;
+            ccol[at] = 4 * w - rc.off + q;
+          }
+        }
+      });
+      in_cands = true;
+    }
+    __syncthreads();
+    for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+    __syncthreads();
+    if (in_cands) {
+      const u32 nc = s.cand_count;
+      for (u32 i = tid; i < nc; i += T) {
+        const u32 key = ckey[i];
+        if ((key >> res_shift) == match) atomicAdd(&hist[(key >> dshift) & dmask], 1u);
+      }
+    } else {
+      topk_for_each_word<T>(rc, cache, cw, [&](i32, const uint4& kk) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const u32 key = topk_lane(kk, q);
+          if ((key >> res_shift) == match) atomicAdd(&hist[(key >> dshift) & dmask], 1u);
+        }
+      });
+    }
+    u32 b2, above2;
+    topk_find_bin<T>(s, hist, need, b2, above2);
+    prefix |= b2 << dshift;
+    res_shift = dshift;
+    need -= above2;
+    count = hist[b2];
+    done = need == count;
+  }
+  if (done) {
+    tkey = prefix - 1u;  // every key >= prefix (prefix >= 3 << 21, no wrap)
+    take_eq = 0u;
+  } else {
+    tkey = prefix;
+    take_eq = need;
+  }
+}
+
+// sum over the row's visible cells of exp(x - m), m finite, fp64 in a fixed order.
+template <int T>
+__device__ __forceinline__ float topk_row_lse(TopkScratch& s, const TopkRowCtx& rc, const uint4* cache, i32 cw, u32 max_key) {
+  const float m = topk_key_value(max_key);
+  if (rc.n == 0) return __uint_as_float(0xff800000u);
+  if (max_key == kTopkNanKey) return topk_canonical_nan();
+  if (max_key == kTopkPosInfKey || max_key == kTopkNegInfKey) return m;  // +inf; -inf: every cell -inf
+  double acc = 0.0;
+  topk_for_each_word<T>(rc, cache, cw, [&](i32, const uint4& kk) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const u32 key = topk_lane(kk, q);
+      if (key != kTopkNoKey) acc += static_cast<double>(topk_exp_diff(topk_key_value(key), m));
+    }
+  });
+  const double sum = topk_block_sum<T>(s, acc);
+  return static_cast<float>(static_cast<double>(m) + log(sum));
+}
+
+// grid: any number of CTAs (rows are strided over them); block: T threads; dynamic shared
+// memory: kTopkFixedSmemBytes + a multiple of 16 bytes of row cache.
+// The second launch bound caps registers at 64 for every T: with T = 256 alone ptxas took 80
+// registers and spilled; 64 fit without spills (the 1024-thread variant needs exactly that).
+//
+// Fast path (almost every row): a threshold t estimated from a strided sample of the row (the
+// key at rank ~(k + cap) / 2 scaled to the sample), then ONE ordered pass over the row keeps
+// the keys >= t in column order as candidates. When k <= candidates <= kTopkCandCap the set
+// is exact from the candidates alone (every key >= the k-th largest is among them), refined
+// by radix levels over <= cap keys, so the row is read once with no per-cell atomics (the
+// row-wide histogram's shared atomics, contended on the few bins that hold most scores, were
+// the cost of the exact path). Otherwise (an unlucky sample, heavy ties) the exact path:
+// a histogram pass over the row (cached in shared memory where it fits), radix levels and an
+// ordered pass over the row.
+template <int T>
+__global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_constant__ TopkSelectArgs a) {
+  static_assert(T == 256 || T == 512 || T == 1024, "sm90_topk_select: T must be 256, 512 or 1024");
+  static_assert(kTopkCandCap >= kTopkMaxK, "sm90_topk_select: candidates must hold a whole selection");
+  static_assert(4 * kTopkUnroll * T < 65536, "sm90_topk_select: the per-tile counts of the ordered pass are packed in 16 bits");
+  static_assert(kTopkSampleWords * 4 <= kTopkCandCap, "sm90_topk_select: the sample is staged in the candidate buffer");
+  extern __shared__ __align__(16) u32 smem[];
+  __shared__ TopkScratch s;
+  u32* const hist = smem;
+  u32* const ckey = smem + kTopkBins;
+  i32* const ccol = reinterpret_cast<i32*>(smem + kTopkBins + kTopkCandCap);
+  u32* const skey = smem + kTopkBins + 2 * kTopkCandCap;
+  i32* const scol = reinterpret_cast<i32*>(smem + kTopkBins + 2 * kTopkCandCap + kTopkMaxK);
+  const uint4* const cache = reinterpret_cast<const uint4*>(smem + kTopkFixedSmemBytes / 4);
+  uint4* const cache_w = reinterpret_cast<uint4*>(smem + kTopkFixedSmemBytes / 4);
+  // Row cache capacity in words; the launch guarantees at least kTopkFixedSmemBytes.
+  const i32 cw = static_cast<i32>((topk_dynamic_smem_bytes() - static_cast<u32>(kTopkFixedSmemBytes)) / 16u);
+  const u32 k = static_cast<u32>(a.k);
+  const u32 cap = static_cast<u32>(kTopkCandCap);
+  const int tid = threadIdx.x;
+
+  for (i64 row = blockIdx.x; row < a.n_rows; row += gridDim.x) {
+    const TopkRow rw = a.rows[row];
+    const i32 n = rw.hi > rw.lo ? rw.hi - rw.lo : 0;
+    const float* p = a.scores + row * a.ld + rw.lo;
+    TopkRowCtx rc;
+    rc.off = static_cast<i32>((reinterpret_cast<u64>(p) >> 2) & 3u);
+    rc.base = p - rc.off;
+    rc.n = n;
+    rc.nw = n > 0 ? static_cast<i32>((static_cast<i64>(rc.off) + n + 3) >> 2) : 0;
+    auto row_keys = [&](i32 w) { return topk_load_word(rc, w); };
+    auto row_cols = [&](i32 w, int q) { return 4 * w - rc.off + q; };
+
+    // 1. candidates in column order: the whole row when it fits, else the keys >= a sampled t.
+    u32 t_minus_1 = 0u;  // keys > 0: every visible cell
+    if (static_cast<u32>(n) > cap) {
+      __syncthreads();  // the previous row's readers of shared memory
+      for (int i = tid; i < kTopkSampleWords; i += T) {
+        const uint4 kk = topk_load_word(rc, static_cast<i32>(static_cast<i64>(i) * rc.nw / kTopkSampleWords));
+        ckey[4 * i + 0] = kk.x;
+        ckey[4 * i + 1] = kk.y;
+        ckey[4 * i + 2] = kk.z;
+        ckey[4 * i + 3] = kk.w;
+      }
+      for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+      __syncthreads();
+      // The sample rank whose key should have about (k + cap) / 2 row keys at or above it.
+      const u64 want = (static_cast<u64>(k + cap) / 2u) * (4u * kTopkSampleWords) / static_cast<u64>(n);
+      const u32 j = static_cast<u32>(want < 1u ? 1u : want);
+      for (int i = tid; i < 4 * kTopkSampleWords; i += T) atomicAdd(&hist[ckey[i] >> 21], 1u);
+      u32 b1, above1;
+      topk_find_bin<T>(s, hist, j, b1, above1);
+      for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+      __syncthreads();
+      for (int i = tid; i < 4 * kTopkSampleWords; i += T) {
+        const u32 key = ckey[i];
+        if ((key >> 21) == b1) atomicAdd(&hist[(key >> 10) & 0x7ffu], 1u);
+      }
+      u32 b2, above2;
+      topk_find_bin<T>(s, hist, j - above1, b2, above2);
+      // b1 holds only visible keys (j <= sample keys in bins >= b1, and bin 0 holds only the
+      // empty lanes, below every visible key), so t >= 3 << 21.
+      t_minus_1 = ((b1 << 21) | (b2 << 10)) - 1u;
+    }
+    const u32 n_cand = topk_ordered_pass<T>(s, rc.nw, row_keys, row_cols, t_minus_1, 0u, cap,
+                                            static_cast<u32>(n) > cap ? cap + 1u : cap, ckey, ccol);
+    const bool fast = static_cast<u32>(n) <= cap || (n_cand >= k && n_cand <= cap);
+
+    u32 max_key = 0u, tkey = 0u, take_eq = 0u;
+    u32 n_sel = 0u;
+    if (fast) {
+      // 2. the exact threshold among the candidates (they hold every key >= the k-th largest).
+      __syncthreads();
+      u32 mx = 0u;
+      for (u32 i = tid; i < n_cand; i += T) mx = max(mx, ckey[i]);
+      max_key = topk_block_max<T>(s, mx);
+      n_sel = min(n_cand, k);
+      if (n_cand > k) {
+        for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+        __syncthreads();
+        for (u32 i = tid; i < n_cand; i += T) atomicAdd(&hist[ckey[i] >> 21], 1u);
+        __syncthreads();
+        if (tid == 0) s.cand_count = n_cand;
+        topk_threshold<T>(s, hist, ckey, ccol, true, rc, cache, 0, k, tkey, take_eq);
+      }
+      // 3. the selected candidates, still in column order.
+      auto cand_keys = [&](i32 w) {
+        const u32 i = 4u * static_cast<u32>(w);
+        return make_uint4(i + 0 < n_cand ? ckey[i + 0] : 0u, i + 1 < n_cand ? ckey[i + 1] : 0u,
+                          i + 2 < n_cand ? ckey[i + 2] : 0u, i + 3 < n_cand ? ckey[i + 3] : 0u);
+      };
+      auto cand_cols = [&](i32 w, int q) { return ccol[4 * w + q]; };
+      topk_ordered_pass<T>(s, static_cast<i32>((n_cand + 3u) / 4u), cand_keys, cand_cols, tkey, take_eq, n_sel, n_sel, skey,
+                           scol);
+      if (a.lse != nullptr) {
+        const float lse = topk_row_lse<T>(s, rc, cache, 0, max_key);
+        if (tid == 0) a.lse[row * a.lse_stride] = lse;
+      }
+    } else {
+      // The exact path. Load pass: histogram of bits 31..21, the max key, the row cache.
+      __syncthreads();
+      for (int i = tid; i < kTopkBins; i += T) hist[i] = 0u;
+      __syncthreads();
+      u32 mx = 0u;
+      {
+        auto take = [&](i32 w, const uint4& kk) {
+          if (w < cw) cache_w[w] = kk;
+          mx = max(mx, max(max(kk.x, kk.y), max(kk.z, kk.w)));
+          atomicAdd(&hist[kk.x >> 21], 1u);
+          atomicAdd(&hist[kk.y >> 21], 1u);
+          atomicAdd(&hist[kk.z >> 21], 1u);
+          atomicAdd(&hist[kk.w >> 21], 1u);
+        };
+        i32 w = tid;
+        for (; w + (kTopkUnroll - 1) * T < rc.nw; w += kTopkUnroll * T) {
+          uint4 kk[kTopkUnroll];
+#pragma unroll
+          for (int u = 0; u < kTopkUnroll; ++u) kk[u] = topk_load_word(rc, w + u * T);
+#pragma unroll
+          for (int u = 0; u < kTopkUnroll; ++u) take(w + u * T, kk[u]);
+        }
+        for (; w < rc.nw; w += T) take(w, topk_load_word(rc, w));
+      }
+      max_key = topk_block_max<T>(s, mx);  // barrier: cache and histogram complete
+      if (a.lse != nullptr) {
+        const float lse = topk_row_lse<T>(s, rc, cache, cw, max_key);
+        if (tid == 0) a.lse[row * a.lse_stride] = lse;
+      }
+      topk_threshold<T>(s, hist, ckey, ccol, false, rc, cache, cw, k, tkey, take_eq);
+      n_sel = k;  // n > cap >= k
+      auto cached_keys = [&](i32 w) { return w < cw ? cache[w] : topk_load_word(rc, w); };
+      topk_ordered_pass<T>(s, rc.nw, cached_keys, row_cols, tkey, take_eq, n_sel, n_sel, skey, scol);
+    }
+    __syncthreads();
+
+    // 4. optional score order, then the outputs in slot order.
+    if (a.sort_by_score && n_sel > 1u) {
+      int n2 = 1;
+      while (n2 < static_cast<int>(n_sel)) n2 <<= 1;
+      for (int i = static_cast<int>(n_sel) + tid; i < n2; i += T) {
+        skey[i] = kTopkNoKey;  // ranks after every selected key
+        scol[i] = 0x7fffffff;
+      }
+      topk_bitonic_sort<T>(skey, scol, n2);
+    }
+    // softmax: 0 = finite max (normalize), 1 = NaN slots, 2 = zero slots.
+    int sm_mode = 0;
+    float m = 0.0f;
+    double total = 0.0;
+    if (a.softmax != nullptr && n_sel > 0u) {
+      m = topk_key_value(max_key);  // the row's largest key is always selected (k >= 1)
+      if (max_key == kTopkNanKey || max_key == kTopkPosInfKey) {
+        sm_mode = 1;
+      } else if (max_key == kTopkNegInfKey) {
+        sm_mode = 2;
+      } else {
+        double acc = 0.0;
+        for (u32 i = tid; i < n_sel; i += T) acc += static_cast<double>(topk_exp_diff(topk_key_value(skey[i]), m));
+        total = topk_block_sum<T>(s, acc);
+      }
+    }
+    const i32 lo = rw.lo, bias = rw.bias;
+    for (u32 i = tid; i < k; i += T) {
+      const bool sel = i < n_sel;
+      const u32 key = sel ? skey[i] : 0u;
+      const float v = sel ? topk_key_value(key) : __uint_as_float(0xff800000u);
+      a.indices[row * a.indices_ld + i] = sel ? lo + scol[i] + bias : -1;
+      if (a.values != nullptr) a.values[row * a.values_ld + i] = v;
+      if (a.softmax != nullptr) {
+        float sm = 0.0f;
+        if (sel) {
+          if (sm_mode == 1) sm = topk_canonical_nan();
+          else if (sm_mode == 0) sm = static_cast<float>(static_cast<double>(topk_exp_diff(v, m)) / total);
+        }
+        a.softmax[row * a.softmax_ld + i] = sm;
+      }
+    }
+  }
+}
+
+}  // namespace dsa

@@ -1,0 +1,54 @@
+// The top-k selection template compiles under NVRTC with the embedded templates only (no
+// include path), for every block size a launch may pick, without spills or local memory.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dsa_indexer/errors.hpp"
+#include "nvrtc_compiler.hpp"
+#include "sm90_topk_select_args.cuh"
+
+using namespace dsa_indexer::detail;
+
+namespace {
+const std::vector<std::string> kTopkKernels = {"dsa::sm90_topk_select<256>", "dsa::sm90_topk_select<512>",
+                                               "dsa::sm90_topk_select<1024>"};
+}  // namespace
+
+TEST_CASE("topk select: every block size compiles to sm_90a without spills or stack", "[topk]") {
+  CompileRequest req{"sm90_topk_select.cu", "#include \"sm90_topk_select.cuh\"\n", kTopkKernels, compile_options("sm_90a"),
+                     nullptr};
+  CompileOutput out;
+  try {
+    out = nvrtc_compile(req);
+  } catch (const dsa_indexer::CompileError& e) {
+    FAIL(e.what());
+  }
+  INFO(out.log);
+  CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+  REQUIRE(out.lowered_names.size() == kTopkKernels.size());
+  for (const auto& l : out.lowered_names) CHECK(l.find("sm90_topk_select") != std::string::npos);
+  CHECK(out.log.find("warning") == std::string::npos);
+  // ptxas -v: one "Function properties" report per kernel, each with no stack and no spills.
+  std::istringstream lines(out.log);
+  std::string line;
+  int reports = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("bytes stack frame") == std::string::npos) continue;
+    ++reports;
+    INFO(line);
+    CHECK(line.find(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
+  }
+  CHECK(reports == static_cast<int>(kTopkKernels.size()));
+}
+
+TEST_CASE("topk select: the launch arguments have the layout the template reads", "[topk]") {
+  // The host fills dsa::TopkSelectArgs and the kernel reads it by value: fixed-width members only.
+  CHECK(sizeof(dsa::TopkRow) == 16);
+  CHECK(sizeof(dsa::TopkSelectArgs) == 104);
+  CHECK(dsa::kTopkCandCap >= dsa::kTopkMaxK);
+  CHECK(dsa::kTopkSampleWords * 4 <= dsa::kTopkCandCap);
+  CHECK(dsa::kTopkFixedSmemBytes == (dsa::kTopkBins + 2 * dsa::kTopkCandCap + 2 * dsa::kTopkMaxK) * 4);
+}
