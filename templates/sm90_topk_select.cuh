@@ -21,22 +21,19 @@
 //   +inf if +inf is, -inf for an empty or all -inf row; else m + log(sum exp(x - m)), fp64 sum
 //   in a fixed order.
 //
-// Algorithm (one CTA per row, rows strided over the grid):
-//   1. load pass: keys of the row (float4 loads over 16-byte aligned words; the partial head
-//      and tail words load lane by lane), 11-bit histogram of key bits 31..21 in shared memory,
-//      the row's max key; the first words that fit stay in shared memory as keys.
-//   2. the threshold bin by a block scan of the histogram from the top; then two more radix
-//      levels (bits 20..10, 9..0) over the bin's candidates, collected into shared memory when
-//      they fit (kTopkCandCap), else by further histogram passes over the row (all-equal rows,
-//      concentrated scores): every level is exact, so the threshold key T and the number of
-//      T-keys to take follow exactly.
-//   3. one ordered pass in column order: a block-wide scan of (count > T, count == T) places
-//      every selected cell; the T-ties taken are the smallest columns because equal keys are
-//      counted in column order. No atomics decide any position, so the output is deterministic.
-//   4. optional bitonic sort of the <= 2048 selected (key, column) pairs for score order; then
-//      indices, values, softmax in slot order.
-// A pass over the row reads the cached prefix from shared memory and the rest from global
-// memory (L2 usually still holds it from the load pass).
+// Algorithm (one CTA per row, rows strided over the grid; details above the kernel):
+//   fast path: rows of at most kTopkCandCap cells are the candidates; longer rows take a
+//     threshold t from a strided sample of 1024 words (two 11-bit radix levels over the sample)
+//     and one ordered pass keeps the keys >= t, in column order, as candidates. When
+//     k <= candidates <= kTopkCandCap the selection is exact from them: 11/11/10-bit radix
+//     levels find the threshold key T and the number of T-ties to take, and a compaction in
+//     column order (block scan, ties to the smallest columns) writes the selection.
+//   exact path (an unlucky sample, all-equal rows, heavy ties): an 11-bit histogram pass over
+//     the row (kept in shared memory as keys where it fits), the same radix levels over the
+//     threshold bin's candidates when they fit, else further histogram passes over the row,
+//     then one ordered pass over the row.
+//   Positions always come from block-wide scans in column order, never from atomics, so the
+//   output is deterministic; then an optional bitonic sort for score order, and the outputs.
 #include "sm90_topk_select_args.cuh"
 
 namespace dsa {
