@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
-#   tools/gpu_session.sh OUTDIR [tests|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
+#   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 # racecheck (not in all: it takes minutes) runs every GPU test case of the families under
 # compute-sanitizer racecheck, one process per test case, RACECHECK_JOBS (4) at a time, each
 # limited to RACECHECK_TIMEOUT (540) seconds.
@@ -33,6 +33,10 @@ if want tests; then
   run readme_example 30 $b/tests/readme_example
   run multi_gpu 60 $b/tests/dsa_multi_gpu_tests
 fi
+if want topk; then
+  run gpu_topk 300 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
+  run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
+fi
 lib=$(ls $b/libdsa_indexer.so.*.*.* 2>/dev/null | head -1)
 want python && DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run python_gpu 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu.py
 want demo && run demo 60 $b/tools/dsa-indexer demo
@@ -44,6 +48,7 @@ if want sanitize; then
   # memcheck and synccheck over the whole GPU suite of both families; racecheck (slow with
   # 220 KB of shared memory per CTA) over a representative subset of each family.
   run sanitize_memcheck 240 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic],[lean]"
+  run sanitize_memcheck_topk 240 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk]"
   run sanitize_synccheck 180 "$cs" --tool synccheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic],[lean]"
   run sanitize_racecheck 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
     "reference: explicit windows,generic: partly visible block left of the last one is masked,generic: THD segment boundaries inside a q-tile"

@@ -25,7 +25,7 @@ typedef enum dsa_status {
 /* dtype codes: same values as dsa_indexer::DType */
 enum { DSA_BF16 = 0, DSA_F16 = 1, DSA_F32 = 2, DSA_I32 = 3, DSA_I64 = 4, DSA_F64 = 5 };
 enum { DSA_THD_LOCAL = 0, DSA_THD_GLOBAL = 1 };
-enum { DSA_FAMILY_AUTO = 0, DSA_FAMILY_GENERIC = 1, DSA_FAMILY_REFERENCE = 2, DSA_FAMILY_LEAN = 3 };
+enum { DSA_FAMILY_AUTO = 0, DSA_FAMILY_GENERIC = 1, DSA_FAMILY_REFERENCE = 2, DSA_FAMILY_LEAN = 3, DSA_FAMILY_TOPK_UNFUSED = 4 };
 
 /* rank 0 and data NULL: "not given". shape/strides in elements, outermost first. */
 typedef struct dsa_tensor {

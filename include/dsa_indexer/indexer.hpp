@@ -31,8 +31,10 @@ enum class ThdColumns : int32_t { local = 0, global = 1 };
 // explicit windows, DSA_INDEXER_DISABLE_LEAN unset; BSHD: S_q a multiple of 8 and q-tiles x B
 // >= the device's SMs, compiled per (S_q, S_k); THD: ceil(T_q / 8) >= the device's SMs,
 // compiled per T_q rounded up to 8, whatever T_k and the segment boundaries);
-// `reference` is the plain-CUDA oracle (slow, for tests).
-enum class KernelFamily : int32_t { automatic = 0, generic = 1, reference = 2, lean = 3 };
+// `reference` is the plain-CUDA oracle (slow, for tests). Those serve indexer_forward;
+// `topk_unfused` serves indexer_topk (dsa_indexer/topk.hpp). A family of another operation is
+// refused with UnsupportedConfig.
+enum class KernelFamily : int32_t { automatic = 0, generic = 1, reference = 2, lean = 3, topk_unfused = 4 };
 
 struct IndexerOptions {
   int64_t ratio = 1;       // KV compression ratio, >= 1

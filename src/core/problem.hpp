@@ -11,6 +11,19 @@ namespace dsa_indexer::detail {
 enum class Layout : int32_t { bshd = 0, thd_local = 1, thd_global = 2 };
 const char* layout_name(Layout l);
 
+// The top-k operation's outputs and choices (include/dsa_indexer/topk.hpp); the Problem's `lse`
+// is the row's log-sum-exp for both operations.
+struct TopkOutputs {
+  int32_t k = 0;
+  bool sort_by_score = false;
+  bool global_indices = false;
+  void* indices = nullptr;           // int32 rows x k, row-major, contiguous
+  void* values = nullptr;            // fp32, same layout (optional)
+  void* softmax = nullptr;           // fp32, same layout (optional)
+  void* workspace = nullptr;         // the caller's, or nullptr (the call allocates it)
+  uint64_t workspace_bytes = 0;
+};
+
 struct Problem {
   Operation op = Operation::scores;
   Layout layout = Layout::bshd;
@@ -52,6 +65,8 @@ struct Problem {
   int64_t lse_stride[2] = {0, 0};     // batch, row
   int64_t win_stride[2] = {0, 0};     // batch, row (ks and ke share strides)
   int64_t offsets_stride = 1;
+
+  TopkOutputs topk;                   // Operation::topk only
 
   std::vector<int32_t> cu_q_host;     // THD: the validated cu_seqlens
   std::vector<int32_t> cu_k_host;

@@ -33,7 +33,8 @@ namespace dsa_indexer::detail {
   X(cuEventDestroy, 4000) X(cuStreamCreate, 2000) X(cuStreamDestroy, 4000) X(cuMemGetInfo, 3020)     \
   X(cuMemAllocHost, 3020) X(cuMemFreeHost, 2000) X(cuStreamBeginCapture, 10010)                     \
   X(cuStreamEndCapture, 10000) X(cuGraphInstantiateWithFlags, 11040) X(cuGraphLaunch, 10000)        \
-  X(cuGraphExecDestroy, 10000) X(cuGraphDestroy, 10000)
+  X(cuGraphExecDestroy, 10000) X(cuGraphDestroy, 10000)  \
+  X(cuMemAllocAsync, 11020) X(cuMemFreeAsync, 11020)
 
 class Driver {
  public:

@@ -4,6 +4,7 @@
 #include "families/sm90_indexer_generic.hpp"
 #include "families/sm90_indexer_lean.hpp"
 #include "families/sm90_indexer_reference.hpp"
+#include "families/sm90_topk_unfused.hpp"
 #include "core/util.hpp"
 
 namespace dsa_indexer::detail {
@@ -17,7 +18,8 @@ Gate Gate::fail(const char* gate, std::string expected, std::string actual) {
 }
 
 const std::vector<const Family*>& families() {
-  static const std::vector<const Family*> all = {&reference_family(), &generic_family(), &lean_family()};
+  static const std::vector<const Family*> all = {&reference_family(), &generic_family(), &lean_family(),
+                                                       &topk_unfused_family()};
   return all;
 }
 

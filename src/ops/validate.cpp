@@ -11,14 +11,16 @@
 namespace dsa_indexer::detail {
 namespace {
 
-constexpr const char* kWhere = "indexer_forward";
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
+// The public entry being validated, for messages ("indexer_forward: q.shape[3] ...").
+thread_local const char* g_where = "indexer_forward";
+
 [[noreturn]] void bad(const std::string& param, const std::string& expected, const std::string& actual) {
-  fail_param<InvalidArgument>(kWhere, param, expected, actual);
+  fail_param<InvalidArgument>(g_where, param, expected, actual);
 }
 [[noreturn]] void unsupported(const std::string& param, const std::string& expected, const std::string& actual) {
-  fail_param<UnsupportedConfig>(kWhere, param, expected, actual);
+  fail_param<UnsupportedConfig>(g_where, param, expected, actual);
 }
 
 std::string shape_str(const TensorDesc& t) {
@@ -140,20 +142,26 @@ void check_row_vector(const TensorDesc& t, const char* name, DType dt, bool thd,
 
 }  // namespace
 
-Problem validate(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, const TensorDesc& scores,
-                 const IndexerOptions& opt, const MetadataReader& read) {
+Problem validate_call(const char* where, const TensorDesc& q, const TensorDesc& k, const TensorDesc& w,
+                      const TensorDesc& out, const char* out_name, const IndexerOptions& opt, const MetadataReader& read,
+                      const std::function<void(Problem&)>& outputs) {
+  struct Where {
+    const char* saved = g_where;
+    explicit Where(const char* w) { g_where = w; }
+    ~Where() { g_where = saved; }
+  } scope(where);
   Problem p;
   if (!q.present()) bad("q", "a tensor", "not given");
   if (!k.present()) bad("k", "a tensor", "not given");
   if (!w.present()) bad("w", "a tensor", "not given");
-  if (!scores.present()) bad("scores", "a tensor", "not given");
+  if (!out.present()) bad(out_name, "a tensor", "not given");
   const int32_t dev = q.device;
   if (dev < 0) bad("q.device", ">= 0", std::to_string(dev));
   p.device = dev;
   check_common(q, "q", dev);
   check_common(k, "k", dev);
   check_common(w, "w", dev);
-  check_common(scores, "scores", dev);
+  check_common(out, out_name, dev);
 
   // ---- scalars ----
   if (opt.ratio < 1) bad("ratio", ">= 1", std::to_string(opt.ratio));
@@ -277,23 +285,7 @@ Problem validate(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, 
     p.w_stride[0] = w.strides[0]; p.w_stride[1] = w.strides[1]; p.w_stride[2] = w.strides[2];
   }
 
-  // ---- scores ----
-  check_dtype(scores, "scores", DType::f32);
-  int64_t os[4] = {0, 0, 0, 0};
-  if (thd) {
-    check_rank(scores, "scores", 2, p.layout == Layout::thd_global ? "(T_q, T_k) for THD global columns" : "(T_q, max_seqlen_k) for THD local columns");
-    check_dim(scores, "scores", 0, p.t_q, "T_q");
-    check_dim(scores, "scores", 1, p.out_cols, p.layout == Layout::thd_global ? "T_k" : "max_seqlen_k");
-    nested_strides(scores, "scores", os, 1);
-    p.out_stride[0] = 0; p.out_stride[1] = os[0];
-  } else {
-    check_rank(scores, "scores", 3, "(B, S_q, S_k)");
-    check_dim(scores, "scores", 0, p.batch, "B");
-    check_dim(scores, "scores", 1, p.s_q, "S_q");
-    check_dim(scores, "scores", 2, p.s_k, "S_k");
-    nested_strides(scores, "scores", os, 1);
-    p.out_stride[0] = os[0]; p.out_stride[1] = os[1];
-  }
+  outputs(p);
 
   // ---- offsets / windows ----
   const bool has_ks = opt.ks.present(), has_ke = opt.ke.present();
@@ -339,8 +331,48 @@ Problem validate(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, 
   p.q = q.data;
   p.k = k.data;
   p.w = w.data;
-  p.out = scores.data;
   return p;
+}
+
+void check_output(const TensorDesc& t, const char* name, DType dt, const Problem& p, int64_t last_dim, const char* last_what,
+                  int64_t* strides_out) {
+  check_common(t, name, p.device);
+  check_dtype(t, name, dt);
+  if (p.is_thd()) {
+    check_rank(t, name, 2, fmt::format("(T_q, {})", last_what).c_str());
+    check_dim(t, name, 0, p.t_q, "T_q");
+    check_dim(t, name, 1, last_dim, last_what);
+  } else {
+    check_rank(t, name, 3, fmt::format("(B, S_q, {})", last_what).c_str());
+    check_dim(t, name, 0, p.batch, "B");
+    check_dim(t, name, 1, p.s_q, "S_q");
+    check_dim(t, name, 2, last_dim, last_what);
+  }
+  nested_strides(t, name, strides_out, 1);
+}
+
+Problem validate(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, const TensorDesc& scores,
+                 const IndexerOptions& opt, const MetadataReader& read) {
+  Problem res = validate_call("indexer_forward", q, k, w, scores, "scores", opt, read, [&](Problem& p) {
+    check_dtype(scores, "scores", DType::f32);
+    int64_t os[4] = {0, 0, 0, 0};
+    if (p.is_thd()) {
+      check_rank(scores, "scores", 2, p.layout == Layout::thd_global ? "(T_q, T_k) for THD global columns" : "(T_q, max_seqlen_k) for THD local columns");
+      check_dim(scores, "scores", 0, p.t_q, "T_q");
+      check_dim(scores, "scores", 1, p.out_cols, p.layout == Layout::thd_global ? "T_k" : "max_seqlen_k");
+      nested_strides(scores, "scores", os, 1);
+      p.out_stride[0] = 0; p.out_stride[1] = os[0];
+    } else {
+      check_rank(scores, "scores", 3, "(B, S_q, S_k)");
+      check_dim(scores, "scores", 0, p.batch, "B");
+      check_dim(scores, "scores", 1, p.s_q, "S_q");
+      check_dim(scores, "scores", 2, p.s_k, "S_k");
+      nested_strides(scores, "scores", os, 1);
+      p.out_stride[0] = os[0]; p.out_stride[1] = os[1];
+    }
+  });
+  res.out = scores.data;
+  return res;
 }
 
 }  // namespace dsa_indexer::detail

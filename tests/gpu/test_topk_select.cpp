@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "../support/topk_reference.hpp"
-#include "driver.hpp"
+#include "cuda/driver.hpp"
 #include "gpu_runner.hpp"
-#include "launch.hpp"
-#include "nvrtc_compiler.hpp"
+#include "cuda/launch.hpp"
+#include "jit/nvrtc_compiler.hpp"
 #include "sm90_topk_select_args.cuh"
 
 namespace dd = dsa_indexer::detail;

@@ -207,11 +207,14 @@ TEST_CASE("dispatch: every family is in the registry under its own id and name",
     CHECK(names.insert(f->option()).second);
     CHECK(&family_for(f->id()) == f);
     CHECK(family_by_option(f->option()) == f);
-    CHECK(std::string(f->name()) == std::string("sm90_indexer_") + f->option());  // one stem per family
+    // one stem per family: sm90_indexer_<name> for the scores families, sm90_<name> otherwise
+    const std::string stem = f->operation() == Operation::scores ? std::string("sm90_indexer_") + f->option()
+                                                                 : std::string("sm90_") + f->option();
+    CHECK(std::string(f->name()) == stem);
     CHECK(f->params().size() <= static_cast<size_t>(kMaxSpecParams));
   }
   CHECK(family_by_option("fastest") == nullptr);
   CHECK_THROWS_AS(family_for(KernelFamily::automatic), dsa_indexer::InvalidArgument);
   CHECK_THROWS_AS(family_for(static_cast<KernelFamily>(9)), dsa_indexer::InvalidArgument);
-  CHECK(family_options() == "reference (2), generic (1) or lean (3)");
+  CHECK(family_options() == "reference (2), generic (1), lean (3) or topk_unfused (4)");
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "dsa_indexer/errors.hpp"
-#include "nvrtc_compiler.hpp"
+#include "jit/nvrtc_compiler.hpp"
 #include "sm90_topk_select_args.cuh"
 
 using namespace dsa_indexer::detail;

@@ -1,0 +1,257 @@
+// Host side of the unfused top-k (templates/sm90_topk_unfused.cuh). Per block of rows: the rows
+// kernel writes each row's window, the dispatcher's score family writes the block's scores into
+// the workspace through explicit windows (the same cells, the same bits as indexer_forward), and
+// the selection kernel writes the block's outputs. Blocks are walked on the host in launch(), so
+// no table grows with S_q; the workspace holds one block.
+#include "families/sm90_topk_unfused.hpp"
+
+#include <algorithm>
+
+#include "core/env.hpp"
+#include "core/util.hpp"
+#include "families/family_params.hpp"
+#include "jit/codegen.hpp"
+#include "jit/runtime.hpp"
+#include "ops/compile_mode.hpp"
+#include "ops/scores_args.hpp"
+#include "sm90_topk_unfused_args.cuh"
+
+namespace dsa_indexer::detail {
+namespace {
+
+enum Slot { kLayout };
+constexpr int kRowsThreads = 256;  // sm90_topk_rows' block
+// The selection's two block sizes, one CTA per row: 256 threads for short rows, 512 for long
+// ones (measured on the H200, docs/PERF_NOTES.md); no row cache in shared memory (it did not
+// pay: the sampled threshold reads a long row once), so several CTAs share an SM.
+constexpr int kSelectThreadsShort = 256, kSelectThreadsLong = 512;
+constexpr int64_t kLongRow = 8192;
+
+constexpr const char* kTopkLayoutChoices[] = {"bshd", "thd"};
+constexpr const char* kTopkLayoutLiterals[] = {"dsa::kLayoutBshd", "dsa::kLayoutThdLocal"};
+
+uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
+
+struct Block {
+  int64_t batch = 0, row0 = 0, n = 0;  // BSHD: batch and first row; THD: first packed row
+  int64_t k_base = 0, width = 0;       // the block's key rows [k_base, k_base + width)
+  int64_t out_row = 0;                 // the block's first output row
+};
+
+// Calls f(block) for every block of the call, in output-row order.
+template <class F>
+void for_each_block(const Problem& p, const TopkBlocking& bl, F&& f) {
+  if (!p.is_thd()) {
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t i0 = 0; i0 < p.s_q; i0 += bl.rows) {
+        Block k;
+        k.batch = b;
+        k.row0 = i0;
+        k.n = std::min(bl.rows, p.s_q - i0);
+        k.k_base = 0;
+        k.width = p.s_k;
+        k.out_row = b * p.s_q + i0;
+        f(k);
+      }
+    return;
+  }
+  // THD: consecutive packed rows whose segments' keys fit the block's width; a segment longer
+  // than the block's rows is split (its keys alone never exceed the width: max_seqlen_k).
+  const auto& cq = p.cu_q_host;
+  const auto& ck = p.cu_k_host;
+  const int64_t n_seg = static_cast<int64_t>(cq.size()) - 1;
+  int64_t seg = 0;
+  int64_t r = 0;
+  while (r < p.t_q) {
+    while (seg < n_seg && cq[seg + 1] <= r) ++seg;  // the segment of row r (skips empty ones)
+    Block k;
+    k.row0 = r;
+    k.out_row = r;
+    k.k_base = ck[seg];
+    int64_t last = seg;  // the last segment the block touches
+    int64_t end = std::min<int64_t>(r + bl.rows, cq[seg + 1]);
+    while (end == cq[last + 1] && end < p.t_q && end - r < bl.rows) {
+      int64_t nxt = last + 1;
+      while (nxt < n_seg && cq[nxt + 1] == cq[nxt]) ++nxt;  // empty segments add no rows
+      if (nxt >= n_seg || ck[nxt + 1] - k.k_base > bl.width) break;
+      last = nxt;
+      end = std::min<int64_t>(r + bl.rows, cq[last + 1]);
+    }
+    k.n = end - r;
+    k.width = ck[last + 1] - k.k_base;
+    f(k);
+    r = end;
+  }
+}
+
+class TopkUnfusedFamily final : public Family {
+ public:
+  const char* name() const override { return "sm90_topk_unfused"; }
+  const char* option() const override { return "topk_unfused"; }
+  KernelFamily id() const override { return KernelFamily::topk_unfused; }
+  Operation operation() const override { return Operation::topk; }
+  DType input_dtype() const override { return DType::bf16; }
+  int auto_priority() const override { return 1; }
+  const std::vector<ParamDesc>& params() const override {
+    static const std::vector<ParamDesc> p = {{"kLayout", ParamDesc::choice, "int", "", kTopkLayoutChoices, kTopkLayoutLiterals, 2}};
+    return p;
+  }
+  // Every validated top-k call: the block's score family is chosen per block by the dispatcher.
+  Gate check(const Problem&, const DeviceInfo&) const override { return Gate::pass(); }
+  std::string gate_key(const Problem&, const DeviceInfo&) const override { return std::string(); }
+
+  Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose) const override {
+    Plan plan;
+    plan.spec = topk_unfused_spec(p.layout);
+    plan.empty = p.rows == 0;
+    const TopkBlocking bl = topk_blocking(p, dev);
+    plan.workspace_bytes = bl.total_bytes;
+    KernelLaunch& rows = plan.launches[plan.n_launches++];
+    rows.block[0] = kRowsThreads;
+    for (int threads : {kSelectThreadsShort, kSelectThreadsLong}) {
+      KernelLaunch& sel = plan.launches[plan.n_launches++];
+      sel.block[0] = static_cast<uint32_t>(threads);
+      sel.smem = plan.spec.dynamic_smem;
+    }
+    return plan;
+  }
+
+  void render(const KernelSpec&, GeneratedSource& g) const override {
+    g.kernels.push_back("dsa::sm90_topk_rows<DsaKernelConfig::kLayout>");
+    g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsShort));
+    g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsLong));
+  }
+
+  void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
+    const DeviceInfo& dev = device_info(p.device);
+    const TopkBlocking bl = topk_blocking(p, dev);
+    auto* ws = static_cast<unsigned char*>(p.topk.workspace);
+    const uint64_t esz_q = 2, esz_w = p.w_dtype == DType::f32 ? 4 : 2;
+    dsa::TopkBlockArgs rb{};
+    rb.a = make_args(p);
+    rb.global = p.topk.global_indices ? 1 : 0;
+    rb.ks = reinterpret_cast<i32*>(ws + bl.ks_offset);
+    rb.ke = reinterpret_cast<i32*>(ws + bl.ke_offset);
+    rb.rows = reinterpret_cast<dsa::TopkRow*>(ws + bl.rows_offset);
+    const int64_t K = p.topk.k;
+    for_each_block(p, bl, [&](const Block& b) {
+      rb.row0 = b.row0;
+      rb.batch = b.batch;
+      rb.n_rows = b.n;
+      rb.k_base = b.k_base;
+      KernelLaunch rows = plan.launches[0];
+      rows.grid[0] = static_cast<uint32_t>((b.n + kRowsThreads - 1) / kRowsThreads);
+      void* rp[] = {&rb};
+      launch_one(k.functions[0], rows, stream, rp, "cuLaunchKernelEx(sm90_topk_rows)");
+
+      if (b.width > 0) {
+        // The block's scores: a BSHD problem of one batch entry over the block's rows and keys,
+        // with the rows' windows given explicitly (strides of extent-1 dimensions nested).
+        Problem s;
+        s.op = Operation::scores;
+        s.layout = Layout::bshd;
+        s.batch = 1;
+        s.rows = s.s_q = s.t_q = b.n;
+        s.s_k = s.t_k = s.out_cols = b.width;
+        s.heads = p.heads;
+        s.head_dim = p.head_dim;
+        s.qk_dtype = p.qk_dtype;
+        s.w_dtype = p.w_dtype;
+        s.ratio = p.ratio;
+        s.sm_scale = p.sm_scale;
+        s.has_windows = true;
+        s.device = p.device;
+        const int64_t qb = b.batch * p.q_stride[0] + b.row0 * p.q_stride[1];
+        const int64_t kb = b.batch * p.k_stride[0] + b.k_base * p.k_stride[1];
+        const int64_t wb = b.batch * p.w_stride[0] + b.row0 * p.w_stride[1];
+        s.q = static_cast<const unsigned char*>(p.q) + qb * esz_q;
+        s.k = static_cast<const unsigned char*>(p.k) + kb * esz_q;
+        s.w = static_cast<const unsigned char*>(p.w) + wb * esz_w;
+        s.q_stride[0] = b.n * p.q_stride[1];
+        s.q_stride[1] = p.q_stride[1];
+        s.q_stride[2] = p.q_stride[2];
+        s.k_stride[0] = b.width * p.k_stride[1];
+        s.k_stride[1] = p.k_stride[1];
+        s.w_stride[0] = b.n * p.w_stride[1];
+        s.w_stride[1] = p.w_stride[1];
+        s.w_stride[2] = p.w_stride[2];
+        s.out = ws;
+        s.out_stride[0] = b.n * b.width;
+        s.out_stride[1] = b.width;
+        s.ks = rb.ks;
+        s.ke = rb.ke;
+        s.win_stride[0] = b.n;
+        s.win_stride[1] = 1;
+        const Family& f = choose_family(s, dev, KernelFamily::automatic, env().disable_lean);
+        Plan sp = make_plan(s, dev, f);
+        if (!sp.empty) {
+          std::shared_ptr<LoadedKernel> sk = kernel_for_call(s, dev, KernelFamily::automatic, sp);
+          launch_forward(s, sp, *sk, stream);
+        }
+      }
+
+      dsa::TopkSelectArgs sa{};
+      sa.scores = reinterpret_cast<const float*>(ws);
+      sa.ld = b.width;
+      sa.rows = rb.rows;
+      sa.n_rows = b.n;
+      sa.k = static_cast<i32>(K);
+      sa.sort_by_score = p.topk.sort_by_score ? 1 : 0;
+      sa.indices = static_cast<i32*>(p.topk.indices) + b.out_row * K;
+      sa.indices_ld = K;
+      if (p.topk.values) {
+        sa.values = static_cast<float*>(p.topk.values) + b.out_row * K;
+        sa.values_ld = K;
+      }
+      if (p.topk.softmax) {
+        sa.softmax = static_cast<float*>(p.topk.softmax) + b.out_row * K;
+        sa.softmax_ld = K;
+      }
+      if (p.lse) {
+        sa.lse = static_cast<float*>(p.lse) + b.batch * p.lse_stride[0] + b.row0 * p.lse_stride[1];
+        sa.lse_stride = p.lse_stride[1];
+      }
+      const int which = b.width > kLongRow ? 2 : 1;
+      KernelLaunch sel = plan.launches[which];
+      sel.grid[0] = static_cast<uint32_t>(std::min<int64_t>(b.n, int64_t(1) << 30));  // the kernel strides over rows beyond
+      void* sp2[] = {&sa};
+      launch_one(k.functions[which], sel, stream, sp2, "cuLaunchKernelEx(sm90_topk_select)");
+    });
+  }
+};
+
+}  // namespace
+
+const Family& topk_unfused_family() {
+  static const TopkUnfusedFamily f;
+  return f;
+}
+
+KernelSpec topk_unfused_spec(Layout layout) {
+  KernelSpec s;
+  s.family = &topk_unfused_family();
+  s.values[kLayout] = layout == Layout::bshd ? 0 : 1;
+  s.dynamic_smem = static_cast<uint32_t>(dsa::kTopkFixedSmemBytes);
+  return s;
+}
+
+TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget) {
+  if (budget == 0) budget = kTopkDefaultBudget;
+  TopkBlocking bl;
+  const int64_t total_rows = p.is_thd() ? p.t_q : p.s_q;  // rows of one block come from one batch entry
+  // THD: the widest block is the longest segment's keys (blocks group segments up to that width).
+  bl.width = std::max<int64_t>(p.s_k, 1);
+  // Enough rows for one q-tile of 8 rows on every SM, or as many as the budget holds.
+  const int64_t min_rows = std::max<int64_t>(8, int64_t(dev.sm_count) * 8);
+  const int64_t by_budget = static_cast<int64_t>(budget / (uint64_t(bl.width) * 4));
+  bl.rows = std::min<int64_t>(std::max<int64_t>(std::max<int64_t>(min_rows, by_budget / 8 * 8), 1),
+                              std::max<int64_t>(total_rows, 1));
+  bl.scores_bytes = align256(uint64_t(bl.rows) * uint64_t(bl.width) * 4);
+  bl.ks_offset = bl.scores_bytes;
+  bl.ke_offset = bl.ks_offset + align256(uint64_t(bl.rows) * 4);
+  bl.rows_offset = bl.ke_offset + align256(uint64_t(bl.rows) * 4);
+  bl.total_bytes = bl.rows_offset + align256(uint64_t(bl.rows) * sizeof(dsa::TopkRow));
+  return bl;
+}
+
+}  // namespace dsa_indexer::detail

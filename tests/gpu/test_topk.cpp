@@ -1,0 +1,243 @@
+// indexer_topk on the GPU: for every row, the selection of the scores indexer_forward returns
+// (bitwise the same values), held against the CPU reference selection (tests/support/
+// topk_reference.hpp) on those scores. Fresh random inputs, poisoned outputs, constructed ties
+// (repeated key rows, zero weights), short and empty rows, offsets near INT32_MAX and negative,
+// ratio 1/2/4, BSHD B 1-3, THD local and global indices, bf16 and fp32 W, every k of the
+// contract's list, run to run bitwise.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <climits>
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+
+#include "dsa_indexer/topk.hpp"
+#include "cuda/driver.hpp"
+#include "gpu_cases.hpp"
+#include "gpu_runner.hpp"
+#include "../support/topk_reference.hpp"
+
+using namespace dsa_gpu_test;
+namespace ds = dsa_support;
+
+namespace {
+
+struct TopkRun {
+  std::vector<int32_t> indices;
+  std::vector<float> values, softmax, lse;
+};
+
+TopkRun run_topk(const HostProblem& p, ds::DeviceProblem& dp, int k, bool sorted, bool global, bool with_ws) {
+  const int64_t rows = p.rows();
+  const size_t n = static_cast<size_t>(rows * k);
+  ds::DeviceBuffer ind(n * 4 + 4), val(n * 4 + 4), sm(n * 4 + 4), lse(static_cast<size_t>(rows) * 4 + 4);
+  ind.fill_u32(ds::kPoison);
+  val.fill_u32(ds::kPoison);
+  sm.fill_u32(ds::kPoison);
+  lse.fill_u32(ds::kPoison);
+  using dsa_indexer::DType;
+  using dsa_indexer::TensorDesc;
+  auto shaped = [&](void* ptr, DType dt) {
+    return p.thd() ? TensorDesc::contiguous(ptr, dt, {rows, k}) : TensorDesc::contiguous(ptr, dt, {p.batch, p.s_q, k});
+  };
+  dsa_indexer::TopkOptions t;
+  t.k = k;
+  t.sort_by_score = sorted;
+  t.indices = global ? dsa_indexer::TopkIndices::global : dsa_indexer::TopkIndices::local;
+  t.values = shaped(val.get(), DType::f32);
+  t.softmax = shaped(sm.get(), DType::f32);
+  dsa_indexer::IndexerOptions o = dp.opt;
+  o.family = KernelFamily::automatic;
+  o.thd_columns = dsa_indexer::ThdColumns::local;
+  o.lse = p.thd() ? TensorDesc::contiguous(lse.get(), DType::f32, {rows}) : TensorDesc::contiguous(lse.get(), DType::f32, {p.batch, p.s_q});
+  const TensorDesc ti = shaped(ind.get(), DType::i32);
+  ds::DeviceBuffer ws;
+  if (with_ws) {
+    const size_t bytes = dsa_indexer::indexer_topk_workspace_size(dp.tq, dp.tk, dp.tw, ti, o, t);
+    REQUIRE(bytes > 0);
+    ws = ds::DeviceBuffer(bytes);
+    ws.fill_u32(ds::kPoison);
+    t.workspace = ws.get();
+    t.workspace_bytes = bytes;
+  }
+  dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
+  ds::sync_device();
+  TopkRun r;
+  r.indices.resize(n);
+  r.values.resize(n);
+  r.softmax.resize(n);
+  r.lse.resize(static_cast<size_t>(rows));
+  ind.download(r.indices.data(), n * 4);
+  val.download(r.values.data(), n * 4);
+  sm.download(r.softmax.data(), n * 4);
+  lse.download(r.lse.data(), r.lse.size() * 4);
+  return r;
+}
+
+// The scores (local columns) through the generic family, then every row's reference selection.
+void check_topk(HostProblem p, uint64_t seed, const std::vector<int>& ks, bool mutate_ties = false) {
+  if (p.thd()) {
+    p.layout = Layout::thd_local;
+    p.finalize_thd_defaults();
+  }
+  ds::fill_random(p, seed);
+  if (mutate_ties) {
+    // Repeated key rows (equal scores across columns) and zero weights on some rows (all-zero
+    // scores: every visible column ties).
+    const int64_t D = 128;
+    const int64_t kr = p.t_k();
+    for (int64_t j = 0; j + 3 < kr; j += 5) std::memcpy(&p.k[(j + 3) * D], &p.k[j * D], D * 2);
+    for (int64_t r = 0; r < p.rows(); r += 7)
+      for (int h = 0; h < p.heads; ++h) {
+        p.w_bf16[r * p.heads + h] = 0;
+        p.w_f32v[r * p.heads + h] = 0.0f;
+      }
+  }
+  INFO(p.describe());
+  auto dp = ds::upload(p, 0, true);
+  const ds::GpuResult scores = ds::run(p, dp, KernelFamily::generic);
+  const int64_t cols = p.cols();
+  for (int k : ks)
+    for (bool sorted : {false, true})
+      for (bool global : {false, true}) {
+        INFO("k " << k << " sorted " << sorted << " global " << global);
+        const TopkRun g = run_topk(p, dp, k, sorted, global, /*with_ws=*/global);
+        int64_t bad_idx = 0, bad_val = 0, bad_sm = 0, bad_lse = 0;
+        std::string first;
+        for (int64_t r = 0; r < p.rows(); ++r) {
+          int64_t lo = 0, hi = 0;
+          ds::row_window(p, r, &lo, &hi);
+          int32_t bias = 0;
+          if (global) {
+            if (p.thd()) {
+              int64_t b = 0;
+              while (p.cu_q[b + 1] <= r) ++b;
+              bias = p.cu_k[b];
+            } else {
+              bias = static_cast<int32_t>((r / p.s_q) * p.s_k);
+            }
+          }
+          const auto ref = dsa_test::topk_reference(&scores.scores[r * cols], static_cast<int32_t>(lo), static_cast<int32_t>(hi),
+                                                    bias, k, sorted);
+          for (int s = 0; s < k; ++s) {
+            const size_t at = static_cast<size_t>(r * k + s);
+            if (g.indices[at] != ref.indices[s] && bad_idx++ == 0)
+              first = fmt::format("row {} slot {}: index {} expected {}", r, s, g.indices[at], ref.indices[s]);
+            if (std::memcmp(&g.values[at], &ref.values[s], 4) != 0 && bad_val++ == 0 && first.empty())
+              first = fmt::format("row {} slot {}: value {} expected {}", r, s, g.values[at], ref.values[s]);
+            if (!dsa_test::topk_close(g.softmax[at], ref.softmax[s], 1e-5) && bad_sm++ == 0 && first.empty())
+              first = fmt::format("row {} slot {}: softmax {} expected {}", r, s, g.softmax[at], ref.softmax[s]);
+          }
+          if (!dsa_test::topk_close(g.lse[r], ref.lse, 1e-6) && bad_lse++ == 0 && first.empty())
+            first = fmt::format("row {}: lse {} expected {}", r, g.lse[r], ref.lse);
+        }
+        INFO(first);
+        CHECK(bad_idx == 0);
+        CHECK(bad_val == 0);
+        CHECK(bad_sm == 0);
+        CHECK(bad_lse == 0);
+        // Run to run, and with or without a caller-owned workspace: the same bits.
+        const TopkRun again = run_topk(p, dp, k, sorted, global, !global);
+        CHECK(again.indices == g.indices);
+        CHECK(std::memcmp(again.values.data(), g.values.data(), g.values.size() * 4) == 0);
+        CHECK(std::memcmp(again.softmax.data(), g.softmax.data(), g.softmax.size() * 4) == 0);
+      }
+  std::printf("topk case %-90s passed\n", p.describe().c_str());
+}
+
+}  // namespace
+
+TEST_CASE("topk: BSHD small shapes, every k, ties, short and empty rows", "[topk]") {
+  check_topk(bshd(1, 64, 200, 64, 1), 101, {1, 7, 64, 512, 2048});
+  check_topk(bshd(2, 40, 300, 32, 2), 102, {1, 64, 2048});
+  check_topk(bshd(3, 24, 130, 16, 4), 103, {7, 64});
+  check_topk(bshd(2, 64, 256, 64, 1), 104, {1, 7, 64, 200}, /*ties=*/true);
+  HostProblem f = bshd(1, 48, 160, 64, 2);
+  f.w_f32 = true;
+  check_topk(f, 105, {7, 64});
+}
+
+TEST_CASE("topk: offsets near INT32_MAX and negative", "[topk]") {
+  HostProblem a = bshd(2, 32, 300, 64, 1);
+  a.offsets = {INT32_MAX - 40, -20};
+  check_topk(a, 111, {1, 64, 512});
+  HostProblem b = bshd(2, 32, 300, 64, 4);
+  b.offsets = {INT32_MAX - 5, 1000};
+  check_topk(b, 112, {7, 2048});
+}
+
+TEST_CASE("topk: THD local and global indices", "[topk]") {
+  HostProblem p = thd({3, 5, 1, 13, 2, 40}, {100, 7, 1, 64, 65, 129}, 64, 1);
+  p.offsets = {97, 2, 0, 51, 63, 89};
+  check_topk(p, 121, {1, 7, 64, 2048});
+  HostProblem q = thd({17, 0, 33, 9}, {40, 5, 300, 0}, 32, 2);
+  check_topk(q, 122, {7, 64}, /*ties=*/true);
+}
+
+TEST_CASE("topk: a saturated shape, several row blocks", "[topk]") {
+  // S_q 2304 over 1056-row blocks: three blocks per batch entry, the last one partial.
+  HostProblem p = bshd(2, 2304, 4096, 64, 4);
+  check_topk(p, 131, {2048, 512});
+  HostProblem t = thd({1500, 700, 900}, {6000, 200, 3000}, 64, 1);
+  t.offsets = {4500, -100, 2100};
+  check_topk(t, 132, {2048});
+}
+
+// Timing of the unfused path on the shapes of issue 20's table (device events, median of 7, k
+// 2048, rows ending at S_k): the scores alone (automatic: lean where it applies) into the whole
+// matrix, and indexer_topk with a caller-owned workspace; memory is the scores matrix against the
+// top-k workspace plus outputs. Run by hand: `dsa_gpu_tests "[topk_perf]"`.
+TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
+  struct Shape {
+    int64_t sq, sk, ratio;
+  } shapes[] = {{8192, 16384, 1}, {8192, 65536, 1}, {4096, 131072, 1}, {16384, 4096, 4}};
+  auto& d = dsa_indexer::detail::Driver::get();
+  dsa_indexer::detail::ScopedContext ctx(0);
+  for (const Shape& s : shapes) {
+    HostProblem p = bshd(1, s.sq, s.sk, 64, s.ratio);
+    if (s.ratio == 1) p.offsets = {static_cast<int32_t>(s.sk - s.sq - 1)};
+    ds::fill_random(p, 7);
+    auto dp = ds::upload(p, 0, true);
+    CUevent e0, e1;
+    d.check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
+    d.check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+    auto time = [&](auto&& f) {
+      f();
+      ds::sync_device();
+      std::vector<float> ms;
+      for (int i = 0; i < 7; ++i) {
+        d.check(d.cuEventRecord(e0, nullptr), "cuEventRecord");
+        f();
+        d.check(d.cuEventRecord(e1, nullptr), "cuEventRecord");
+        d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+        float t = 0;
+        d.check(d.cuEventElapsedTime(&t, e0, e1), "cuEventElapsedTime");
+        ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[3];
+    };
+    dp.opt.family = KernelFamily::automatic;
+    const float t_scores = time([&] { dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, nullptr); });
+    const int k = 2048;
+    ds::DeviceBuffer ind(static_cast<size_t>(s.sq) * k * 4), val(static_cast<size_t>(s.sq) * k * 4);
+    dsa_indexer::TopkOptions t;
+    t.k = k;
+    t.values = dsa_indexer::TensorDesc::contiguous(val.get(), dsa_indexer::DType::f32, {1, s.sq, k});
+    const auto ti = dsa_indexer::TensorDesc::contiguous(ind.get(), dsa_indexer::DType::i32, {1, s.sq, k});
+    const size_t ws_bytes = dsa_indexer::indexer_topk_workspace_size(dp.tq, dp.tk, dp.tw, ti, dp.opt, t);
+    ds::DeviceBuffer ws(ws_bytes);
+    t.workspace = ws.get();
+    t.workspace_bytes = ws_bytes;
+    const float t_topk = time([&] { dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, dp.opt, t, nullptr); });
+    const double scores_mib = double(s.sq) * s.sk * 4 / (1 << 20);
+    const double topk_mib = (double(ws_bytes) + 2.0 * s.sq * k * 4) / (1 << 20);
+    std::printf("topk_perf S_q %6lld S_k %6lld ratio %lld k %d: scores (auto) %.3f ms, topk unfused %.3f ms (%.2fx); "
+                "score matrix %.0f MiB, topk workspace + outputs %.0f MiB (%.2f)\n",
+                static_cast<long long>(s.sq), static_cast<long long>(s.sk), static_cast<long long>(s.ratio), k, t_scores, t_topk,
+                t_topk / t_scores, scores_mib, topk_mib, topk_mib / scores_mib);
+    d.cuEventDestroy(e0);
+    d.cuEventDestroy(e1);
+  }
+}

@@ -1,0 +1,209 @@
+// The top-k operation without a GPU: validation (typed errors naming the parameter), the
+// operation gates of the dispatcher, the workspace arithmetic at extreme shapes, and its
+// variants compiled by NVRTC without spills.
+#include <catch2/catch.hpp>
+
+#include <climits>
+#include <string>
+
+#include "dispatch/family.hpp"
+#include "dispatch/planner.hpp"
+#include "dsa_indexer/errors.hpp"
+#include "dsa_indexer/topk.hpp"
+#include "families/sm90_topk_unfused.hpp"
+#include "jit/codegen.hpp"
+#include "jit/nvrtc_compiler.hpp"
+#include "ops/topk.hpp"
+#include "problems.hpp"
+
+using namespace dsa_indexer::detail;
+using namespace dsa_test;
+using dsa_indexer::KernelFamily;
+using dsa_indexer::TopkOptions;
+using Catch::Contains;
+
+namespace {
+
+struct TopkCall {
+  Call c;
+  TensorDesc indices;
+  TopkOptions t;
+};
+
+// Fake addresses 2^40 bytes apart: the top-k validation checks that outputs overlap no input.
+constexpr uintptr_t kQ = uintptr_t(1) << 40, kK = uintptr_t(2) << 40, kW = uintptr_t(3) << 40, kIdx = uintptr_t(4) << 40,
+                    kVal = uintptr_t(5) << 40, kWs = uintptr_t(7) << 40;
+
+TopkCall topk_call(int64_t B = 2, int64_t sq = 256, int64_t sk = 128, int k = 64) {
+  TopkCall tc;
+  tc.c = bshd_call(B, sq, sk);
+  tc.c.q.data = fake(kQ);
+  tc.c.k.data = fake(kK);
+  tc.c.w.data = fake(kW);
+  tc.c.out = TensorDesc();
+  tc.indices = TensorDesc::contiguous(fake(kIdx), DType::i32, {B, sq, k});
+  tc.t.k = k;
+  return tc;
+}
+
+Problem vt(const TopkCall& tc) { return validate_topk(tc.c.q, tc.c.k, tc.c.w, tc.indices, tc.c.opt, tc.t, nullptr); }
+
+template <class E>
+std::string error_of(const TopkCall& tc) {
+  try {
+    vt(tc);
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+}  // namespace
+
+TEST_CASE("topk: a well-formed call validates into a top-k problem", "[topk][validate]") {
+  TopkCall tc = topk_call();
+  tc.t.values = TensorDesc::contiguous(fake(kVal), DType::f32, {2, 256, 64});
+  const Problem p = vt(tc);
+  CHECK(p.op == Operation::topk);
+  CHECK(p.topk.k == 64);
+  CHECK(p.topk.indices == fake(kIdx));
+  CHECK(p.topk.values == fake(kVal));
+  CHECK(p.topk.softmax == nullptr);
+  CHECK(p.out == nullptr);
+}
+
+TEST_CASE("topk: bad input is a typed error naming the parameter", "[topk][validate]") {
+  TopkCall tc = topk_call();
+  tc.t.k = 0;
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("indexer_topk: k: expected >= 1, got 0"));
+  tc.t.k = dsa_indexer::kTopkMaxK + 1;
+  CHECK_THAT(error_of<dsa_indexer::UnsupportedConfig>(tc), Contains("indexer_topk: k: expected <= 2048"));
+
+  tc = topk_call();
+  tc.indices.dtype = DType::f32;
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("indices.dtype"));
+  tc = topk_call();
+  tc.indices = TensorDesc::contiguous(fake(kIdx), DType::i32, {2, 256, 63});
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("indices.shape[2]"));
+  tc = topk_call();
+  tc.indices.device = 1;
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("indices.device"));
+  tc = topk_call();
+  tc.indices.strides[1] = 128;  // rows not back to back
+  tc.indices.strides[0] = 256 * 128;
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("indices.strides: expected contiguous"));
+  tc = topk_call();
+  tc.t.values = TensorDesc::contiguous(fake(kVal), DType::bf16, {2, 256, 64});
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("values.dtype"));
+  tc = topk_call();
+  tc.t.softmax = TensorDesc::contiguous(fake(kVal), DType::f32, {2, 255, 64});
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("softmax.shape[1]"));
+
+  // aliasing: an output over an input, and two outputs over each other
+  tc = topk_call();
+  tc.indices.data = fake(kQ + 4096);  // inside q
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("indices: expected memory that does not overlap q"));
+  tc = topk_call();
+  tc.t.values = TensorDesc::contiguous(fake(kIdx + 64), DType::f32, {2, 256, 64});
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("expected memory that does not overlap values"));
+  tc = topk_call();
+  tc.t.workspace = fake(kW);  // w
+  tc.t.workspace_bytes = 1 << 20;
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("topk.workspace: expected memory that does not overlap w"));
+  tc = topk_call();
+  tc.t.workspace = fake(kWs + 16);
+  tc.t.workspace_bytes = 256;
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("topk.workspace: expected 256-byte aligned"));
+
+  // what the operation does not support
+  tc = topk_call();
+  tc.c.opt.ks = TensorDesc::contiguous(fake(0xa00000), DType::i32, {2, 256});
+  tc.c.opt.ke = TensorDesc::contiguous(fake(0xb00000), DType::i32, {2, 256});
+  CHECK_THAT(error_of<dsa_indexer::UnsupportedConfig>(tc), Contains("ks / ke"));
+  tc = topk_call();
+  tc.t.indices = static_cast<dsa_indexer::TopkIndices>(5);
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("topk.indices"));
+  tc = topk_call(2, 256, int64_t(1) << 30);
+  tc.t.indices = dsa_indexer::TopkIndices::global;
+  CHECK_THAT(error_of<dsa_indexer::UnsupportedConfig>(tc), Contains("B * S_k"));
+  // the score operation's own checks keep their messages, under the top-k entry's name
+  tc = topk_call();
+  tc.c.opt.ratio = 0;
+  CHECK_THAT(error_of<dsa_indexer::InvalidArgument>(tc), Contains("indexer_topk: ratio: expected >= 1, got 0"));
+}
+
+TEST_CASE("topk: the dispatcher offers a family only to its own operation", "[topk][dispatch]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const Problem t = vt(topk_call());
+  CHECK(&choose_family(t, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+  CHECK(&choose_family(t, dev, KernelFamily::automatic, true) == &topk_unfused_family());
+  for (KernelFamily f : {KernelFamily::generic, KernelFamily::lean, KernelFamily::reference}) {
+    try {
+      choose_family(t, dev, f, false);
+      FAIL("a scores family served a top-k call");
+    } catch (const dsa_indexer::UnsupportedConfig& e) {
+      CHECK_THAT(std::string(e.what()), Contains("indexer_topk: family") && Contains(": operation: expected scores, got topk"));
+    }
+  }
+  Call c = bshd_call();
+  const Problem s = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  CHECK(choose_family(s, dev, KernelFamily::automatic, false).operation() == Operation::scores);
+  CHECK_THROWS_WITH(choose_family(s, dev, KernelFamily::topk_unfused, false),
+                    Contains("family topk_unfused: operation: expected topk, got scores"));
+  // an input precision no family of the operation computes from
+  Problem f8 = t;
+  f8.qk_dtype = DType::f16;
+  CHECK_THROWS_WITH(choose_family(f8, dev, KernelFamily::automatic, false), Contains("a family of operation topk"));
+  CHECK_THROWS_WITH(choose_family(f8, dev, KernelFamily::topk_unfused, false), Contains("q/k dtype: expected bf16, got f16"));
+}
+
+TEST_CASE("topk: the workspace never grows with S_q x S_k and never overflows", "[topk][planner]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  // The budget holds: one block of rows of S_k fp32 cells, at least one wave of q-tiles.
+  Problem p = vt(topk_call(1, 8192, 65536, 2048));
+  TopkBlocking b = topk_blocking(p, dev);
+  CHECK(b.width == 65536);
+  CHECK(b.rows == 1056);  // one 8-row q-tile for each of 132 SMs: more than the 256 MiB budget's 1024
+  CHECK(b.total_bytes < (uint64_t(300) << 20));
+  CHECK(make_plan(p, dev, topk_unfused_family()).workspace_bytes == b.total_bytes);
+  Problem p2 = vt(topk_call(1, 32768, 65536, 2048));
+  CHECK(topk_blocking(p2, dev).total_bytes == b.total_bytes);  // independent of S_q
+  Problem small = vt(topk_call(2, 256, 128, 64));
+  TopkBlocking bs = topk_blocking(small, dev);
+  CHECK(bs.rows == 256);
+  CHECK(bs.width == 128);
+  CHECK(bs.scores_bytes == 256 * 128 * 4);
+  CHECK(bs.ks_offset % 256 == 0);
+  CHECK(bs.rows_offset % 256 == 0);
+  // Extreme extents: S_q and S_k near 2^31 give a finite, exactly computed size (no wrap).
+  // (planned directly: q's descriptor at these extents exceeds the 2^40 stride bound)
+  Problem huge = p;
+  huge.s_q = huge.t_q = huge.rows = INT32_MAX;
+  huge.s_k = huge.t_k = huge.out_cols = INT32_MAX;
+  TopkBlocking bh = topk_blocking(huge, dev);
+  CHECK(bh.width == INT32_MAX);
+  CHECK(bh.rows == 1056);
+  CHECK(bh.scores_bytes >= uint64_t(1056) * uint64_t(INT32_MAX) * 4);
+  CHECK(bh.total_bytes > bh.scores_bytes);
+  CHECK(bh.total_bytes < (uint64_t(1) << 44));
+}
+
+TEST_CASE("topk: every variant compiles under NVRTC without spills", "[topk][nvrtc]") {
+  for (Layout l : {Layout::bshd, Layout::thd_local}) {
+    const KernelSpec spec = topk_unfused_spec(l);
+    const GeneratedSource g = render(spec);
+    INFO(g.name);
+    CHECK(g.kernels.size() == 3);
+    const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
+    CHECK_FALSE(out.cubin.empty());
+    INFO(out.log);
+    auto count = [&](const std::string& needle) {
+      std::size_t n = 0;
+      for (std::size_t at = out.log.find(needle); at != std::string::npos; at = out.log.find(needle, at + 1)) ++n;
+      return n;
+    };
+    CHECK(count("bytes spill stores") == 3);  // one ptxas report per kernel, each without spills
+    CHECK(count(" 0 bytes spill stores, 0 bytes spill loads") == 3);
+    CHECK(out.lowered_names.size() == 3);
+  }
+}
