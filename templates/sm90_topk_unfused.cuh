@@ -36,6 +36,15 @@ __global__ void __launch_bounds__(256) sm90_topk_rows(const __grid_constant__ To
     const ThdRow t = thd_row(b.a.cu_q, b.a.cu_k, b.a.batch, b.a.t_k, b.row0 + r);
     bias = static_cast<i32>(b.global ? b.k_base : b.k_base - t.k0);
   }
+  if (kLayout == kLayoutBshd && r == 0 && b.offset) {
+    // The block's rows as a causal problem of their own: the offset of its first row, saturated
+    // at INT32_MAX. The host asks for this only when S_k * ratio <= 2^31, where every row past
+    // the saturation sees all S_k keys both ways (floor(2^31 / ratio) >= S_k), so the windows are
+    // exactly the call's.
+    const i64 off = b.a.has_offsets ? static_cast<i64>(load_i32(b.a.offsets, b.batch * b.a.offsets_stride)) : 0;
+    const i64 shifted = off + b.row0;
+    *b.offset = static_cast<i32>(shifted > 2147483647ll ? 2147483647ll : shifted);
+  }
   b.ks[r] = lo;
   b.ke[r] = hi;
   TopkRow row;

@@ -16,6 +16,7 @@ struct TopkBlockArgs {
   i32 pad_;
   i32* ks;         // out: the block score call's explicit windows, in its key columns
   i32* ke;
+  i32* offset;     // out (BSHD, when not null): the block score call's q_causal_offsets[0]
   TopkRow* rows;   // out: the selection's rows
 };
 

@@ -133,6 +133,11 @@ class TopkUnfusedFamily final : public Family {
     rb.ks = reinterpret_cast<i32*>(ws + bl.ks_offset);
     rb.ke = reinterpret_cast<i32*>(ws + bl.ke_offset);
     rb.rows = reinterpret_cast<dsa::TopkRow*>(ws + bl.rows_offset);
+    // A BSHD block is a causal problem of its own (the offset of its first row) when the
+    // saturated offset is exact, so that the fast score families serve it; otherwise (THD, or
+    // S_k * ratio > 2^31) its windows are given explicitly, which only the generic family takes.
+    const bool causal_blocks = !p.is_thd() && p.s_k * p.ratio <= (int64_t(1) << 31);
+    rb.offset = causal_blocks ? reinterpret_cast<i32*>(ws + bl.offset_offset) : nullptr;
     const int64_t K = p.topk.k;
     for_each_block(p, bl, [&](const Block& b) {
       rb.row0 = b.row0;
@@ -159,7 +164,6 @@ class TopkUnfusedFamily final : public Family {
         s.w_dtype = p.w_dtype;
         s.ratio = p.ratio;
         s.sm_scale = p.sm_scale;
-        s.has_windows = true;
         s.device = p.device;
         const int64_t qb = b.batch * p.q_stride[0] + b.row0 * p.q_stride[1];
         const int64_t kb = b.batch * p.k_stride[0] + b.k_base * p.k_stride[1];
@@ -178,10 +182,17 @@ class TopkUnfusedFamily final : public Family {
         s.out = ws;
         s.out_stride[0] = b.n * b.width;
         s.out_stride[1] = b.width;
-        s.ks = rb.ks;
-        s.ke = rb.ke;
-        s.win_stride[0] = b.n;
-        s.win_stride[1] = 1;
+        if (causal_blocks) {
+          s.has_offsets = true;
+          s.offsets = rb.offset;
+          s.offsets_stride = 1;
+        } else {
+          s.has_windows = true;
+          s.ks = rb.ks;
+          s.ke = rb.ke;
+          s.win_stride[0] = b.n;
+          s.win_stride[1] = 1;
+        }
         const Family& f = choose_family(s, dev, KernelFamily::automatic, env().disable_lean);
         Plan sp = make_plan(s, dev, f);
         if (!sp.empty) {
@@ -250,7 +261,8 @@ TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t bud
   bl.ks_offset = bl.scores_bytes;
   bl.ke_offset = bl.ks_offset + align256(uint64_t(bl.rows) * 4);
   bl.rows_offset = bl.ke_offset + align256(uint64_t(bl.rows) * 4);
-  bl.total_bytes = bl.rows_offset + align256(uint64_t(bl.rows) * sizeof(dsa::TopkRow));
+  bl.offset_offset = bl.rows_offset + align256(uint64_t(bl.rows) * sizeof(dsa::TopkRow));
+  bl.total_bytes = bl.offset_offset + 256;
   return bl;
 }
 
