@@ -30,6 +30,7 @@
 #include "ptx/wgmma.cuh"
 #include "sm90_epilogue.cuh"
 #include "sm90_indexer_lean_args.cuh"
+#include "sm90_indexer_lean_scheduler.cuh"
 #include "sm90_mainloop.cuh"
 
 namespace dsa {
@@ -76,60 +77,6 @@ struct LeanSmem {
   static constexpr int kAlloc = kBytes + 1024;                      // slack to 1024-align the base
   static_assert(kOffKv % 1024 == 0 && kOffW % 16 == 0 && kOffBar % 8 == 0,
                 "sm90_indexer_lean: shared-memory regions misaligned");
-};
-
-// The schedule as an interchangeable component: CTA `cta` of `grid` walks rounds k; its item
-// of round k is position k*G + c (reversed on odd rounds for the snake), and position p is
-// q-tile runs.tile(p / B) of batch p % B, so a larger B scales the planner's order without
-// changing it. BSHD: the runs are emitted into the source (LeanStaticRuns); THD: they are a
-// launch parameter planned per packing (LeanParamRuns).
-template <class Sched>
-struct LeanStaticRuns {
-  __device__ __forceinline__ i32 policy() const { return Sched::kPolicy; }
-  __device__ __forceinline__ bool tile(i64 r, i32& t) const {
-#pragma unroll 1
-    for (int i = 0; i < Sched::kNumRuns; ++i) {
-      const LeanRun run = Sched::run(i);
-      if (r < run.count) {
-        t = run.first + run.step * static_cast<i32>(r);
-        return true;
-      }
-      r -= run.count;
-    }
-    return false;
-  }
-};
-
-struct LeanParamRuns {
-  const LeanThdSchedule* s;  // in the kernel's parameter space
-  __device__ __forceinline__ i32 policy() const { return s->policy; }
-  __device__ __forceinline__ bool tile(i64 r, i32& t) const {
-    i32 lo = 0, hi = s->n_runs;  // the last run with rank0 <= r
-    while (hi - lo > 1) {
-      const i32 mid = (lo + hi) >> 1;
-      if (s->runs[mid].rank0 <= r) lo = mid; else hi = mid;
-    }
-    const LeanRun run = s->runs[lo];
-    const i64 d = r - run.rank0;
-    if (d < 0 || d >= run.count) return false;
-    t = run.first + run.step * static_cast<i32>(d);
-    return true;
-  }
-};
-
-template <class Runs>
-struct LeanWork {
-  i64 num_items, batch;
-  i32 cta, grid;
-  Runs runs;
-  __device__ __forceinline__ i64 rounds() const { return (num_items + grid - 1) / grid; }
-  __device__ __forceinline__ bool item(i64 k, i32& tile, i32& b) const {
-    const i64 slot = (runs.policy() == kLeanSnake && (k & 1)) ? grid - 1 - cta : cta;
-    const i64 pos = k * grid + slot;
-    if (pos >= num_items) return false;
-    b = static_cast<i32>(pos % batch);
-    return runs.tile(pos / batch, tile);
-  }
 };
 
 // BSHD: the windows of one work item: row i of batch b sees key rows [0, causal_limit(i)).
@@ -275,11 +222,55 @@ struct LeanWeights<Cfg, true> {
   }
 };
 
+// The consumers' epilogue of the scores operation: one KV tile's head sums (this lane's 2 KV
+// rows of its token) to the row of scores, -inf outside the row's window, nothing outside the
+// row's columns. An epilogue of another output (top-k selection) takes the same call.
+template <class Cfg>
+struct LeanScoresEpilogue {
+  static __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
+                                              float sm_scale) {
+    // KV rows relative to the item's first: the tile's rows are [it * 64, it * 64 + 64)
+    const i32 rel0 = it * kKvRows;
+    const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
+    const i32 rr = rel0 + 16 * warp_in_wg + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const i32 rel = rr + 8 * j;
+      float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
+      if (masked) {
+        if (rel < ln.c_lo || rel >= ln.c_hi) continue;
+        if (rel < ln.w_lo || rel >= ln.w_hi) v = neg_inf();
+      }
+      store_streaming(ln.row + rel, v);
+    }
+  }
+};
+
 // Named barrier ids (0 is __syncthreads).
 constexpr u32 kLeanPingPong0 = 1;  // consumer 0 may issue its wgmma (arrived by consumer 1)
 constexpr u32 kLeanPingPong1 = 2;  // consumer 1 may issue its wgmma (arrived by consumer 0)
 
-// The kernel body, for both layouts (the layout's differences are compile-time branches).
+// What the roles share: the CTA's shared memory and its mbarriers.
+struct LeanCta {
+  u8* smem;
+  u64 *q_full, *q_empty, *w_full, *kv_full, *kv_empty;
+};
+
+// The producer warp: per work item, the KV ring (lane 0's TMA), each consumer's Q rows (TMA)
+// and its weights (the whole warp, ordinary loads and shared stores).
+template <class Cfg, class Runs>
+__device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
+                                              const LeanWork<Runs>& work, const LeanCta& cta, int lane);
+// The filler warps: -inf over every column outside the item's KV tiles.
+template <class Cfg, class Runs>
+__device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<Runs>& work, int lane);
+// A consumer warpgroup: the shared main loop over the item's KV tiles, then its epilogue.
+template <class Cfg, class Runs>
+__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<Runs>& work, const LeanCta& cta, int wg, int warp,
+                                              int lane);
+
+// The kernel body, for both layouts (the layout's differences are compile-time branches): the
+// barriers, then each warp takes its role.
 template <class Cfg, class Runs>
 __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a, const Runs& runs) {
   using T = LeanTraits<Cfg>;
@@ -287,13 +278,19 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
   static_assert(L::kAlloc == Cfg::kSmemBytes, "sm90_indexer_lean: host and template disagree on shared memory");
   constexpr bool kBshd = !T::kThd;
   extern __shared__ u8 smem_raw[];
-  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~static_cast<u64>(1023));
-  u64* bars = reinterpret_cast<u64*>(smem + L::kOffBar);
-  u64* q_full = bars;
-  u64* q_empty = bars + T::kConsumers;
-  u64* w_full = bars + 2 * T::kConsumers;
-  u64* kv_full = bars + 3 * T::kConsumers;
-  u64* kv_empty = kv_full + T::kStages;
+  LeanCta cta;
+  cta.smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~static_cast<u64>(1023));
+  u64* bars = reinterpret_cast<u64*>(cta.smem + L::kOffBar);
+  cta.q_full = bars;
+  cta.q_empty = bars + T::kConsumers;
+  cta.w_full = bars + 2 * T::kConsumers;
+  cta.kv_full = bars + 3 * T::kConsumers;
+  cta.kv_empty = cta.kv_full + T::kStages;
+  u64* const q_full = cta.q_full;
+  u64* const q_empty = cta.q_empty;
+  u64* const w_full = cta.w_full;
+  u64* const kv_full = cta.kv_full;
+  u64* const kv_empty = cta.kv_empty;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
@@ -311,107 +308,138 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
   }
   __syncthreads();
 
-  // THD: one packed sequence of q-tiles (a.batch is then the segment count).
-
+  // Each role walks the same schedule (THD: one packed sequence of q-tiles, a.batch is then the
+  // segment count), made after setmaxnreg so that it lives in the role's registers.
   if (wg == 0) {
     setmaxnreg_dec<T::kProducerRegs>();
     const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
-    const i64 rounds = work.rounds();
-    if (warp == 0) {
-      // ---------------- producer ----------------
-      // Lane 0 issues every TMA; the whole warp copies the weights with ordinary loads and
-      // shared stores (generic proxy, like the consumers that read them), each lane releasing
-      // its own stores through its arrival on w_full; q_empty releases both buffers.
-      if (lane == 0) {
-        tma_prefetch_desc(&q_map);
-        tma_prefetch_desc(&k_map);
-      }
-      u32 stage = 0, phase = 0, q_uses = 0;
-      for (i64 k = 0; k < rounds; ++k) {
-        i32 tile, b;
-        if (!work.item(k, tile, b)) continue;
-        const i32 tok0 = tile * T::kTokensPerTile;
-        i32 n_kv;
-        i64 kv_begin = 0;
-        if constexpr (kBshd) {
-          n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
-        } else {
-          const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tok0, lane));
-          n_kv = sp.n_kv;
-          kv_begin = sp.kv_begin;
-        }
-        if (n_kv == 0) continue;
-        const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
-        if (lane == 0)
-          for (i32 it = 0; it < pre; ++it)
-            load_kv_tile<T::kStages, kBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, b);
-        for (int g = 0; g < T::kConsumers; ++g) {
-          mbarrier_wait(&q_empty[g], (q_uses & 1) ^ 1);
-          const i32 t0 = tok0 + g * T::kTokensPerConsumer;
-          if (lane == 0) {
-            mbarrier_arrive_expect_tx(&q_full[g], kQBytes);
-            load_q_rows<kBshd>(q_map, smem + L::kOffQ + g * kQBytes, &q_full[g], t0, b);
-          }
-          // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate);
-          // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
-          constexpr int kChunksPerToken = T::kWBytes / T::kTokensPerConsumer / 16;
-          const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
-          const uint4* w_src = reinterpret_cast<const uint4*>(
-              reinterpret_cast<const u8*>(a.w) + row0 * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer));
-          uint4* w_dst = reinterpret_cast<uint4*>(smem + L::kOffW + g * T::kWBytes);
-#pragma unroll
-          for (int i = lane; i < T::kWBytes / 16; i += 32) {
-            if (kBshd || t0 + i / kChunksPerToken < a.t_q) w_dst[i] = __ldg(w_src + i);
-            else w_dst[i] = make_uint4(0u, 0u, 0u, 0u);
-          }
-          mbarrier_arrive(&w_full[g]);
-        }
-        ++q_uses;
-        if (lane == 0)
-          for (i32 it = pre; it < n_kv; ++it)
-            load_kv_tile<T::kStages, kBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, b);
-      }
-      return;
-    }
-    // ---------------- fillers (warps 1..3) ----------------
-    const int ft = threadIdx.x - 32;
-    float* out = reinterpret_cast<float*>(a.out);
-    for (i64 k = 0; k < rounds; ++k) {
-      i32 tile, b;
-      if (!work.item(k, tile, b)) continue;
-      const i32 tok0 = tile * T::kTokensPerTile;
-      if constexpr (kBshd) {
-        const i64 covered = static_cast<i64>(lean_item<Cfg>(a, b).n_kv(tok0)) * kKvRows;
-        const i64 c0 = covered < T::kSeqK ? covered : T::kSeqK;
-#pragma unroll 1
-        for (int r = 0; r < T::kTokensPerTile; ++r)
-          fill_neg_inf(out + (static_cast<i64>(b) * T::kSeqQ + tok0 + r) * T::kSeqK, c0, T::kSeqK, ft, T::kFillThreads);
-      } else {
-        // Every cell outside the columns the item's KV tiles cover, as the generic family's
-        // fill_uncovered: the consumers write every covered cell, so each is written once.
-        const LeanThdRow mine = lean_thd_row<Cfg>(a, tok0, lane);
-        const LeanThdSpan sp = lean_thd_span(mine);
-#pragma unroll 1
-        for (int r = 0; r < T::kTokensPerTile; ++r) {
-          const LeanThdRow row = mine.from_lane(r);
-          if (!row.valid) continue;
-          i64 e0 = a.out_cols, e1 = a.out_cols;
-          if (sp.n_kv > 0) {
-            e0 = clamp64(sp.kv_begin - row.base, 0, a.out_cols);
-            e1 = clamp64(sp.kv_begin + static_cast<i64>(sp.n_kv) * kKvRows - row.base, 0, a.out_cols);
-          }
-          float* p = out + (static_cast<i64>(tok0) + r) * a.out_cols;
-          fill_neg_inf(p, 0, e0, ft, T::kFillThreads);
-          fill_neg_inf(p, e1, a.out_cols, ft, T::kFillThreads);
-        }
-      }
-    }
+    if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, work, cta, lane);
+    else lean_fillers<Cfg>(a, work, lane);
     return;
   }
-
-  // ---------------- consumers ----------------
   setmaxnreg_inc<T::kConsumerRegs>();
   const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
+  lean_consumer<Cfg>(a, work, cta, wg, warp, lane);
+}
+
+template <class Cfg, class Runs>
+__device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
+                                              const LeanWork<Runs>& work, const LeanCta& cta, int lane) {
+  using T = LeanTraits<Cfg>;
+  using L = LeanSmem<Cfg>;
+  constexpr bool kBshd = !T::kThd;
+  u8* const smem = cta.smem;
+  u64* const q_full = cta.q_full;
+  u64* const q_empty = cta.q_empty;
+  u64* const w_full = cta.w_full;
+  u64* const kv_full = cta.kv_full;
+  u64* const kv_empty = cta.kv_empty;
+  const i64 rounds = work.rounds();
+  // Lane 0 issues every TMA; the whole warp copies the weights with ordinary loads and
+  // shared stores (generic proxy, like the consumers that read them), each lane releasing
+  // its own stores through its arrival on w_full; q_empty releases both buffers.
+  if (lane == 0) {
+    tma_prefetch_desc(&q_map);
+    tma_prefetch_desc(&k_map);
+  }
+  u32 stage = 0, phase = 0, q_uses = 0;
+  for (i64 k = 0; k < rounds; ++k) {
+    i32 tile, b;
+    if (!work.item(k, tile, b)) continue;
+    const i32 tok0 = tile * T::kTokensPerTile;
+    i32 n_kv;
+    i64 kv_begin = 0;
+    if constexpr (kBshd) {
+      n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
+    } else {
+      const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tok0, lane));
+      n_kv = sp.n_kv;
+      kv_begin = sp.kv_begin;
+    }
+    if (n_kv == 0) continue;
+    const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
+    if (lane == 0)
+      for (i32 it = 0; it < pre; ++it)
+        load_kv_tile<T::kStages, kBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, b);
+    for (int g = 0; g < T::kConsumers; ++g) {
+      mbarrier_wait(&q_empty[g], (q_uses & 1) ^ 1);
+      const i32 t0 = tok0 + g * T::kTokensPerConsumer;
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(&q_full[g], kQBytes);
+        load_q_rows<kBshd>(q_map, smem + L::kOffQ + g * kQBytes, &q_full[g], t0, b);
+      }
+      // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate);
+      // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
+      constexpr int kChunksPerToken = T::kWBytes / T::kTokensPerConsumer / 16;
+      const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
+      const uint4* w_src = reinterpret_cast<const uint4*>(
+          reinterpret_cast<const u8*>(a.w) + row0 * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer));
+      uint4* w_dst = reinterpret_cast<uint4*>(smem + L::kOffW + g * T::kWBytes);
+#pragma unroll
+      for (int i = lane; i < T::kWBytes / 16; i += 32) {
+        if (kBshd || t0 + i / kChunksPerToken < a.t_q) w_dst[i] = __ldg(w_src + i);
+        else w_dst[i] = make_uint4(0u, 0u, 0u, 0u);
+      }
+      mbarrier_arrive(&w_full[g]);
+    }
+    ++q_uses;
+    if (lane == 0)
+      for (i32 it = pre; it < n_kv; ++it)
+        load_kv_tile<T::kStages, kBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, b);
+  }
+}
+
+template <class Cfg, class Runs>
+__device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<Runs>& work, int lane) {
+  using T = LeanTraits<Cfg>;
+  constexpr bool kBshd = !T::kThd;
+  const i64 rounds = work.rounds();
+  const int ft = threadIdx.x - 32;
+  float* out = reinterpret_cast<float*>(a.out);
+  for (i64 k = 0; k < rounds; ++k) {
+    i32 tile, b;
+    if (!work.item(k, tile, b)) continue;
+    const i32 tok0 = tile * T::kTokensPerTile;
+    if constexpr (kBshd) {
+      const i64 covered = static_cast<i64>(lean_item<Cfg>(a, b).n_kv(tok0)) * kKvRows;
+      const i64 c0 = covered < T::kSeqK ? covered : T::kSeqK;
+#pragma unroll 1
+      for (int r = 0; r < T::kTokensPerTile; ++r)
+        fill_neg_inf(out + (static_cast<i64>(b) * T::kSeqQ + tok0 + r) * T::kSeqK, c0, T::kSeqK, ft, T::kFillThreads);
+    } else {
+      // Every cell outside the columns the item's KV tiles cover, as the generic family's
+      // fill_uncovered: the consumers write every covered cell, so each is written once.
+      const LeanThdRow mine = lean_thd_row<Cfg>(a, tok0, lane);
+      const LeanThdSpan sp = lean_thd_span(mine);
+#pragma unroll 1
+      for (int r = 0; r < T::kTokensPerTile; ++r) {
+        const LeanThdRow row = mine.from_lane(r);
+        if (!row.valid) continue;
+        i64 e0 = a.out_cols, e1 = a.out_cols;
+        if (sp.n_kv > 0) {
+          e0 = clamp64(sp.kv_begin - row.base, 0, a.out_cols);
+          e1 = clamp64(sp.kv_begin + static_cast<i64>(sp.n_kv) * kKvRows - row.base, 0, a.out_cols);
+        }
+        float* p = out + (static_cast<i64>(tok0) + r) * a.out_cols;
+        fill_neg_inf(p, 0, e0, ft, T::kFillThreads);
+        fill_neg_inf(p, e1, a.out_cols, ft, T::kFillThreads);
+      }
+    }
+  }
+}
+
+template <class Cfg, class Runs>
+__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<Runs>& work, const LeanCta& cta, int wg, int warp,
+                                              int lane) {
+  using T = LeanTraits<Cfg>;
+  using L = LeanSmem<Cfg>;
+  constexpr bool kBshd = !T::kThd;
+  u8* const smem = cta.smem;
+  u64* const q_full = cta.q_full;
+  u64* const q_empty = cta.q_empty;
+  u64* const w_full = cta.w_full;
+  u64* const kv_full = cta.kv_full;
+  u64* const kv_empty = cta.kv_empty;
   const i64 rounds = work.rounds();
   const int cg = wg - 1;
   const int warp_in_wg = warp % 4;
@@ -510,20 +538,7 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
         }
         float part[2 * TPW];
         head_sum<T::kHeads, TPW>(acc, wreg, part, lane);
-        // KV rows relative to the item's first: the tile's rows are [it * 64, it * 64 + 64)
-        const i32 rel0 = it * kKvRows;
-        const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
-        const i32 rr = rel0 + 16 * warp_in_wg + (lane >> 2);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const i32 rel = rr + 8 * j;
-          float v = Cfg::kUnitScale ? part[j] : part[j] * a.sm_scale;
-          if (masked) {
-            if (rel < ln.c_lo || rel >= ln.c_hi) continue;
-            if (rel < ln.w_lo || rel >= ln.w_hi) v = neg_inf();
-          }
-          store_streaming(ln.row + rel, v);
-        }
+        LeanScoresEpilogue<Cfg>::tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
       }
       if (Cfg::kWeightsF32) mbarrier_arrive(&q_empty[cg]);
       ++q_uses;

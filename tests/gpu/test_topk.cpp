@@ -179,6 +179,11 @@ TEST_CASE("topk: a saturated shape, several row blocks", "[topk]") {
   // S_q 2304 over 1056-row blocks: three blocks per batch entry, the last one partial.
   HostProblem p = bshd(2, 2304, 4096, 64, 4);
   check_topk(p, 131, {2048, 512});
+  // The second block's first row passes INT32_MAX: its causal offset saturates (exact, since
+  // S_k * ratio <= 2^31) and every row of it sees all keys.
+  HostProblem sat = bshd(1, 2200, 300, 64, 1);
+  sat.offsets = {INT32_MAX - 1500};
+  check_topk(sat, 133, {64});
   HostProblem t = thd({1500, 700, 900}, {6000, 200, 3000}, 64, 1);
   t.offsets = {4500, -100, 2100};
   check_topk(t, 132, {2048});
