@@ -62,11 +62,13 @@ void unregister_instance(BackgroundCompiler* c) {
 
 }  // namespace
 
-BackgroundCompiler::BackgroundCompiler(Job job, std::size_t capacity, Warn warn)
+BackgroundCompiler::BackgroundCompiler(Job job, std::size_t capacity, Warn warn, Cancel cancel)
     : job_(std::move(job)), capacity_(std::max<std::size_t>(capacity, 1)),
-      warn_(warn ? std::move(warn) : Warn(log_warning)) {
+      warn_(warn ? std::move(warn) : Warn(log_warning)), cancel_(std::move(cancel)) {
   register_instance(this);
 }
+
+void BackgroundCompiler::order_exit_handler_last() { std::atexit(shutdown_all_at_exit); }
 
 BackgroundCompiler::~BackgroundCompiler() {
   unregister_instance(this);
@@ -135,14 +137,21 @@ void BackgroundCompiler::run() {
       ok = false;
       error = "unknown exception";
     }
+    lk.lock();
+    // A failure once shutdown began is the shutdown's doing (its cancel killed the compile).
+    const bool dropped = !ok && stopping_;
     // Reported before the key leaves `pending`, so that whoever waits for idle sees the report.
-    if (!ok)
+    if (!ok && !dropped) {
+      lk.unlock();
       warn_(fmt::format("background compile of {} failed; calls of this key keep running the fallback family for the "
                         "life of the process: {}",
                         job.key, error));
-    lk.lock();
+      lk.lock();
+    }
     pending_.erase(job.key);
-    if (!ok) {
+    if (dropped) {
+      ++stats_.dropped;
+    } else if (!ok) {
       failed_.insert(job.key);
       ++stats_.failed;
     } else if (produced) {
@@ -163,6 +172,7 @@ void BackgroundCompiler::shutdown() {
     t = std::move(thread_);
   }
   work_cv_.notify_all();
+  if (t && cancel_) cancel_();
   if (t) {
     if (t->get_id() == std::this_thread::get_id())
       t->detach();  // a job that ended the process: it cannot join itself

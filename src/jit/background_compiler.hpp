@@ -12,11 +12,14 @@
 //    with every signal blocked (they go to the application's threads).
 //  - a job that throws is reported once: one call of the warn sink, naming the key, and a
 //    counter. A job returns whether it produced its variant (false: it found it done).
-//  - shutdown(): drops the queued jobs, waits for the running one (a compile in flight is not
-//    interruptible), joins the thread. The destructor shuts down; so does an exit handler
-//    registered at every thread start, which therefore runs before the destructors of the
-//    statics constructed before that start (the process instance makes sure that everything its
-//    jobs touch exists by then, or is never destroyed).
+//  - shutdown(): drops the queued jobs, calls the cancel function (given at construction: it
+//    makes the running job end soon, e.g. by killing its compile helper), waits for the running
+//    job and joins the thread. A job that fails once shutdown has begun is counted as dropped,
+//    neither reported nor remembered as failed (shutdown caused it). The destructor shuts down;
+//    so does an exit handler registered at every thread start, which therefore runs before the
+//    destructors of the statics constructed before that start (the process instance makes sure
+//    that everything its jobs touch exists by then, or is never destroyed), and again at every
+//    order_exit_handler_last() (see there).
 //  - fork: pthread_atfork handlers hold every instance's lock across fork(). The child has no
 //    worker thread: its queued and running keys are forgotten (later calls offer them again),
 //    failures and counters are inherited, and its first offer that queues starts its own
@@ -58,9 +61,17 @@ class BackgroundCompiler {
   enum class Offer { queued, pending, failed, full, stopped };
   using Job = std::function<bool(const BackgroundJob&)>;
   using Warn = std::function<void(const std::string&)>;
+  using Cancel = std::function<void()>;
   static constexpr std::size_t kDefaultCapacity = 64;
 
-  explicit BackgroundCompiler(Job job, std::size_t capacity = kDefaultCapacity, Warn warn = nullptr);
+  explicit BackgroundCompiler(Job job, std::size_t capacity = kDefaultCapacity, Warn warn = nullptr,
+                              Cancel cancel = nullptr);
+
+  // Registers the exit handler again, so that it runs before every exit handler registered
+  // until now. A library that registers exit-time destructors lazily, while a job uses it
+  // (NVRTC does, during compiles), must not have them run before the job is joined: a job
+  // calls this after such a use.
+  static void order_exit_handler_last();
   ~BackgroundCompiler();
   BackgroundCompiler(const BackgroundCompiler&) = delete;
   BackgroundCompiler& operator=(const BackgroundCompiler&) = delete;
@@ -84,6 +95,7 @@ class BackgroundCompiler {
   const Job job_;
   const std::size_t capacity_;
   const Warn warn_;
+  const Cancel cancel_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   mutable std::condition_variable idle_cv_;

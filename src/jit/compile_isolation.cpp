@@ -146,6 +146,17 @@ class HelperProcess {
   bool reaped_ = false;
 };
 
+// The helper attached to a cancel token for the exchange; detached before the helper is
+// reaped (declared after the HelperProcess, so destroyed before it).
+struct Attached {
+  CompileCancel* token;
+  bool live;
+  Attached(CompileCancel* t, pid_t pid) : token(t), live(t ? t->attach(pid) : true) {}
+  ~Attached() {
+    if (token) token->detach();
+  }
+};
+
 struct Fds {
   int v[4] = {-1, -1, -1, -1};
   ~Fds() {
@@ -191,13 +202,19 @@ Exchange talk(const std::string& helper, const std::string& request, const Compi
   if (rc != 0)
     throw CompileError(fmt::format("isolated compile: cannot start {}: {}", helper, std::strerror(rc)), "", req.options);
   HelperProcess child(pid);
+  Attached attached(lim.cancel, pid);
   Exchange x;
+  if (!attached.live) x.limit = "a cancellation (the process is exiting)";
   std::size_t sent = 0, err_total = 0;
   bool sock_open = true, err_open = true, sending = !request.empty(), leader_gone = false;
   if (!sending) ::shutdown(sock[0], SHUT_WR);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(lim.timeout_s);
   char buf[65536];
-  while (sock_open || err_open) {
+  while (x.limit.empty() && (sock_open || err_open)) {
+    if (lim.cancel && lim.cancel->cancelled()) {
+      x.limit = "a cancellation (the process is exiting)";
+      break;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) {
       x.limit = fmt::format("the compile timeout of {} s (DSA_INDEXER_COMPILE_TIMEOUT)", lim.timeout_s);
@@ -257,6 +274,42 @@ Exchange talk(const std::string& helper, const std::string& request, const Compi
 }
 
 }  // namespace
+
+void CompileCancel::cancel() {
+  std::lock_guard<std::mutex> lk(mu_);
+  cancelled_ = true;
+  if (pid_ > 0) {
+    ::kill(-pid_, SIGKILL);
+    ::kill(pid_, SIGKILL);
+  }
+}
+
+bool CompileCancel::cancelled() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return cancelled_;
+}
+
+bool CompileCancel::attach(pid_t pid) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (cancelled_) {
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+    return false;
+  }
+  pid_ = pid;
+  return true;
+}
+
+void CompileCancel::detach() {
+  std::lock_guard<std::mutex> lk(mu_);
+  pid_ = 0;
+}
+
+void CompileCancel::fork_child() {
+  pid_ = 0;
+  cancelled_ = false;
+  mu_.unlock();
+}
 
 std::string encode_request(const CompileRequest& req) {
   const TemplateSet& ts = req.templates ? *req.templates : TemplateSet::embedded();
@@ -361,10 +414,17 @@ CompileOutput compile_in_subprocess(const CompileRequest& req) {
 }
 
 CompileOutput compile_in_subprocess(const CompileRequest& req, const std::string& helper, const CompileLimits& limits) {
+  if (limits.cancel && limits.cancel->cancelled())
+    throw CompileError(fmt::format("isolated compile of {}: cancelled before it started (the process is exiting)", req.source_name),
+                       "", req.options);
   if (helper.empty())
     throw CompileError("DSA_INDEXER_COMPILE_ISOLATION=process: the compile helper dsa-indexer-nvrtc-helper was not found "
                        "(set DSA_INDEXER_COMPILE_HELPER to its path)", "", req.options);
   const Exchange x = talk(helper, encode_request(req), req, limits);
+  if (limits.cancel && limits.cancel->cancelled())
+    throw CompileError(fmt::format("isolated compile of {}: cancelled, the helper {} was killed (the process is exiting)",
+                                   req.source_name, helper),
+                       x.err, req.options);
   if (!x.limit.empty())
     throw CompileError(fmt::format("isolated compile of {}: the helper {} exceeded {}; its process group was killed{}{}",
                                    req.source_name, helper, x.limit, x.err.empty() ? "" : "; the tail of its stderr:\n",

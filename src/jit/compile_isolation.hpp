@@ -14,17 +14,46 @@
 // past its cap, when the helper itself has exited (stragglers holding our pipes), and whenever
 // the exchange ends early (an exception in the caller); the helper dies with its parent
 // (PR_SET_PDEATHSIG). Each limit hit is a CompileError naming it.
+#include <sys/types.h>
+
 #include <cstddef>
+#include <mutex>
 #include <string>
 
 #include "jit/nvrtc_compiler.hpp"
 
 namespace dsa_indexer::detail {
 
+// Lets another thread end isolated compiles at once (the background worker's exit path,
+// docs/DESIGN.md "Compile modes"): cancel() kills the helper in flight, if any, and every later
+// compile given this token raises CompileError without starting one. The helper's pid is
+// attached while it is alive and detached before it is reaped, under one lock, so a cancel never
+// signals a pid the system has handed to another process. One compile at a time per token.
+class CompileCancel {
+ public:
+  void cancel();
+  bool cancelled() const;
+  // The fork handlers' steps (the owner registers them): the lock is held across fork(); the
+  // child has no helper of its own and is not cancelled.
+  void fork_prepare() { mu_.lock(); }
+  void fork_parent() { mu_.unlock(); }
+  void fork_child();
+
+  // Used by the compile: false (and the helper killed) if cancelled already.
+  bool attach(pid_t pid);
+  void detach();
+
+ private:
+  mutable std::mutex mu_;
+  pid_t pid_ = 0;
+  bool cancelled_ = false;
+};
+
 struct CompileLimits {
   int timeout_s = 600;                           // DSA_INDEXER_COMPILE_TIMEOUT
   std::size_t max_reply = std::size_t(512) << 20;  // a cubin is a few hundred KB
   std::size_t max_stderr = std::size_t(16) << 20;  // the last 64 KiB are kept as the log
+  CompileCancel* cancel = nullptr;               // when given, another thread may end the compile
 };
 
 // Compiles with the helper at `helper` (an executable path). Throws CompileError for a compile

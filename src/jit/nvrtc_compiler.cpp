@@ -1,8 +1,11 @@
 #include "jit/nvrtc_compiler.hpp"
 
 #include <nvrtc.h>
+#include <pthread.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 
 #include "core/util.hpp"
 
@@ -47,9 +50,38 @@ std::string program_log(nvrtcProgram prog) {
                      log, req.options);
 }
 
+// NVRTC holds internal locks while it compiles; a fork() taken then leaves them held forever in
+// the child, whose first compile would wait on them for good (seen: a child forked while the
+// async worker compiled hung in nvrtcCompileProgram). So the child knows it, and refuses.
+std::atomic<int> g_in_flight{0};
+std::atomic<bool> g_forked_mid_compile{false};
+
+struct InFlight {
+  InFlight() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      ::pthread_atfork(nullptr, nullptr, [] {
+        if (g_in_flight.load() > 0) g_forked_mid_compile = true;
+        g_in_flight = 0;
+      });
+    });
+    g_in_flight.fetch_add(1);
+  }
+  ~InFlight() { g_in_flight.fetch_sub(1); }
+};
+
 }  // namespace
 
+bool nvrtc_usable_in_process() { return !g_forked_mid_compile.load(); }
+
 CompileOutput nvrtc_compile(const CompileRequest& req) {
+  if (!nvrtc_usable_in_process())
+    throw CompileError(fmt::format("cannot compile {} with NVRTC in this process: it was forked while another thread was "
+                                   "compiling, which leaves NVRTC's locks held forever here (set DSA_INDEXER_COMPILE_HELPER "
+                                   "or DSA_INDEXER_COMPILE_ISOLATION=process to compile in the helper process)",
+                                   req.source_name),
+                       "", req.options);
+  InFlight in_flight;
   const TemplateSet& ts = req.templates ? *req.templates : TemplateSet::embedded();
   std::vector<std::string> header_names = ts.include_closure(req.source);
   std::vector<const char*> hdr_src, hdr_name;

@@ -28,6 +28,10 @@ std::vector<std::string> compile_options(const std::string& arch);
 // Throws CompileError with the log and the options on any failure, including an empty cubin.
 CompileOutput nvrtc_compile(const CompileRequest& req);
 
+// False in a child forked while this process compiled with NVRTC on another thread: NVRTC's
+// locks are held forever there, so nvrtc_compile refuses (CompileError) instead of hanging.
+bool nvrtc_usable_in_process();
+
 // "major.minor" of the NVRTC library in use (part of the disk key).
 std::string nvrtc_version();
 

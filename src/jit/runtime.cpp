@@ -86,7 +86,7 @@ void dump_compile(const std::string& dir, const PreparedSource& ps, const std::s
 }
 }  // namespace
 
-CacheEntry Runtime::compile(const PreparedSource& ps, const KernelSpec& spec) {
+CacheEntry Runtime::compile(const PreparedSource& ps, const KernelSpec& spec, BackgroundRoute* background) {
   CompileRequest req;
   req.source_name = ps.source.name;
   req.source = ps.source.text;
@@ -98,8 +98,21 @@ CacheEntry Runtime::compile(const PreparedSource& ps, const KernelSpec& spec) {
     // built from an explicit EnvConfig isolates with the helper that config asks for.
     CompileLimits lim;
     lim.timeout_s = cfg_.compile_timeout_s;
-    out = cfg_.isolation == CompileIsolation::process ? compile_in_subprocess(req, compile_helper_path(cfg_.compile_helper), lim)
-                                                      : nvrtc_compile(req);
+    if (background) {
+      // NVRTC registers exit-time destructors of its own during compiles, so an in-process
+      // compile still running when the process exits crashes or spins inside NVRTC; a helper
+      // is a process that the worker's exit path can kill (docs/DESIGN.md, "Compile modes").
+      const std::string helper = compile_helper_path(cfg_.compile_helper);
+      lim.cancel = background->cancel;
+      background->in_process = helper.empty();
+      out = helper.empty() ? nvrtc_compile(req) : compile_in_subprocess(req, helper, lim);
+    } else {
+      // A child forked mid-compile cannot use NVRTC in process (nvrtc_usable_in_process): its
+      // compiles go to the helper when there is one.
+      const bool isolate = cfg_.isolation == CompileIsolation::process ||
+                           (!nvrtc_usable_in_process() && !compile_helper_path(cfg_.compile_helper).empty());
+      out = isolate ? compile_in_subprocess(req, compile_helper_path(cfg_.compile_helper), lim) : nvrtc_compile(req);
+    }
   } catch (const CompileError& e) {
     dump_compile(cfg_.dump_dir, ps, e.log(), "");
     throw;
@@ -117,7 +130,9 @@ CacheEntry Runtime::compile(const PreparedSource& ps, const KernelSpec& spec) {
   return e;
 }
 
-CacheEntry Runtime::entry(const KernelSpec& spec, bool* from_disk) {
+CacheEntry Runtime::entry(const KernelSpec& spec, bool* from_disk) { return entry(spec, from_disk, nullptr); }
+
+CacheEntry Runtime::entry(const KernelSpec& spec, bool* from_disk, BackgroundRoute* background) {
   PreparedSource ps = prepare(spec);
   if (auto e = disk_.load(ps.disk_key)) {
     if (e->kernels.size() == ps.source.kernels.size()) {
@@ -127,12 +142,12 @@ CacheEntry Runtime::entry(const KernelSpec& spec, bool* from_disk) {
     }
   }
   if (from_disk) *from_disk = false;
-  return compile(ps, spec);
+  return compile(ps, spec, background);
 }
 
-std::shared_ptr<LoadedKernel> Runtime::load(const KernelSpec& spec, int device) {
+std::shared_ptr<LoadedKernel> Runtime::load(const KernelSpec& spec, int device, BackgroundRoute* background) {
   bool from_disk = false;
-  CacheEntry e = entry(spec, &from_disk);
+  CacheEntry e = entry(spec, &from_disk, background);
   ScopedContext ctx(device);
   Driver& d = Driver::get();
   auto k = std::make_shared<LoadedKernel>();
@@ -144,7 +159,7 @@ std::shared_ptr<LoadedKernel> Runtime::load(const KernelSpec& spec, int device) 
     // A verified entry the driver still refuses (another driver's cubin): drop it, rebuild.
     log_warning(fmt::format("driver refused cached cubin {} ({}), recompiling", e.source_name, static_cast<int>(r)));
     disk_.remove(e.key);
-    e = compile(prepare(spec), spec);
+    e = compile(prepare(spec), spec, background);
     r = d.cuModuleLoadData(&k->module, e.cubin.data());
   }
   if (r != CUDA_SUCCESS) k->module = nullptr;
@@ -188,7 +203,7 @@ const std::string& memory_key_of_last(const KernelSpec& spec, int device) {
   return last_key;
 }
 
-std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device, bool* produced) {
+std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device, bool* produced, BackgroundRoute* background) {
   // A thread repeating its last variant looks it up without building the key again; a hit is
   // counted and promoted by find() exactly as get_or_create would.
   const std::string& key = memory_key_of_last(spec, device);
@@ -197,7 +212,7 @@ std::shared_ptr<LoadedKernel> Runtime::kernel(const KernelSpec& spec, int device
     return k;
   }
   // A copy: producing may run on this thread code that looks up another variant.
-  return lru_.get_or_create(std::string(key), [&] { return load(spec, device); }, produced);
+  return lru_.get_or_create(std::string(key), [&] { return load(spec, device, background); }, produced);
 }
 
 CacheStats Runtime::stats() const {

@@ -8,6 +8,7 @@
 
 #include "dsa_indexer/indexer.hpp"
 #include "jit/codegen.hpp"
+#include "jit/compile_isolation.hpp"
 #include "jit/disk_cache.hpp"
 #include "cuda/driver.hpp"
 #include "core/env.hpp"
@@ -52,6 +53,14 @@ std::string memory_key(const KernelSpec& spec, int device);
 // next call: copy it before anything that may look up another variant.
 const std::string& memory_key_of_last(const KernelSpec& spec, int device);
 
+// How a background production compiles (the async worker's jobs, src/compile_mode.cpp): in the
+// compile helper when one is found, which `cancel` can kill at exit; NVRTC in this process only
+// where there is no helper. `in_process` tells the caller that NVRTC ran in this process.
+struct BackgroundRoute {
+  CompileCancel* cancel = nullptr;
+  bool in_process = false;
+};
+
 class Runtime {
  public:
   static Runtime& get();
@@ -59,7 +68,9 @@ class Runtime {
 
   // The loaded kernel for (device, spec), produced at most once per key at a time. `produced`,
   // when given, tells whether this call produced it (an in-memory miss that succeeded).
-  std::shared_ptr<LoadedKernel> kernel(const KernelSpec& spec, int device, bool* produced = nullptr);
+  // `background`: a production by the async worker (see BackgroundRoute); null on callers' threads.
+  std::shared_ptr<LoadedKernel> kernel(const KernelSpec& spec, int device, bool* produced = nullptr,
+                                       BackgroundRoute* background = nullptr);
   // The loaded kernel under `memory_key` if it is resident now, else nullptr; never produces
   // and never waits for a production in flight (LruCache::find: a hit counts, an absence not).
   std::shared_ptr<LoadedKernel> resident(const std::string& memory_key) { return lru_.find(memory_key); }
@@ -72,8 +83,9 @@ class Runtime {
   const EnvConfig& config() const { return cfg_; }
 
  private:
-  std::shared_ptr<LoadedKernel> load(const KernelSpec& spec, int device);
-  CacheEntry compile(const PreparedSource& ps, const KernelSpec& spec);
+  std::shared_ptr<LoadedKernel> load(const KernelSpec& spec, int device, BackgroundRoute* background);
+  CacheEntry entry(const KernelSpec& spec, bool* from_disk, BackgroundRoute* background);
+  CacheEntry compile(const PreparedSource& ps, const KernelSpec& spec, BackgroundRoute* background);
 
   EnvConfig cfg_;
   DiskCache disk_;

@@ -1,9 +1,13 @@
 #include "ops/compile_mode.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 
 #include "jit/background_compiler.hpp"
 #include "core/env.hpp"
+#include "core/util.hpp"
+#include "jit/compile_isolation.hpp"
 #include "dispatch/family.hpp"
 #include "ops/manifest_recorder.hpp"
 #include "jit/runtime.hpp"
@@ -22,15 +26,50 @@ std::atomic<ManifestRecorder*> g_recorder{nullptr};
 // first offer. The families do (the offering call dispatched through them); their parameter
 // tables are touched here; the environment, the runtime, the driver, the embedded templates and
 // the disk cache's warning set are never destroyed.
-BackgroundCompiler& worker() {
-  static BackgroundCompiler* w = [] {
+//
+// NVRTC is the exception no ordering of ours can cover: it registers exit-time destructors
+// during compiles, after our handler, so they run first and a compile still in flight then
+// crashes or spins inside NVRTC (issue 24). So jobs compile in the helper process, which the
+// exit path kills (the cancel token). Only where no helper is found do they compile in process;
+// then NVRTC is initialised here, on the offering thread, before the worker's thread and its
+// exit handler exist, and the handler is registered again after every in-process compile:
+// that covers every NVRTC destructor registered before the compile in flight began, not one
+// that compile registers for a code path first reached (docs/DESIGN.md, "Compile modes").
+BackgroundCompiler& worker(const KernelSpec& first) {
+  static BackgroundCompiler* w = [&first] {
     for (const Family* f : families()) (void)f->params();
-    auto* c = new BackgroundCompiler([](const BackgroundJob& j) {
-      ScopedContext ctx(j.device);  // the worker has no current context of its own
-      bool produced = false;
-      Runtime::get().kernel(j.spec, j.device, &produced);
-      return produced;
-    });
+    static CompileCancel* cancel = new CompileCancel();  // process lifetime, as the worker
+    ::pthread_atfork([] { cancel->fork_prepare(); }, [] { cancel->fork_parent(); }, [] { cancel->fork_child(); });
+    if (compile_helper_path(env().compile_helper).empty()) {
+      log_warning("DSA_INDEXER_LEAN_COMPILE=async: the compile helper dsa-indexer-nvrtc-helper was not found (set "
+                  "DSA_INDEXER_COMPILE_HELPER), so background compiles run NVRTC in this process, and an exit during "
+                  "one is safe only for NVRTC code paths an earlier compile has used");
+      try {
+        CompileRequest warm;
+        warm.source_name = "dsa_nvrtc_warmup.cu";
+        warm.source = "extern \"C\" __global__ void dsa_nvrtc_warmup() {}\n";
+        warm.options = compile_options(first.arch);
+        (void)nvrtc_compile(warm);
+      } catch (const std::exception& e) {
+        log_warning(fmt::format("NVRTC warm-up before the background worker failed: {}", e.what()));
+      }
+    }
+    auto* c = new BackgroundCompiler(
+        [](const BackgroundJob& j) {
+          ScopedContext ctx(j.device);  // the worker has no current context of its own
+          BackgroundRoute route;
+          route.cancel = cancel;
+          bool produced = false;
+          try {
+            Runtime::get().kernel(j.spec, j.device, &produced, &route);
+          } catch (...) {
+            if (route.in_process) BackgroundCompiler::order_exit_handler_last();
+            throw;
+          }
+          if (route.in_process) BackgroundCompiler::order_exit_handler_last();
+          return produced;
+        },
+        BackgroundCompiler::kDefaultCapacity, nullptr, [] { cancel->cancel(); });
     g_worker = c;
     return c;
   }();
@@ -55,7 +94,7 @@ std::shared_ptr<LoadedKernel> kernel_for_call(const Problem& p, const DeviceInfo
     // Both uses come before anything else on this thread looks up a variant (see the helper).
     const std::string& key = memory_key_of_last(plan.spec, p.device);
     if (std::shared_ptr<LoadedKernel> k = rt.resident(key)) return k;
-    worker().offer(key, plan.spec, p.device);
+    worker(plan.spec).offer(key, plan.spec, p.device);
     g_fallbacks.fetch_add(1, std::memory_order_relaxed);
     if (rec) rec->record(p, dev, plan.spec);
     plan = make_plan(p, dev, choose_family(p, dev, KernelFamily::automatic, /*fast_paths_disabled=*/true));

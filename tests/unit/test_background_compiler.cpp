@@ -238,3 +238,32 @@ TEST_CASE("background: a fork while a job runs; the child starts its own worker,
   CHECK(s.failed == 1);
   CHECK(warnings.count() == 1);
 }
+
+TEST_CASE("background: shutdown calls the cancel function for a running job; its failure is dropped, not reported", "[async]") {
+  std::atomic<bool> cancelled{false}, running{false};
+  dsa_test::MessageLog warnings;
+  BackgroundCompiler c(
+      [&](const BackgroundJob&) -> bool {
+        running = true;
+        while (!cancelled.load()) std::this_thread::sleep_for(1ms);
+        throw std::runtime_error("helper killed (fake)");
+      },
+      64, warnings.sink(), [&] { cancelled = true; });
+  CHECK(offer(c, "running") == Offer::queued);
+  CHECK(offer(c, "queued") == Offer::queued);
+  while (!running.load()) std::this_thread::sleep_for(1ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  c.shutdown();
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(cancelled.load());
+  const auto s = c.stats();
+  CHECK(s.dropped == 2);  // the queued one and the cancelled one
+  CHECK(s.failed == 0);
+  CHECK(warnings.count() == 0);
+  // Without a running job there is nothing to cancel.
+  std::atomic<int> calls{0};
+  {
+    BackgroundCompiler idle([](const BackgroundJob&) { return true; }, 64, nullptr, [&] { calls.fetch_add(1); });
+  }
+  CHECK(calls.load() == 0);
+}

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "families/sm90_indexer_generic.hpp"
@@ -270,4 +271,29 @@ TEST_CASE("isolation limits: the build-tree tool finds the helper as the install
   INFO(r.output);
   CHECK(r.code == 0);
   CHECK_THAT(r.output, Catch::Contains("1 compiled, 0 already cached, 0 failed"));
+}
+
+TEST_CASE("isolation limits: a cancel token kills the helper in flight at once, and refuses later compiles", "[isolation_limits]") {
+  dsa_test::TempDir t;
+  const std::string h = script(t.path(), "hang.sh", fmt::format("sleep 1000 &\necho $! > {}/grandchild\nsleep 1000\n", t.path()));
+  CompileLimits lim;
+  lim.timeout_s = 600;
+  dsa_indexer::detail::CompileCancel cancel;
+  lim.cancel = &cancel;
+  std::string msg;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread compiling([&] { msg = compile_error_of([&] { compile_in_subprocess(reference_request(), h, lim); }); });
+  // Cancel once the helper runs (it has written its grandchild's pid).
+  while (dsa_test::slurp(t.path() + "/grandchild").empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    ::usleep(10000);
+  cancel.cancel();
+  compiling.join();
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 10);
+  CHECK_THAT(msg, Catch::Contains("cancelled") && Catch::Contains("was killed"));
+  CHECK(process_gone(static_cast<pid_t>(std::atol(dsa_test::slurp(t.path() + "/grandchild").c_str()))));
+  // A compile after the cancel never starts a helper.
+  ::unlink((t.path() + "/grandchild").c_str());
+  CHECK_THAT(compile_error_of([&] { compile_in_subprocess(reference_request(), h, lim); }),
+             Catch::Contains("cancelled before it started"));
+  CHECK(dsa_test::slurp(t.path() + "/grandchild").empty());
 }

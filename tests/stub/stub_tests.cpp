@@ -1,0 +1,424 @@
+// The forward path on CPUs, through the stand-in driver (tests/stub/cuda_stub.cpp, loaded as
+// libcuda.so.1 from LD_LIBRARY_PATH, which CTest sets): validation, dispatch, planning, NVRTC,
+// the disk cache, the async worker, shape recording and launch arguments (docs/RELIABILITY.md,
+// round 3). Each scenario runs in a child process of its own (this binary again, `--child`),
+// because the library reads its environment once per process and because exit is what some of
+// them test.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dsa_indexer/errors.hpp"
+#include "dsa_indexer/indexer.hpp"
+#include "dsa_indexer/topk.hpp"
+#include "cuda/driver.hpp"
+#include "process_support.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using dsa_indexer::DType;
+using dsa_indexer::IndexerOptions;
+using dsa_indexer::KernelFamily;
+using dsa_indexer::TensorDesc;
+namespace dd = dsa_indexer::detail;
+
+std::string g_self;  // this binary, for the children
+
+int64_t now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The stub's counters (it is loaded RTLD_LOCAL by the library: found again by its soname).
+template <class F>
+F stub_fn(const char* name) {
+  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return h ? reinterpret_cast<F>(::dlsym(h, name)) : nullptr;
+}
+unsigned long stub_launches() {
+  auto f = stub_fn<unsigned long (*)()>("dsa_stub_launches");
+  return f ? f() : 0;
+}
+std::string stub_last_kernel(int* grid_x = nullptr, int* smem = nullptr) {
+  auto f = stub_fn<int (*)(char*, int, int*, int*, int*)>("dsa_stub_last_launch");
+  char name[512] = {0};
+  int block = 0;
+  if (f) f(name, sizeof name, grid_x, &block, smem);
+  return name;
+}
+
+// Device memory of the stub (host memory it knows as device 0's).
+void* dalloc(std::size_t bytes) {
+  dd::ScopedContext ctx(0);
+  CUdeviceptr p = 0;
+  DSA_CU(cuMemAlloc(&p, bytes));
+  return reinterpret_cast<void*>(p);
+}
+
+struct Bshd {
+  TensorDesc q, k, w, out;
+  IndexerOptions opt;
+  Bshd(int64_t b, int64_t sq, int64_t sk, int64_t h = 64, DType wt = DType::bf16) {
+    q = TensorDesc::contiguous(dalloc(std::size_t(b * sq * h * 128 * 2)), DType::bf16, {b, sq, h, 128});
+    k = TensorDesc::contiguous(dalloc(std::size_t(b * sk * 128 * 2)), DType::bf16, {b, sk, 1, 128});
+    w = TensorDesc::contiguous(dalloc(std::size_t(b * sq * h * 4)), wt, {b, sq, h});
+    out = TensorDesc::contiguous(dalloc(std::size_t(b * sq * sk * 4)), DType::f32, {b, sq, sk});
+    opt.ratio = 2;
+  }
+  void run(KernelFamily f = KernelFamily::automatic) {
+    opt.family = f;
+    dsa_indexer::indexer_forward(q, k, w, out, opt, nullptr);
+  }
+};
+
+// A packed (THD) call whose cu_seqlens live only in (stub) device memory: validation reads them.
+struct Thd {
+  TensorDesc q, k, w, out;
+  IndexerOptions opt;
+  Thd(const std::vector<int32_t>& cuq, const std::vector<int32_t>& cuk, int64_t h = 64) {
+    const int64_t tq = cuq.back(), tk = cuk.back(), n = static_cast<int64_t>(cuq.size());
+    int64_t mq = 0, mk = 0;
+    for (std::size_t i = 1; i < cuq.size(); ++i) {
+      mq = std::max<int64_t>(mq, cuq[i] - cuq[i - 1]);
+      mk = std::max<int64_t>(mk, cuk[i] - cuk[i - 1]);
+    }
+    q = TensorDesc::contiguous(dalloc(std::size_t(tq * h * 128 * 2)), DType::bf16, {tq, h, 128});
+    k = TensorDesc::contiguous(dalloc(std::size_t(tk * 128 * 2)), DType::bf16, {tk, 1, 128});
+    w = TensorDesc::contiguous(dalloc(std::size_t(tq * h * 4)), DType::f32, {tq, h});
+    out = TensorDesc::contiguous(dalloc(std::size_t(tq * mk * 4)), DType::f32, {tq, mk});
+    void* dq = dalloc(cuq.size() * 4);
+    void* dk = dalloc(cuk.size() * 4);
+    std::memcpy(dq, cuq.data(), cuq.size() * 4);  // stub device memory is host memory
+    std::memcpy(dk, cuk.data(), cuk.size() * 4);
+    opt.ratio = 2;
+    opt.cu_seqlens_q = TensorDesc::contiguous(dq, DType::i32, {n});
+    opt.cu_seqlens_k = TensorDesc::contiguous(dk, DType::i32, {n});
+    opt.max_seqlen_q = mq;
+    opt.max_seqlen_k = mk;
+  }
+  void run() { dsa_indexer::indexer_forward(q, k, w, out, opt, nullptr); }
+};
+
+int g_fails = 0;
+void expect(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok" : "FAILED", what.c_str());
+  if (!ok) ++g_fails;
+}
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// Sync mode: one call of each family and layout; the launch the stub saw names the family,
+// launch arguments pass the stub's checks; a second round compiles nothing.
+int child_forward() {
+  std::string why;
+  expect(dd::Driver::probe(&why), "the stub answers as a driver: " + why);
+  const dd::DeviceInfo& dev = dd::device_info(0);
+  expect(dev.sm_count == 132 && dev.cc_major == 9 && contains(dev.name, "stub"), "a 132-SM sm_90 stub device: " + dev.name);
+  Bshd lean(1, 2048, 1024);
+  Bshd generic(2, 300, 77, 32);
+  Bshd ref(1, 64, 64);
+  Thd thd({0, 5, 5, 12}, {0, 3, 10, 16});
+  Thd lean_thd({0, 700, 701, 1400}, {0, 350, 351, 700});
+  for (int round = 0; round < 2; ++round) {
+    const unsigned long before = stub_launches();
+    lean.run();
+    expect(contains(stub_last_kernel(), "lean"), "BSHD 2048x1024 H64 runs lean: " + stub_last_kernel());
+    generic.run();
+    expect(contains(stub_last_kernel(), "generic"), "BSHD H32 runs generic: " + stub_last_kernel());
+    ref.run(KernelFamily::reference);
+    expect(contains(stub_last_kernel(), "reference"), "reference by name: " + stub_last_kernel());
+    thd.run();
+    expect(contains(stub_last_kernel(), "generic"), "THD with device cu_seqlens runs generic: " + stub_last_kernel());
+    lean_thd.run();
+    expect(contains(stub_last_kernel(), "lean"), "THD of 1400 tokens runs lean: " + stub_last_kernel());
+    expect(stub_launches() - before == 5, fmt::format("round {}: 5 launches, stub saw {}", round, stub_launches() - before));
+  }
+  const auto s = dsa_indexer::kernel_cache_stats();
+  expect(s.compiles + s.disk_hits == 5, fmt::format("5 variants produced once each ({} compiles, {} disk hits)", s.compiles, s.disk_hits));
+  expect(s.hits == 5, fmt::format("the second round hit memory 5 times (got {})", s.hits));
+  // Validation still guards the boundary: host memory is not device memory.
+  std::vector<char> host(1 << 20);
+  Bshd bad(1, 64, 64);
+  bad.q.data = host.data();
+  try {
+    bad.run();
+    expect(false, "host memory as q raises");
+  } catch (const dsa_indexer::InvalidArgument& e) {
+    expect(contains(e.what(), "q.data"), std::string("host memory as q: ") + e.what());
+  }
+  std::fflush(stdout);
+  return g_fails;
+}
+
+// The top-k operation on the stand-in driver: validation, dispatch to the top-k family, its
+// blocks (the rows kernel, the block's score family, the selection), the workspace from the
+// stream-ordered pool or the caller, the launches' arguments; a second call compiles nothing.
+int child_topk() {
+  auto launches_of = [](auto&& f) {
+    const unsigned long before = stub_launches();
+    f();
+    return stub_launches() - before;
+  };
+  // BSHD, S_q 2304 over 65536 keys: the 256 MiB budget holds 1024 rows, so blocks of 1056 rows
+  // (one q-tile per SM): two served by lean, the last (192 rows) by generic.
+  Bshd b(1, 2304, 65536);
+  b.opt.ratio = 4;
+  const int k = 512;
+  TensorDesc idx = TensorDesc::contiguous(dalloc(std::size_t(2304) * k * 4), DType::i32, {1, 2304, k});
+  dsa_indexer::TopkOptions t;
+  t.k = k;
+  t.values = TensorDesc::contiguous(dalloc(std::size_t(2304) * k * 4), DType::f32, {1, 2304, k});
+  const unsigned long n = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
+  expect(n == 9, fmt::format("3 blocks x (rows, scores, select) = 9 launches, stub saw {}", n));
+  expect(contains(stub_last_kernel(), "sm90_topk_select"), "the last launch selects: " + stub_last_kernel());
+  const std::size_t ws = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
+  expect(ws >= std::size_t(1056) * 65536 * 4 && ws < std::size_t(1100) * 65536 * 4,
+         fmt::format("the workspace holds one block of 1056 x 65536 scores ({} bytes)", ws));
+  t.workspace = dalloc(ws);
+  t.workspace_bytes = ws;
+  const auto before = dsa_indexer::kernel_cache_stats();
+  const unsigned long n2 = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
+  const auto after = dsa_indexer::kernel_cache_stats();
+  expect(n2 == 9 && after.compiles == before.compiles && after.disk_hits == before.disk_hits,
+         fmt::format("a caller's workspace: 9 launches ({}), nothing produced again", n2));
+  t.workspace_bytes = ws - 256;
+  try {
+    dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr);
+    expect(false, "a short workspace raises");
+  } catch (const dsa_indexer::InvalidArgument& e) {
+    expect(contains(e.what(), "workspace_bytes"), std::string("a short workspace: ") + e.what());
+  }
+  // THD with device-only cu_seqlens: segments 0 and 2 hold the rows; their keys (with segment 1's
+  // between them) span 16 > max_seqlen_k 7 columns, so two blocks; generic with explicit windows.
+  Thd thd({0, 5, 5, 12}, {0, 3, 10, 16});
+  TensorDesc tidx = TensorDesc::contiguous(dalloc(12 * 8 * 4), DType::i32, {12, 8});
+  dsa_indexer::TopkOptions tt;
+  tt.k = 8;
+  tt.indices = dsa_indexer::TopkIndices::global;
+  const unsigned long n3 = launches_of([&] { dsa_indexer::indexer_topk(thd.q, thd.k, thd.w, tidx, thd.opt, tt, nullptr); });
+  expect(n3 == 6, fmt::format("THD of 12 rows: two blocks, 6 launches (stub saw {})", n3));
+  std::fflush(stdout);
+  return g_fails;
+}
+
+// Async mode with recording: the first call runs the fallback (generic) while the worker makes
+// the lean variant; once it is resident, lean serves; the variant is recorded.
+int child_async() {
+  Bshd lean(1, 2048, 1024);
+  lean.run();
+  expect(contains(stub_last_kernel(), "generic"), "the first async call runs the fallback: " + stub_last_kernel());
+  const auto t0 = std::chrono::steady_clock::now();
+  while (dsa_indexer::kernel_cache_stats().background_compiles < 1 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  lean.run();
+  expect(contains(stub_last_kernel(), "lean"), "once produced, lean serves: " + stub_last_kernel());
+  const auto s = dsa_indexer::kernel_cache_stats();
+  expect(s.background_compiles == 1 && s.async_fallbacks == 1 && s.background_failures == 0,
+         fmt::format("1 background compile, 1 fallback, 0 failures (got {}, {}, {})", s.background_compiles, s.async_fallbacks,
+                     s.background_failures));
+  expect(s.recorded_keys >= 1, fmt::format("the lean variant was recorded ({} keys)", s.recorded_keys));
+  std::fflush(stdout);
+  return g_fails;
+}
+
+// Shapes that each need their own lean variant, all served meanwhile by one generic variant
+// (which the test put in the prebuilt directory, so the fallback never compiles).
+const int64_t kExitShapes[][2] = {{1088, 256}, {1152, 256}, {1216, 256}, {1280, 256}};
+
+[[noreturn]] void exit_now() {
+  std::printf("exit-at %lld\n", static_cast<long long>(now_ns()));
+  std::fflush(stdout);
+  std::exit(0);
+}
+
+// Queues background compiles, then exits `delay_ms` later: from main, from another thread, or
+// in a forked child that queued one of its own (and its parent after it).
+int child_exit(const std::string& how, int delay_ms) {
+  std::vector<Bshd*> calls;
+  for (int i = 0; i < 3; ++i) calls.push_back(new Bshd(1, kExitShapes[i][0], kExitShapes[i][1]));
+  for (Bshd* c : calls) c->run();
+  if (how == "main") {
+    ::usleep(static_cast<useconds_t>(delay_ms) * 1000);
+    exit_now();
+  }
+  if (how == "thread") {
+    std::thread t([delay_ms] {
+      ::usleep(static_cast<useconds_t>(delay_ms) * 1000);
+      exit_now();
+    });
+    t.join();  // never returns: the other thread ends the process
+    return 3;
+  }
+  if (how == "fork") {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) return 4;
+    if (pid == 0) {
+      ::alarm(60);  // alarms are not inherited across fork: a hang here dies by SIGALRM too
+      Bshd extra(1, kExitShapes[3][0], kExitShapes[3][1]);
+      extra.run();  // the child's own worker starts and compiles
+      calls[0]->run();
+      ::usleep(static_cast<useconds_t>(delay_ms) * 1000);
+      exit_now();
+    }
+    ::usleep(static_cast<useconds_t>(delay_ms / 2) * 1000);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      std::printf("forked child: %s %d\n", WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+      std::fflush(stdout);
+      std::_Exit(5);
+    }
+    exit_now();
+  }
+  return 6;
+}
+
+dsa_test::ChildResult run_child(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+                                int alarm_s = 300, const std::string& program = g_self) {
+  std::vector<std::string> argv{program, "--child"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return dsa_test::run_program(argv, [env, alarm_s] {
+    ::alarm(static_cast<unsigned>(alarm_s));  // survives exec: a hang dies by SIGALRM
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    return true;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("stub: sync forward of every family and layout on the stand-in driver", "[stub]") {
+  dsa_test::TempDir t;
+  auto r = run_child({"forward"}, {{"DSA_INDEXER_CACHE_DIR", t.path() + "/cache"}});
+  INFO(r.output);
+  CHECK(r.exited);
+  CHECK(r.code == 0);
+  CHECK(dsa_test::count_of(r.output, "\nok ") + (r.output.rfind("ok ", 0) == 0) >= 14);
+  // A second process finds all five variants on disk.
+  auto again = run_child({"forward"}, {{"DSA_INDEXER_CACHE_DIR", t.path() + "/cache"}});
+  INFO(again.output);
+  CHECK(again.code == 0);
+}
+
+TEST_CASE("stub: the top-k operation end to end on the stand-in driver", "[stub]") {
+  dsa_test::TempDir t;
+  auto r = run_child({"topk"}, {{"DSA_INDEXER_CACHE_DIR", t.path() + "/cache"}});
+  INFO(r.output);
+  CHECK(r.exited);
+  CHECK(r.code == 0);
+  CHECK(dsa_test::count_of(r.output, "ok ") >= 5);
+}
+
+TEST_CASE("stub: async mode runs the fallback, then the background-compiled lean variant, and records it", "[stub]") {
+  dsa_test::TempDir t;
+  auto r = run_child({"async"}, {{"DSA_INDEXER_CACHE_DIR", t.path() + "/cache"},
+                                 {"DSA_INDEXER_LEAN_COMPILE", "async"},
+                                 {"DSA_INDEXER_RECORD_MANIFEST", t.path() + "/m.txt"}});
+  INFO(r.output);
+  CHECK(r.exited);
+  CHECK(r.code == 0);
+  CHECK_THAT(dsa_test::slurp(t.path() + "/m.txt"), Catch::Contains("family=lean"));
+}
+
+// Class 1 (issue 24): a process that exits while the background worker compiles must exit 0,
+// at once or within a bound, never crash inside NVRTC or spin. Random exit points (seeded;
+// DSA_STUB_EXIT_SEED overrides), three ways of exiting, with and without the compile helper.
+void exit_storm(bool with_helper, int per_mode, double bound_s) {
+  dsa_test::TempDir t;
+  const std::string warm = t.path() + "/warm";
+  // The fallback variant goes to a prebuilt directory once, so no child compiles in process on
+  // its own thread: what races with exit is the worker alone.
+  auto w = run_child({"warm"}, {{"DSA_INDEXER_CACHE_DIR", warm}});
+  INFO(w.output);
+  REQUIRE(w.code == 0);
+  const char* seed_env = std::getenv("DSA_STUB_EXIT_SEED");
+  const unsigned seed = seed_env ? static_cast<unsigned>(std::strtoul(seed_env, nullptr, 10)) : 24u;
+  std::mt19937 rng(seed + (with_helper ? 1000u : 0u));
+  std::uniform_int_distribution<int> delay(0, 1200);
+  // Without the helper: a copy of this binary where the library's lookup beside it finds none
+  // (the build tree has one in libexec/), and DSA_INDEXER_COMPILE_HELPER unset.
+  std::string program = g_self;
+  if (!with_helper) {
+    program = t.path() + "/dsa_stub_tests";
+    std::filesystem::copy_file(g_self, program);
+  }
+  int n = 0, bad = 0;
+  double worst = 0;
+  for (int i = 0; i < per_mode; ++i) {
+    for (const char* how : {"main", "thread", "fork"}) {
+      const int d = delay(rng);
+      std::vector<std::pair<std::string, std::string>> env{{"DSA_INDEXER_CACHE_DIR", t.path() + fmt::format("/c{}", n)},
+                                                           {"DSA_INDEXER_PREBUILT_DIR", warm},
+                                                           {"DSA_INDEXER_LEAN_COMPILE", "async"}};
+      if (with_helper) env.push_back({"DSA_INDEXER_COMPILE_HELPER", DSA_TEST_HELPER});
+      auto r = run_child({"exit", how, std::to_string(d)}, env, 60, program);
+      const int64_t reaped = now_ns();
+      const auto at = r.output.rfind("exit-at ");
+      const double latency = at == std::string::npos ? -1 : double(reaped - std::atoll(r.output.c_str() + at + 8)) / 1e9;
+      const bool ok = r.exited && r.code == 0 && latency >= 0 && latency < bound_s &&
+                      (with_helper || r.output.find("was not found") != std::string::npos);
+      worst = std::max(worst, latency);
+      if (!ok) {
+        ++bad;
+        UNSCOPED_INFO(fmt::format("seed {} run {} ({} exit after {} ms): {} {}, exit took {:.3f} s; output:\n{}", seed, n, how,
+                                  d, r.exited ? "status" : "signal", r.exited ? r.code : r.signal, latency, r.output));
+      }
+      ++n;
+    }
+  }
+  WARN(fmt::format("{} processes ({}), {} bad, slowest exit {:.3f} s (bound {} s)", n,
+                   with_helper ? "compile helper" : "in-process NVRTC", bad, worst, bound_s));
+  CHECK(bad == 0);
+}
+
+TEST_CASE("stub: exit during background compiles, with the compile helper", "[stub_exit]") { exit_storm(true, 8, 3.0); }
+
+TEST_CASE("stub: exit during background compiles, NVRTC in process", "[stub_exit]") { exit_storm(false, 8, 10.0); }
+
+int child_warm() {
+  Bshd c(1, kExitShapes[0][0], kExitShapes[0][1]);
+  c.run(KernelFamily::generic);
+  return contains(stub_last_kernel(), "generic") ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  g_self = argv[0];
+  if (argc >= 3 && std::string(argv[1]) == "--child") {
+    const std::string mode = argv[2];
+    try {
+      if (mode == "forward") return child_forward();
+      if (mode == "async") return child_async();
+      if (mode == "topk") return child_topk();
+      if (mode == "warm") return child_warm();
+      if (mode == "exit" && argc >= 5) return child_exit(argv[3], std::atoi(argv[4]));
+    } catch (const std::exception& e) {
+      std::printf("child: %s\n", e.what());
+      return 90;
+    }
+    return 91;
+  }
+  // Every case needs the stub, not a real driver or none: a wrong LD_LIBRARY_PATH fails here.
+  std::string why;
+  if (!dd::Driver::probe(&why) || !contains(dd::device_info(0).name, "stub")) {
+    std::fprintf(stderr, "the stand-in driver is not the libcuda.so.1 this process loads (LD_LIBRARY_PATH?): %s\n", why.c_str());
+    return 2;
+  }
+  return Catch::Session().run(argc, argv);
+}
