@@ -58,7 +58,7 @@ if ! op_loads; then
   torch_dir=$($py -c 'import os, torch; print(os.path.dirname(torch.__file__))')
   cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
   t0=$SECONDS
-  g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -o $b/libdsa_indexer_torch.so python/csrc/torch_op.cpp \
+  g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -o $b/libdsa_indexer_torch.so python/csrc/torch_op.cpp python/csrc/torch_topk_op.cpp \
     -Iinclude -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include" -isystem "$cuda_inc" \
     -L"$torch_dir/lib" -Wl,--no-as-needed "$lib" -lc10 -lc10_cuda -ltorch_cpu -ltorch_cuda -ltorch -Wl,-rpath,'$ORIGIN' \
     >>"$out/op_build.log" 2>&1
