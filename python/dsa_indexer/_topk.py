@@ -8,7 +8,6 @@ touched works without PyTorch installed.
 from __future__ import annotations
 
 import ctypes
-import operator
 from typing import NamedTuple
 
 from . import _forward, _lib, _torch_op
