@@ -152,13 +152,30 @@ void run_topk(TopkCall c, TopkOutputs& out) {
   }
 }
 
+// A family of the top-k operation (or automatic), by name: the registry's names, so that a
+// scores family is refused here as the fake kernel and the ctypes binding refuse it.
+dsa::KernelFamily topk_family_of(const std::string& name) {
+  const dsa::KernelFamily id = family_of(name, kWhere);
+  if (id == dsa::KernelFamily::automatic) return id;
+  std::string names = "'auto'";
+  bool topk = false;
+  for (int i = 0; i < dsa::kernel_family_count(); ++i) {
+    const dsa::KernelFamilyInfo info = dsa::kernel_family_info(i);
+    if (std::string(info.operation) != "topk") continue;
+    names += std::string(", '") + info.name + "'";
+    topk = topk || info.id == id;
+  }
+  TORCH_CHECK_VALUE(topk, "[DSA_STATUS_INVALID_ARGUMENT] indexer_topk: family: expected one of ", names, ", got '", name, "'");
+  return id;
+}
+
 TopkCall make_topk_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t top_k, int64_t ratio,
                         double sm_scale, const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k,
                         std::optional<int64_t> max_q, std::optional<int64_t> max_k, bool global_indices,
                         bool sort_by_score, const std::string& family, const OptTensor& cu_q_host,
                         const OptTensor& cu_k_host) {
   return TopkCall{q,     k,     w,     top_k,          ratio,         sm_scale, offsets, cu_q, cu_k,
-                  max_q, max_k, global_indices, sort_by_score, family_of(family, kWhere), cu_q_host, cu_k_host};
+                  max_q, max_k, global_indices, sort_by_score, topk_family_of(family), cu_q_host, cu_k_host};
 }
 
 std::vector<at::Tensor> topk_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t top_k,
