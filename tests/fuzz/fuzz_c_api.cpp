@@ -29,13 +29,14 @@
 namespace {
 
 uint64_t g_status_count[8];
+uint64_t g_topk_calls = 0;  // of which dsa_indexer_topk or its workspace-size query
 
 void print_histogram() {
   std::fprintf(stderr, "fuzz_c_api: statuses:");
   for (int s = 0; s <= 6; ++s)
     std::fprintf(stderr, " %s=%llu", dsa_status_name(static_cast<dsa_status>(s)),
                  static_cast<unsigned long long>(g_status_count[s]));
-  std::fprintf(stderr, "\n");
+  std::fprintf(stderr, " (top-k entries: %llu)\n", static_cast<unsigned long long>(g_topk_calls));
 }
 
 int64_t interesting64(FuzzedDataProvider& in) {
@@ -217,6 +218,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     s = dsa_indexer_forward(nulls & 1 ? nullptr : &q, nulls & 2 ? nullptr : &k, nulls & 4 ? nullptr : &w,
                             nulls & 8 ? nullptr : &out, nulls & 16 ? nullptr : &o, nullptr);
   } else {
+    ++g_topk_calls;
     dsa_topk_options t;
     dsa_topk_options_init(&t);
     t.k = in.ConsumeBool() ? in.ConsumeIntegralInRange<int32_t>(1, 300) : static_cast<int32_t>(interesting64(in));
