@@ -55,6 +55,25 @@ typedef struct dsa_options {
   int32_t family;
 } dsa_options;
 
+/* The top-k operation (dsa_indexer/topk.hpp): per query row, the k best keys of the scores
+ * dsa_indexer_forward would compute, without the score matrix. */
+#define DSA_TOPK_MAX_K 2048
+enum { DSA_TOPK_INDICES_LOCAL = 0, DSA_TOPK_INDICES_GLOBAL = 1 };
+
+typedef struct dsa_topk_options {
+  uint32_t struct_size;   /* sizeof(dsa_topk_options), set by dsa_topk_options_init */
+  int32_t k;              /* 1 <= k <= DSA_TOPK_MAX_K; rows with fewer visible keys are padded */
+  int32_t sort_by_score;  /* 0: indices ascending within a row; else by (score desc, index asc) */
+  int32_t indices;        /* DSA_TOPK_INDICES_LOCAL (key index in its batch entry / THD segment)
+                           * or DSA_TOPK_INDICES_GLOBAL (BSHD b * S_k + local; THD packed key row) */
+  dsa_tensor values;      /* optional fp32, the shape of indices: the selected scores (-inf padding) */
+  dsa_tensor softmax;     /* optional fp32, the shape of indices: softmax over the selected scores (0 padding) */
+  void* workspace;        /* optional device workspace (256-byte aligned) of workspace_bytes bytes, at
+                           * least dsa_indexer_topk_workspace_size; NULL: the call takes it from the
+                           * driver's stream-ordered pool */
+  size_t workspace_bytes;
+} dsa_topk_options;
+
 /* Counters of the kernel cache, the background compile worker and the shape recording (the
  * C++ CacheStats). The struct only grows, by fields appended at its end; version 1 was its first
  * seven fields (DSA_CACHE_STATS_V1_SIZE bytes). dsa_kernel_cache_stats fills those seven only, so
@@ -75,6 +94,22 @@ DSA_INDEXER_API void dsa_options_init(dsa_options* options);
 DSA_INDEXER_API dsa_status dsa_indexer_forward(const dsa_tensor* q, const dsa_tensor* k,
                                                const dsa_tensor* w, const dsa_tensor* scores,
                                                const dsa_options* options, void* stream);
+
+/* Fills defaults: k 2048, indices ascending, local indices, no values / softmax, no workspace. */
+DSA_INDEXER_API void dsa_topk_options_init(dsa_topk_options* topk);
+
+/* indices: int32 (B, S_q, k) or THD (T_q, k), contiguous. options: the score operation's
+ * (ratio, sm_scale, offsets, THD metadata, lse of the whole row, family: auto or a "topk"
+ * family); thd_columns must stay local and ks / ke are not supported. Both option structs are
+ * required. On any error nothing is launched and the outputs are untouched. */
+DSA_INDEXER_API dsa_status dsa_indexer_topk(const dsa_tensor* q, const dsa_tensor* k, const dsa_tensor* w,
+                                            const dsa_tensor* indices, const dsa_options* options,
+                                            const dsa_topk_options* topk, void* stream);
+/* The workspace bytes the same call needs (*out), validating it the same way; launches nothing.
+ * THD without host cu_seqlens mirrors reads the device arrays once (on the legacy stream). */
+DSA_INDEXER_API dsa_status dsa_indexer_topk_workspace_size(const dsa_tensor* q, const dsa_tensor* k, const dsa_tensor* w,
+                                                           const dsa_tensor* indices, const dsa_options* options,
+                                                           const dsa_topk_options* topk, size_t* out);
 
 /* The last failure's message on this thread ("" if the last call succeeded). */
 DSA_INDEXER_API const char* dsa_last_error(void);

@@ -46,6 +46,10 @@ DTYPE_NAMES = {DSA_BF16: "bf16", DSA_F16: "f16", DSA_F32: "f32", DSA_I32: "i32",
 
 THD_COLUMNS = {"local": 0, "global": 1}
 
+# top-k (DSA_TOPK_* in c_api.h)
+TOPK_MAX_K = 2048
+TOPK_INDICES_LOCAL, TOPK_INDICES_GLOBAL = 0, 1
+
 ENV_LIBRARY = "DSA_INDEXER_LIBRARY"
 LIBRARY_NAMES = ("libdsa_indexer.so", "libdsa_indexer.so.0")
 
@@ -82,6 +86,21 @@ class DsaOptions(ctypes.Structure):
         ("ke", DsaTensor),
         ("lse", DsaTensor),
         ("family", ctypes.c_int32),
+    ]
+
+
+class DsaTopkOptions(ctypes.Structure):
+    """struct dsa_topk_options; always start from `new_topk_options()` (dsa_topk_options_init)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("k", ctypes.c_int32),
+        ("sort_by_score", ctypes.c_int32),
+        ("indices", ctypes.c_int32),
+        ("values", DsaTensor),
+        ("softmax", DsaTensor),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
     ]
 
 
@@ -149,6 +168,13 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.dsa_options_init.restype = None
     lib.dsa_indexer_forward.argtypes = [p(DsaTensor), p(DsaTensor), p(DsaTensor), p(DsaTensor), p(DsaOptions), ctypes.c_void_p]
     lib.dsa_indexer_forward.restype = ctypes.c_int
+    lib.dsa_topk_options_init.argtypes = [p(DsaTopkOptions)]
+    lib.dsa_topk_options_init.restype = None
+    topk_args = [p(DsaTensor), p(DsaTensor), p(DsaTensor), p(DsaTensor), p(DsaOptions), p(DsaTopkOptions)]
+    lib.dsa_indexer_topk.argtypes = topk_args + [ctypes.c_void_p]
+    lib.dsa_indexer_topk.restype = ctypes.c_int
+    lib.dsa_indexer_topk_workspace_size.argtypes = topk_args + [p(ctypes.c_size_t)]
+    lib.dsa_indexer_topk_workspace_size.restype = ctypes.c_int
     lib.dsa_last_error.argtypes = []
     lib.dsa_last_error.restype = ctypes.c_char_p
     lib.dsa_status_name.argtypes = [ctypes.c_int]
@@ -166,9 +192,11 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     return lib
 
 
-def check_abi(lib: ctypes.CDLL, path: str, mirror: type = None) -> None:
-    """Compares what dsa_options_init writes with the ctypes mirror (size and defaults);
-    `mirror` defaults to DsaOptions (tests pass a deliberately wrong one)."""
+def check_abi(lib: ctypes.CDLL, path: str, mirror: type = None, topk_mirror: type = None) -> None:
+    """Compares what dsa_options_init and dsa_topk_options_init write with the ctypes mirrors
+    (size and defaults); `mirror` / `topk_mirror` default to DsaOptions / DsaTopkOptions (tests
+    pass deliberately wrong ones)."""
+    _check_topk_abi(lib, path, DsaTopkOptions if topk_mirror is None else topk_mirror)
     mirror = DsaOptions if mirror is None else mirror
     # A buffer larger than the mirror, so that a library whose struct grew cannot write past it.
     raw = (ctypes.c_char * (ctypes.sizeof(mirror) + 512))()
@@ -186,6 +214,25 @@ def check_abi(lib: ctypes.CDLL, path: str, mirror: type = None) -> None:
         raise LibraryABIError(
             f"{path}: dsa_options_init defaults seen through the ctypes mirror: expected {want} and sm_scale 1.0, "
             f"got {got} and sm_scale {o.sm_scale}: the field offsets differ from c_api.h"
+        )
+
+
+def _check_topk_abi(lib: ctypes.CDLL, path: str, mirror: type) -> None:
+    raw = (ctypes.c_char * (ctypes.sizeof(mirror) + 512))()
+    lib.dsa_topk_options_init(ctypes.cast(raw, lib.dsa_topk_options_init.argtypes[0]))
+    struct_size = ctypes.c_uint32.from_buffer(raw).value
+    if struct_size != ctypes.sizeof(mirror):
+        raise LibraryABIError(
+            f"{path}: dsa_topk_options.struct_size: expected {ctypes.sizeof(mirror)} (this binding's ctypes mirror), "
+            f"got {struct_size}: the library and python/dsa_indexer/_lib.py disagree on c_api.h"
+        )
+    o = mirror.from_buffer(raw)
+    want = {"k": TOPK_MAX_K, "sort_by_score": 0, "indices": TOPK_INDICES_LOCAL, "workspace": None, "workspace_bytes": 0}
+    got = {name: getattr(o, name) for name in want}
+    if got != want or o.values.rank != 0 or o.softmax.rank != 0:
+        raise LibraryABIError(
+            f"{path}: dsa_topk_options_init defaults seen through the ctypes mirror: expected {want}, got {got}: "
+            "the field offsets differ from c_api.h"
         )
 
 
@@ -317,6 +364,31 @@ def forward_raw(q: DsaTensor, k: DsaTensor, w: DsaTensor, scores: DsaTensor, opt
     )
     # dsa_last_error is per thread; ctypes runs the call and this read on the calling thread.
     check(status)
+
+
+def new_topk_options() -> DsaTopkOptions:
+    """A dsa_topk_options filled by the library's dsa_topk_options_init."""
+    o = DsaTopkOptions()
+    library().dsa_topk_options_init(ctypes.byref(o))
+    return o
+
+
+def topk_raw(q: DsaTensor, k: DsaTensor, w: DsaTensor, indices: DsaTensor, options: DsaOptions, topk: DsaTopkOptions,
+             stream: int | None = None) -> None:
+    """dsa_indexer_topk on descriptors; raises on any non-OK status (`stream` as in forward_raw)."""
+    status = library().dsa_indexer_topk(ctypes.byref(q), ctypes.byref(k), ctypes.byref(w), ctypes.byref(indices),
+                                        ctypes.byref(options), ctypes.byref(topk), stream or None)
+    check(status)
+
+
+def topk_workspace_size_raw(q: DsaTensor, k: DsaTensor, w: DsaTensor, indices: DsaTensor, options: DsaOptions,
+                            topk: DsaTopkOptions) -> int:
+    """dsa_indexer_topk_workspace_size on descriptors: the bytes the same call needs."""
+    out = ctypes.c_size_t(0)
+    status = library().dsa_indexer_topk_workspace_size(ctypes.byref(q), ctypes.byref(k), ctypes.byref(w), ctypes.byref(indices),
+                                                       ctypes.byref(options), ctypes.byref(topk), ctypes.byref(out))
+    check(status)
+    return out.value
 
 
 def kernel_cache_stats() -> CacheStats:

@@ -4,8 +4,9 @@
 registers ``torch.ops.dsa_indexer.indexer_forward`` (scores), ``indexer_forward_lse`` (scores
 and lse), ``indexer_forward_out`` (into given tensors) and the short forms of the common calls,
 ``indexer_forward_bshd`` and ``indexer_forward_thd`` (local columns, automatic family, every
-argument required: fewer arguments for the dispatcher to convert), with CUDA, Meta (fake) and
-Autograd kernels. It is looked for, in order:
+argument required: fewer arguments for the dispatcher to convert), and the top-k operators
+``indexer_topk`` (-> [indices, values?, softmax?, lse?]) and ``indexer_topk_out`` (into given
+tensors; python/csrc/torch_topk_op.cpp), with CUDA, Meta (fake) and Autograd kernels. It is looked for, in order:
 
 1. ``$DSA_INDEXER_TORCH_OP``: its path (when set, only it is tried and a failure is an error;
    ``0`` means "do not use the operator": the ctypes binding serves every call);
@@ -59,6 +60,8 @@ class _Ops(NamedTuple):
     bshd_entry: object
     thd_entry: object
     dynamo_tracing: object  # torch.compiler.is_dynamo_compiling (one call returning a constant in eager mode)
+    topk: object  # torch.ops.dsa_indexer.indexer_topk.default (-> [indices, values?, softmax?, lse?])
+    topk_out: object  # torch.ops.dsa_indexer.indexer_topk_out.default (into given tensors)
 
 
 _SCHEMA_TYPE_ERROR = re.compile(r"^dsa_indexer::(\w+)\(\) Expected a value of type '([^']+)' for argument '(\w+)' but instead found type '([^']+)'")
@@ -99,7 +102,8 @@ def _resolve(environ=None):
             ops = torch.ops.dsa_indexer
             return (_Ops(ops.indexer_forward.default, ops.indexer_forward_lse.default, ops.indexer_forward_out.default,
                          ops.indexer_forward_bshd.default, ops.indexer_forward_thd.default, torch.Tensor,
-                         ops.indexer_forward_bshd.default._op, ops.indexer_forward_thd.default._op, torch.compiler.is_dynamo_compiling),
+                         ops.indexer_forward_bshd.default._op, ops.indexer_forward_thd.default._op, torch.compiler.is_dynamo_compiling,
+                         ops.indexer_topk.default, ops.indexer_topk_out.default),
                     Backend(TORCH_OPS, path, ""))
         except (OSError, RuntimeError, AttributeError) as e:
             tried.append(f"{path}: {e}")
@@ -154,7 +158,8 @@ def translate(e: Exception) -> Exception:
     m = _SCHEMA_TYPE_ERROR.search(msg)
     if m:  # the dispatcher's argument conversion: a TypeError, as in the ctypes binding
         want = "a torch.Tensor" if m.group(2).startswith("Tensor") else f"a value of type {m.group(2)}"
-        return TypeError(f"indexer_forward: {m.group(3)}: expected {want}, got {m.group(4)} ({msg.splitlines()[0]})")
+        where = "indexer_topk" if m.group(1).startswith("indexer_topk") else "indexer_forward"
+        return TypeError(f"{where}: {m.group(3)}: expected {want}, got {m.group(4)} ({msg.splitlines()[0]})")
     if not msg.startswith("[DSA_STATUS_"):
         return e
     name, _, rest = msg[1:].partition("] ")
@@ -207,6 +212,47 @@ def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, c
             lse_out = q.new_empty(rows_shape, dtype=_float32())
     o.forward_out(*args, out=out, lse_out=lse_out, **extra)
     return {"scores": out, "lse": lse_out} if return_lse else out
+
+
+def topk(o: _Ops, q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+         global_indices, sort_by_score, return_values, return_softmax, return_lse, indices_out, values_out, softmax_out,
+         lse_out, workspace, family, cu_seqlens_q_host, cu_seqlens_k_host, stream):
+    """`indexer_topk` through the registered operators: the allocating one without caller buffers,
+    else `indexer_topk_out` (the results it is not given are allocated here, on the stream).
+    Returns (indices, values, softmax, lse), None for what was not asked for."""
+    if stream is not None:
+        with _stream_context(stream, q.device):
+            return topk(o, q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, global_indices, sort_by_score, return_values, return_softmax, return_lse, indices_out,
+                        values_out, softmax_out, lse_out, workspace, family, cu_seqlens_q_host, cu_seqlens_k_host, None)
+    args = (q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    extra = dict(global_indices=global_indices, sort_by_score=sort_by_score)
+    if family != "auto" or cu_seqlens_q_host is not None or cu_seqlens_k_host is not None:
+        extra.update(family=family, cu_seqlens_q_host=host_mirror_tensor(cu_seqlens_q_host),
+                     cu_seqlens_k_host=host_mirror_tensor(cu_seqlens_k_host))
+    want = (return_values or values_out is not None, return_softmax or softmax_out is not None, return_lse or lse_out is not None)
+    if indices_out is None and values_out is None and softmax_out is None and lse_out is None and workspace is None:
+        got = iter(o.topk(*args, return_values=want[0], return_softmax=want[1], return_lse=want[2], **extra))
+        indices = next(got)
+        return (indices, *(next(got) if w_ else None for w_ in want))
+    shape, rows = topk_shapes(q, k, cu_seqlens_q is not None or cu_seqlens_k is not None, top_k)
+    if indices_out is None:
+        indices_out = q.new_empty(shape, dtype=_int32())
+    if want[0] and values_out is None:
+        values_out = q.new_empty(shape, dtype=_float32())
+    if want[1] and softmax_out is None:
+        softmax_out = q.new_empty(shape, dtype=_float32())
+    if want[2] and lse_out is None:
+        lse_out = q.new_empty(rows, dtype=_float32())
+    o.topk_out(*args, indices_out=indices_out, values_out=values_out, softmax_out=softmax_out, lse_out=lse_out,
+               workspace=workspace, **extra)
+    return indices_out, values_out, softmax_out, lse_out
+
+
+def _int32():
+    import torch
+
+    return torch.int32
 
 
 def _float32():
@@ -271,6 +317,44 @@ def _register_fakes(torch) -> None:
                 raise ValueError(f"indexer_forward: {name}: expected f32{list(want)}, got {t.dtype}{list(t.shape)}")
         return None
 
+    def topk_checked_shapes(q, k, top_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, family):
+        # The family name too (the registry's, as the CUDA kernel checks it), so that a traced
+        # call fails where the eager one would; fake kernels run as plain Python, never traced.
+        if family not in _lib.families("topk"):
+            names = ", ".join(repr(n) for n in _lib.families("topk"))
+            raise ValueError(f"indexer_topk: family: expected one of {names}, got {family!r}")
+        thd = cu_seqlens_q is not None or cu_seqlens_k is not None
+        if thd and (cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None):
+            raise ValueError("indexer_topk: THD needs cu_seqlens_q, cu_seqlens_k, max_seqlen_q and max_seqlen_k")
+        check_top_k(top_k)
+        rank = 3 if thd else 4
+        if q.dim() != rank or k.dim() != rank:
+            raise ValueError(f"indexer_topk: q / k: expected rank {rank} for {'THD' if thd else 'BSHD'}, got shapes {tuple(q.shape)} / {tuple(k.shape)}")
+        return topk_shapes(q, k, thd, top_k)
+
+    @torch.library.register_fake("dsa_indexer::indexer_topk")
+    def _fake_topk(q, k, w, top_k=2048, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                   max_seqlen_q=None, max_seqlen_k=None, *, global_indices=False, sort_by_score=False, return_values=False,
+                   return_softmax=False, return_lse=False, family="auto", cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+        shape, rows = topk_checked_shapes(q, k, top_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, family)
+        out = [q.new_empty(shape, dtype=torch.int32)]
+        out += [q.new_empty(shape, dtype=torch.float32) for wanted in (return_values, return_softmax) if wanted]
+        if return_lse:
+            out.append(q.new_empty(rows, dtype=torch.float32))
+        return out
+
+    @torch.library.register_fake("dsa_indexer::indexer_topk_out")
+    def _fake_topk_out(q, k, w, top_k=2048, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                       max_seqlen_q=None, max_seqlen_k=None, *, indices_out, values_out=None, softmax_out=None, lse_out=None,
+                       workspace=None, global_indices=False, sort_by_score=False, family="auto", cu_seqlens_q_host=None,
+                       cu_seqlens_k_host=None):
+        shape, rows = topk_checked_shapes(q, k, top_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, family)
+        for name, t, want, dtype in (("indices_out", indices_out, shape, torch.int32), ("values_out", values_out, shape, torch.float32),
+                                     ("softmax_out", softmax_out, shape, torch.float32), ("lse_out", lse_out, rows, torch.float32)):
+            if t is not None and (tuple(t.shape) != tuple(want) or t.dtype != dtype):
+                raise ValueError(f"indexer_topk: {name}: expected {str(dtype).removeprefix('torch.')}{list(want)}, got {t.dtype}{list(t.shape)}")
+        return None
+
     _fakes_registered = True
 
 
@@ -280,3 +364,26 @@ def result_shapes(q, k, thd: bool, max_seqlen_k, thd_columns: str):
     if thd:
         return (q.shape[0], max_seqlen_k if thd_columns == "local" else k.shape[0]), (q.shape[0],)
     return (q.shape[0], q.shape[1], k.shape[1]), (q.shape[0], q.shape[1])
+
+
+def check_top_k(top_k) -> int:
+    """top_k as an int in [1, 2048] (the library's bounds, checked here too because the outputs'
+    shape depends on it): InvalidArgument below, UnsupportedConfig above, as the library raises."""
+    import operator
+
+    from .errors import InvalidArgument, UnsupportedConfig
+
+    top_k = operator.index(top_k)
+    if top_k < 1:
+        raise InvalidArgument(f"indexer_topk: top_k: expected >= 1, got {top_k}")
+    if top_k > _lib.TOPK_MAX_K:
+        raise UnsupportedConfig(f"indexer_topk: top_k: expected <= {_lib.TOPK_MAX_K}, got {top_k}")
+    return top_k
+
+
+def topk_shapes(q, k, thd: bool, top_k: int):
+    """(indices / values / softmax shape, lse shape) of a top-k call: BSHD (B, S_q, top_k) /
+    (B, S_q); THD (T_q, top_k) / (T_q,)."""
+    if thd:
+        return (q.shape[0], top_k), (q.shape[0],)
+    return (q.shape[0], q.shape[1], top_k), (q.shape[0], q.shape[1])

@@ -1,4 +1,5 @@
-"""A drop-in for cuDNN-frontend 1.32's ``indexer_forward_wrapper`` (its SM90 path).
+"""A drop-in for cuDNN-frontend 1.32's ``indexer_forward_wrapper`` (its SM90 path) and
+``indexer_forward_top_k_wrapper`` (SM100-only there; see its docstring here).
 
 Switching is one import line::
 
@@ -29,14 +30,18 @@ Everything else (shapes, dtypes, THD local columns, offsets, ``out``) goes to
 `dsa_indexer.indexer_forward`, which raises ValueError where cuDNN-frontend's SM90 interface
 raises AssertionError or ValueError. It accepts a superset: a padded-row ``out``, CPU
 cu_seqlens. Importing this module imports neither torch nor the library.
+
+``indexer_forward_top_k_wrapper`` has cuDNN-frontend 1.32's signature and result keys
+(``indices``, ``logits``, ``softmax`` by default, ``lse`` when asked) and runs
+`dsa_indexer.indexer_topk`; its docstring says what each argument does here.
 """
 
 from __future__ import annotations
 
-from . import _forward
+from . import _forward, _topk
 from .errors import UnsupportedConfig
 
-__all__ = ["TupleDict", "indexer_forward_wrapper", "DEFAULT_TUNING"]
+__all__ = ["TupleDict", "indexer_forward_wrapper", "indexer_forward_top_k_wrapper", "DEFAULT_TUNING"]
 
 # cuDNN-frontend's SM90 wrapper runs only these values and refuses any other.
 DEFAULT_TUNING = {"m_block_size": 128, "n_block_size": 128, "q_stage": 2, "kv_stage": 4}
@@ -68,38 +73,46 @@ class TupleDict(dict):
         return super().__getitem__(key)
 
 
-def _check_cudnn_arguments(tuning: dict, precision, q_scale, k_scale, cu_seqlens_q_scale_padded, cu_seqlens_k_scale_padded) -> None:
+# The precisions cuDNN-frontend knows besides bf16, per wrapper: dsa-indexer raises
+# UnsupportedConfig for them (they exist there, not here) and ValueError for any other name.
+_FORWARD_PRECISIONS = ("fp8",)  # SM90 indexer_forward_wrapper
+_TOP_K_PRECISIONS = ("fp8", "mxfp8", "mxfp4")  # the top-k wrapper's SM100 block-scaled ones (and SM90's fp8)
+
+
+def _check_cudnn_arguments(tuning: dict, precision, q_scale, k_scale, cu_seqlens_q_scale_padded, cu_seqlens_k_scale_padded,
+                           where: str = "indexer_forward_wrapper", others: tuple = _FORWARD_PRECISIONS) -> None:
     """The checks cuDNN-frontend's SM90 path makes before touching a tensor, in its order."""
     if cu_seqlens_q_scale_padded is not None or cu_seqlens_k_scale_padded is not None:
         raise NotImplementedError(
-            "indexer_forward_wrapper: cu_seqlens_q_scale_padded / cu_seqlens_k_scale_padded: expected None on SM90 "
+            f"{where}: cu_seqlens_q_scale_padded / cu_seqlens_k_scale_padded: expected None on SM90 "
             "(block-scale padded cu_seqlens are an SM100 feature), got a tensor"
         )
     bad = [f"{name}={tuning[name]}" for name, want in DEFAULT_TUNING.items() if tuning[name] != want]
     if bad:
         raise ValueError(
-            "indexer_forward_wrapper: SM90 supports only the default tuning parameters "
+            f"{where}: SM90 supports only the default tuning parameters "
             f"(m_block_size=128, n_block_size=128, q_stage=2, kv_stage=4); got {', '.join(bad)}"
         )
+    known = " or ".join(repr(n) for n in ("bf16", *others))
     if not isinstance(precision, str):
-        raise ValueError(f"indexer_forward_wrapper: precision: expected 'bf16' or 'fp8', got {precision!r}")
+        raise ValueError(f"{where}: precision: expected {known}, got {precision!r}")
     p = precision.lower()
     if p == "bf16":
         if q_scale is not None or k_scale is not None:
-            raise ValueError("indexer_forward_wrapper: q_scale / k_scale: expected None with precision='bf16' (they are fp8 descales), got a tensor")
-    elif p == "fp8":
-        raise UnsupportedConfig("indexer_forward_wrapper: precision: dsa-indexer implements 'bf16' only, got 'fp8'")
+            raise ValueError(f"{where}: q_scale / k_scale: expected None with precision='bf16' (they are fp8 descales), got a tensor")
+    elif p in others:
+        raise UnsupportedConfig(f"{where}: precision: dsa-indexer implements 'bf16' only, got {p!r}")
     else:
-        raise ValueError(f"indexer_forward_wrapper: precision: expected 'bf16' or 'fp8', got {precision!r}")
+        raise ValueError(f"{where}: precision: expected {known}, got {precision!r}")
 
 
-def _check_qhead_per_kv_head(qhead_per_kv_head, q, k) -> None:
+def _check_qhead_per_kv_head(qhead_per_kv_head, q, k, where: str = "indexer_forward_wrapper") -> None:
     if qhead_per_kv_head is None:
         return
     h_q, h_kv = q.shape[-2], k.shape[-2]
     want = h_q // h_kv if h_kv else None
     if qhead_per_kv_head != want:
-        raise ValueError(f"indexer_forward_wrapper: qhead_per_kv_head: expected None or H_q // H_kv = {want}, got {qhead_per_kv_head}")
+        raise ValueError(f"{where}: qhead_per_kv_head: expected None or H_q // H_kv = {want}, got {qhead_per_kv_head}")
 
 
 def _stream_handle(stream):
@@ -162,3 +175,137 @@ def indexer_forward_wrapper(
     if return_lse:
         return TupleDict(scores=res["scores"], lse=res["lse"])
     return TupleDict(scores=res)
+
+
+def indexer_forward_top_k_wrapper(
+    q,
+    k,
+    w,
+    top_k: int,
+    ratio: int = 4,
+    qhead_per_kv_head=None,
+    m_block_size: int = 128,
+    n_block_size: int = 128,
+    q_stage: int = 2,
+    kv_stage: int = 4,
+    sm_scale: float = 1.0,
+    stream=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    q_causal_offsets=None,
+    precision: str = "bf16",
+    q_scale=None,
+    k_scale=None,
+    cu_seqlens_q_scale_padded=None,
+    cu_seqlens_k_scale_padded=None,
+    sf_vec_size: int = 32,
+    return_lse: bool = False,
+    lse_out=None,
+    return_softmax=None,
+    softmax_out=None,
+    microbatch_rows: int = -1,
+    topk_indices_global: bool = True,
+    cand_buffer=None,
+    out_indices=None,
+    out_logits=None,
+    cand_batch_offsets=None,
+    deterministic: bool = False,
+) -> TupleDict:
+    """cuDNN-frontend 1.32's ``indexer_forward_top_k_wrapper`` (scores and top-k selection
+    without the dense score matrix) on dsa-indexer's `indexer_topk`, which runs it on Hopper;
+    cuDNN-frontend's own raises NotImplementedError below SM100.
+
+    Returns ``TupleDict(indices=, logits=, softmax=)`` by default, in that order, plus ``lse``
+    when asked for: ``indices`` int32 (B, S_q, top_k) / THD (T_q, top_k), -1 in the padding of
+    rows with fewer than ``top_k`` visible keys; ``logits`` fp32, the selected scores (post
+    ``sm_scale``; -inf in padding); ``softmax`` fp32, softmax over the row's selected logits (0 in
+    padding); ``lse`` fp32 (B, S_q) / (T_q,), log-sum-exp of the whole row's visible scores.
+
+    What each argument does here:
+
+    - ``q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k``: as in
+      `indexer_forward_wrapper` (BSHD or THD, bf16 q/k, bf16 or fp32 w, H 16/32/64, D 128).
+    - ``top_k``: 1 .. 2048, as cuDNN-frontend (required, no default).
+    - ``max_seqlen_q`` / ``max_seqlen_k``: THD; derived from cu_seqlens when None, as
+      cuDNN-frontend does (one synchronizing read).
+    - ``topk_indices_global`` (default True, as there): BSHD ``b * S_k + local``, THD
+      ``cu_seqlens_k[b] + local``; False: the key's index inside its batch entry / segment.
+    - ``return_softmax``: None or True returns ``softmax``, False leaves it out (unless
+      ``softmax_out`` is given, which is then filled and returned, as there).
+    - ``return_lse`` / ``lse_out``: either one puts ``lse`` into the result (as there).
+    - ``out_indices``, ``out_logits``, ``softmax_out``, ``lse_out``: caller buffers, filled in
+      place and returned (identity kept).
+    - ``deterministic``: accepted, True or False. dsa-indexer's selection is always the
+      deterministic one: ties at the k-th place go to the smaller key index, the selected set is
+      unique, and within a row the indices are in ascending key order (cuDNN-frontend leaves the
+      combined path's slot order unspecified; its standalone deterministic top-k also returns
+      ascending indices).
+    - ``cand_buffer``: cuDNN-frontend's stage-1 scratch; here a workspace. A contiguous CUDA
+      tensor of at least `dsa_indexer.indexer_topk_workspace_size` bytes is used as the call's
+      workspace (nothing is allocated: CUDA-graph capture with caller buffers); a smaller one is
+      not used and the workspace comes from PyTorch's caching allocator on the stream.
+      ``cand_batch_offsets`` (its THD layout) is not read: the workspace needs none.
+    - ``microbatch_rows``: not read; the unfused path always works on bounded blocks of rows,
+      and the result does not depend on the blocking (cuDNN-frontend's neither).
+    - ``m_block_size, n_block_size, q_stage, kv_stage``: accepted at their defaults only
+      (ValueError naming the others, as `indexer_forward_wrapper`); ``qhead_per_kv_head``: None or
+      H_q // H_kv (ValueError).
+    - ``precision``: "bf16" (case-insensitive) runs; "mxfp8", "mxfp4" and "fp8" raise
+      `dsa_indexer.UnsupportedConfig` (NotImplementedError and ValueError): cuDNN-frontend's
+      block-scaled SM100 kernels have no counterpart here; another name, or ``q_scale`` /
+      ``k_scale`` with bf16, ValueError; ``cu_seqlens_*_scale_padded`` NotImplementedError;
+      ``sf_vec_size`` is not read.
+    - ``stream``: as `indexer_forward_wrapper` (a cuda.bindings CUstream, a torch.cuda.Stream,
+      an int handle, or None for the current stream).
+    """
+    del sf_vec_size, microbatch_rows, cand_batch_offsets  # see the docstring
+    where = "indexer_forward_top_k_wrapper"
+    tuning = {"m_block_size": m_block_size, "n_block_size": n_block_size, "q_stage": q_stage, "kv_stage": kv_stage}
+    _check_cudnn_arguments(tuning, precision, q_scale, k_scale, cu_seqlens_q_scale_padded, cu_seqlens_k_scale_padded,
+                           where, _TOP_K_PRECISIONS)
+    _check_qhead_per_kv_head(qhead_per_kv_head, q, k, where)
+    if cu_seqlens_q is not None and cu_seqlens_k is not None:
+        if max_seqlen_q is None:
+            max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item())
+        if max_seqlen_k is None:
+            max_seqlen_k = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item())
+    want_softmax = return_softmax is not False or softmax_out is not None
+    want_lse = bool(return_lse) or lse_out is not None
+    workspace = None
+    if cand_buffer is not None:
+        need = _topk.indexer_topk_workspace_size(
+            q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            global_indices=bool(topk_indices_global), return_lse=want_lse)
+        if cand_buffer.is_contiguous() and cand_buffer.numel() * cand_buffer.element_size() >= need:
+            workspace = cand_buffer
+    res = _topk.indexer_topk(
+        q,
+        k,
+        w,
+        top_k,
+        ratio=ratio,
+        sm_scale=sm_scale,
+        q_causal_offsets=q_causal_offsets,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k,
+        global_indices=bool(topk_indices_global),
+        return_values=True,
+        return_softmax=want_softmax,
+        return_lse=want_lse,
+        indices_out=out_indices,
+        values_out=out_logits,
+        softmax_out=softmax_out,
+        lse_out=lse_out,
+        workspace=workspace,
+        stream=_stream_handle(stream),
+    )
+    values = {"indices": res.indices, "logits": res.values}
+    if want_softmax:
+        values["softmax"] = res.softmax
+    if want_lse:
+        values["lse"] = res.lse
+    return TupleDict(**values)

@@ -121,3 +121,48 @@ def compare(got, ref) -> dict:
         "non_finite": int(bad.sum().item()),
         "visible": int((~r_ninf).sum().item()),
     }
+
+
+def topk_reference(scores, top_k: int, sort_by_score: bool = False):
+    """The top-k contract's selection applied to a score tensor (any device): the scores of
+    `dsa_indexer.indexer_forward` with local columns, (..., S_k) fp32, -inf exactly outside each
+    row's window. Returns (indices int32, values fp32), both (..., top_k):
+
+    the ``top_k`` visible cells of largest score, ties going to the smaller column, ranked on the
+    fp32 bit patterns (so +0.0 ranks above -0.0); indices ascending within a row, or by (score
+    desc, index asc) with ``sort_by_score``; padding -1 / -inf. Visible means "not -inf" here,
+    which holds for scores of finite inputs (a visible score is then finite)."""
+    import torch
+
+    s_k = scores.shape[-1]
+    bits = scores.contiguous().view(torch.int32)
+    key = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # orders like the floats, -0.0 below +0.0
+    visible = ~torch.isneginf(scores)
+    key = torch.where(visible, key, torch.full_like(key, torch.iinfo(torch.int32).min))
+    n = min(top_k, s_k)
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices[..., :n]  # ties: smaller column first
+    valid = torch.arange(n, device=scores.device) < visible.sum(-1, keepdim=True)
+    indices = torch.where(valid, order, torch.full_like(order, -1))
+    if not sort_by_score:
+        big = torch.full_like(indices, s_k)
+        indices = torch.sort(torch.where(valid, indices, big), dim=-1).values
+        indices = torch.where(indices == s_k, torch.full_like(indices, -1), indices)
+    values = torch.where(indices >= 0, torch.gather(scores, -1, indices.clamp_min(0)),
+                         torch.full(indices.shape, float("-inf"), dtype=scores.dtype, device=scores.device))
+    if top_k > n:  # rows narrower than k: padded to k columns
+        pad = list(indices.shape[:-1]) + [top_k - n]
+        indices = torch.cat([indices, torch.full(pad, -1, dtype=indices.dtype, device=scores.device)], -1)
+        values = torch.cat([values, torch.full(pad, float("-inf"), dtype=values.dtype, device=scores.device)], -1)
+    return indices.to(torch.int32), values.to(torch.float32)
+
+
+def topk_softmax_reference(values):
+    """softmax over each row's selected values (fp64): exp(v - max) / sum, 0 in padding (-inf)
+    and in rows with nothing selected."""
+    import torch
+
+    v = values.double()
+    m = v.amax(-1, keepdim=True)
+    e = torch.where(torch.isneginf(v), torch.zeros_like(v), torch.exp(v - torch.where(torch.isneginf(m), torch.zeros_like(m), m)))
+    s = e.sum(-1, keepdim=True)
+    return torch.where(s > 0, e / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(e))

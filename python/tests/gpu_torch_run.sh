@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Issue 13 on the GPU machine (H200, torch installed): the registered operator's tests, the
-# cuDNN-frontend side-by-side test and the host-cost measurement, every log under OUTDIR.
+# Issues 13 and 20 on the GPU machine (H200, torch installed): the registered operators' tests
+# (scores and top-k), the cuDNN-frontend side-by-side tests (the forward wrapper, and the top-k
+# wrapper against cuDNN-frontend's standalone top-k) and the host-cost measurement, every log
+# under OUTDIR.
 #
 #   python/tests/gpu_torch_run.sh OUTDIR [WHEEL_DIR...]
 #
-# Every step has a timeout; all of them together stay under 9 minutes (one device call).
+# Every step has a timeout; the last one (the binding tests on the operator) runs only when the
+# others left time, so that a run stays within one device call.
 # WHEEL_DIR...: cuDNN-frontend's wheels as bench/peers.py --wheels takes them (e.g.
 # /tmp/dsa_peers_stage .whl/parts/p2 after a first call that staged part 1); without them the
 # side-by-side test skips and the host-cost table has no cuDNN-frontend rows.
@@ -58,7 +61,7 @@ if ! op_loads; then
   torch_dir=$($py -c 'import os, torch; print(os.path.dirname(torch.__file__))')
   cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
   t0=$SECONDS
-  g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -o $b/libdsa_indexer_torch.so python/csrc/torch_op.cpp \
+  g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -o $b/libdsa_indexer_torch.so python/csrc/torch_op.cpp python/csrc/torch_topk_op.cpp \
     -Iinclude -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include" -isystem "$cuda_inc" \
     -L"$torch_dir/lib" -Wl,--no-as-needed "$lib" -lc10 -lc10_cuda -ltorch_cpu -ltorch_cuda -ltorch -Wl,-rpath,'$ORIGIN' \
     >>"$out/op_build.log" 2>&1
@@ -69,6 +72,8 @@ tail -n 1 "$out/op_build.log" | tee -a "$out/summary.txt"
 
 pyt=($py -m pytest -q -rs -p no:cacheprovider)
 run torch_op_tests ${T_OP_TESTS:-150} "${pyt[@]}" python/tests/test_torch_fake.py python/tests/test_torch_op_gpu.py
+# The top-k through both backends (the operators and ctypes), CUDA graphs, torch.compile.
+run topk_tests ${T_TOPK_TESTS:-150} "${pyt[@]}" python/tests/test_topk_gpu.py
 run cudnn_side_by_side ${T_SIDE_BY_SIDE:-150} "${pyt[@]}" python/tests/test_cudnn_compat_gpu.py ${wheels[@]:+--wheels "${wheels[@]}"}
 cli=none
 [ -x $b/tools/dsa-indexer ] && cli=$b/tools/dsa-indexer

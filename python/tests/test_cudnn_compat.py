@@ -212,3 +212,157 @@ def test_real_binding_checks_still_apply():
     """Without the recorder the binding's own checks run (before torch is needed)."""
     with pytest.raises(ValueError, match="max_seqlen_q and max_seqlen_k"):
         cudnn_compat.indexer_forward_wrapper(Q, K, W, cu_seqlens_q=object(), cu_seqlens_k=object())
+
+
+# ---------------------------------------------------------------- indexer_forward_top_k_wrapper
+
+
+from dsa_indexer import _topk  # noqa: E402
+from dsa_indexer.cudnn_compat import indexer_forward_top_k_wrapper  # noqa: E402
+
+# cuDNN-frontend 1.32.0, cudnn/deepseek_sparse_attention/indexer_forward/api.py: every parameter
+# of indexer_forward_top_k_wrapper in order, with its default (q, k, w, top_k have none).
+CUDNN_1_32_TOP_K_PARAMETERS = [
+    ("q", inspect.Parameter.empty), ("k", inspect.Parameter.empty), ("w", inspect.Parameter.empty),
+    ("top_k", inspect.Parameter.empty), ("ratio", 4), ("qhead_per_kv_head", None), ("m_block_size", 128),
+    ("n_block_size", 128), ("q_stage", 2), ("kv_stage", 4), ("sm_scale", 1.0), ("stream", None),
+    ("cu_seqlens_q", None), ("cu_seqlens_k", None), ("max_seqlen_q", None), ("max_seqlen_k", None),
+    ("q_causal_offsets", None), ("precision", "bf16"), ("q_scale", None), ("k_scale", None),
+    ("cu_seqlens_q_scale_padded", None), ("cu_seqlens_k_scale_padded", None), ("sf_vec_size", 32),
+    ("return_lse", False), ("lse_out", None), ("return_softmax", None), ("softmax_out", None), ("microbatch_rows", -1),
+    ("topk_indices_global", True), ("cand_buffer", None), ("out_indices", None), ("out_logits", None),
+    ("cand_batch_offsets", None), ("deterministic", False),
+]
+
+
+class Buffer(Shaped):
+    """A caller buffer: contiguous, of `nbytes` bytes."""
+
+    def __init__(self, nbytes, contiguous=True):
+        super().__init__(nbytes)
+        self.nbytes, self.contiguous = nbytes, contiguous
+
+    def is_contiguous(self):
+        return self.contiguous
+
+    def numel(self):
+        return self.nbytes
+
+    def element_size(self):
+        return 1
+
+
+@pytest.fixture
+def topk_recorder(monkeypatch):
+    """Replaces the binding's indexer_topk (and its workspace-size query, 4096 bytes); records the
+    keyword arguments and returns what a real call would."""
+    calls = []
+
+    def fake_topk(q, k, w, top_k, **kw):
+        calls.append(dict(kw, q=q, k=k, w=w, top_k=top_k))
+        pick = lambda given, wanted, tag: given if given is not None else ((tag, q) if wanted else None)  # noqa: E731
+        return _topk.TopkResult(pick(kw["indices_out"], True, "indices-of"), pick(kw["values_out"], kw["return_values"], "values-of"),
+                                pick(kw["softmax_out"], kw["return_softmax"], "softmax-of"), pick(kw["lse_out"], kw["return_lse"], "lse-of"))
+
+    monkeypatch.setattr(_topk, "indexer_topk", fake_topk)
+    monkeypatch.setattr(_topk, "indexer_topk_workspace_size", lambda *a, **kw: 4096)
+    return calls
+
+
+def test_top_k_signature_is_cudnn_frontend_1_32():
+    params = list(inspect.signature(indexer_forward_top_k_wrapper).parameters.values())
+    assert [(p.name, p.default) for p in params] == CUDNN_1_32_TOP_K_PARAMETERS
+    assert all(p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+
+
+def test_top_k_default_keys_and_forwarded_arguments(topk_recorder):
+    offs = object()
+    res = indexer_forward_top_k_wrapper(Q, K, W, 512, ratio=2, sm_scale=0.25, q_causal_offsets=offs)
+    assert type(res) is TupleDict and list(res.keys()) == ["indices", "logits", "softmax"]
+    indices, logits, softmax = res
+    assert (indices, logits, softmax) == (("indices-of", Q), ("values-of", Q), ("softmax-of", Q))
+    (call,) = topk_recorder
+    assert (call["top_k"], call["ratio"], call["sm_scale"], call["q_causal_offsets"]) == (512, 2, 0.25, offs)
+    assert call["global_indices"] is True  # cuDNN-frontend's topk_indices_global default
+    assert call["return_values"] is True and call["return_softmax"] is True and call["return_lse"] is False
+    assert call["workspace"] is None and call["stream"] is None
+    assert "sort_by_score" not in call  # ascending indices: the library's default order
+
+
+def test_top_k_softmax_and_lse_keys(topk_recorder):
+    assert list(indexer_forward_top_k_wrapper(Q, K, W, 8, return_softmax=False).keys()) == ["indices", "logits"]
+    assert list(indexer_forward_top_k_wrapper(Q, K, W, 8, return_softmax=True, return_lse=True).keys()) == [
+        "indices", "logits", "softmax", "lse"]
+    sm, lse = object(), object()
+    res = indexer_forward_top_k_wrapper(Q, K, W, 8, return_softmax=False, softmax_out=sm, lse_out=lse)  # given: returned
+    assert list(res.keys()) == ["indices", "logits", "softmax", "lse"] and res["softmax"] is sm and res["lse"] is lse
+    assert [c["return_lse"] for c in topk_recorder] == [False, True, True]
+
+
+def test_top_k_caller_buffers_and_local_indices(topk_recorder):
+    idx, logits = object(), object()
+    res = indexer_forward_top_k_wrapper(Q, K, W, 8, out_indices=idx, out_logits=logits, topk_indices_global=False,
+                                        deterministic=True)
+    assert res["indices"] is idx and res["logits"] is logits
+    assert topk_recorder[0]["indices_out"] is idx and topk_recorder[0]["values_out"] is logits
+    assert topk_recorder[0]["global_indices"] is False
+
+
+def test_top_k_cand_buffer_is_the_workspace_when_large_enough(topk_recorder):
+    big, small, strided = Buffer(4096), Buffer(4095), Buffer(1 << 20, contiguous=False)
+    for buf in (big, small, strided):
+        indexer_forward_top_k_wrapper(Q, K, W, 8, cand_buffer=buf, cand_batch_offsets=object(), microbatch_rows=0)
+    assert [c["workspace"] for c in topk_recorder] == [big, None, None]
+
+
+def test_top_k_thd_max_seqlen_derived_when_omitted(topk_recorder):
+    class Cu(list):  # cu_seqlens stand-in: slicing, subtraction, .max().item()
+        def __getitem__(self, s):
+            return Cu(list.__getitem__(self, s))
+
+        def __sub__(self, other):
+            return Cu(a - b for a, b in zip(self, other))
+
+        def max(self):
+            return type("Scalar", (), {"item": lambda _, m=max(self): m})()
+
+    thd_q, thd_k = Shaped(60, 64, 128), Shaped(30, 1, 128)
+    indexer_forward_top_k_wrapper(thd_q, thd_k, Shaped(60, 64), 8, cu_seqlens_q=Cu([0, 20, 60]), cu_seqlens_k=Cu([0, 10, 30]))
+    assert (topk_recorder[0]["max_seqlen_q"], topk_recorder[0]["max_seqlen_k"]) == (40, 20)
+    indexer_forward_top_k_wrapper(thd_q, thd_k, Shaped(60, 64), 8, cu_seqlens_q=Cu([0, 20, 60]), cu_seqlens_k=Cu([0, 10, 30]),
+                                  max_seqlen_q=64, max_seqlen_k=32)
+    assert (topk_recorder[1]["max_seqlen_q"], topk_recorder[1]["max_seqlen_k"]) == (64, 32)
+
+
+def test_top_k_refusals(topk_recorder):
+    with pytest.raises(ValueError, match="indexer_forward_top_k_wrapper: SM90 supports only the default tuning.*kv_stage=3"):
+        indexer_forward_top_k_wrapper(Q, K, W, 8, kv_stage=3)
+    for p in ("mxfp8", "MXFP4", "fp8"):
+        with pytest.raises(NotImplementedError, match="'bf16' only") as ei:
+            indexer_forward_top_k_wrapper(Q, K, W, 8, precision=p)
+        assert isinstance(ei.value, dsa_indexer.UnsupportedConfig) and isinstance(ei.value, ValueError)
+    with pytest.raises(ValueError, match="expected 'bf16' or 'fp8' or 'mxfp8' or 'mxfp4', got 'int8'"):
+        indexer_forward_top_k_wrapper(Q, K, W, 8, precision="int8")
+    with pytest.raises(NotImplementedError, match="SM100"):
+        indexer_forward_top_k_wrapper(Q, K, W, 8, cu_seqlens_q_scale_padded=object())
+    with pytest.raises(ValueError, match="qhead_per_kv_head: expected None or H_q // H_kv = 64, got 16"):
+        indexer_forward_top_k_wrapper(Q, K, W, 8, qhead_per_kv_head=16)
+    assert topk_recorder == []
+    indexer_forward_top_k_wrapper(Q, K, W, 8, precision="BF16", sf_vec_size=16, qhead_per_kv_head=64)
+    assert len(topk_recorder) == 1
+
+
+def test_top_k_stream_handles(topk_recorder):
+    class CUstreamLike:
+        def __int__(self):
+            return 0x1234
+
+    indexer_forward_top_k_wrapper(Q, K, W, 8, stream=CUstreamLike())
+    assert topk_recorder[0]["stream"] == 0x1234
+
+
+def test_top_k_real_binding_checks_still_apply():
+    with pytest.raises(dsa_indexer.UnsupportedConfig, match="top_k: expected <= 2048"):
+        indexer_forward_top_k_wrapper(Q, K, W, 4096)
+    with pytest.raises(dsa_indexer.InvalidArgument, match="top_k: expected >= 1"):
+        indexer_forward_top_k_wrapper(Q, K, W, 0)

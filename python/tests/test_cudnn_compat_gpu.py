@@ -195,3 +195,79 @@ def test_scale_padded_refused_by_both(theirs):
     for fn in (theirs, ours):
         with pytest.raises(NotImplementedError):
             fn(q, k, w, cu_seqlens_q_scale_padded=pad, **meta)
+
+
+# ------------------------------------------------------------------ top-k ----------------------
+# cuDNN-frontend's indexer_forward_top_k_wrapper is SM100-only (NotImplementedError on Hopper);
+# its standalone radix top-k (indexer_top_k_wrapper) runs on SM90. dsa_indexer's wrapper must
+# select what that standalone top-k, deterministic, selects from our own scores: the same
+# indices in the same order (ascending; -1 padding) and the same values, bit for bit.
+
+from dsa_indexer.cudnn_compat import indexer_forward_top_k_wrapper as ours_top_k  # noqa: E402
+from dsa_indexer.reference import topk_softmax_reference  # noqa: E402
+
+import dsa_indexer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def theirs_top_k(theirs):  # theirs: cuDNN-frontend importable (skips otherwise)
+    from cudnn.deepseek_sparse_attention import indexer_forward_top_k_wrapper, indexer_top_k_wrapper
+
+    return indexer_forward_top_k_wrapper, indexer_top_k_wrapper
+
+
+def test_top_k_same_signature_and_theirs_refuses_hopper(theirs_top_k):
+    combined, _ = theirs_top_k
+    sig = lambda f: [(p.name, p.default, p.kind) for p in inspect.signature(f).parameters.values()]  # noqa: E731
+    assert sig(ours_top_k) == sig(combined)
+    q, k, w = bshd(1, 64, 128, 64, seed=2)
+    with pytest.raises(NotImplementedError):
+        combined(q, k, w, 16)
+    res = ours_top_k(q, k, w, 16)
+    assert list(res.keys()) == ["indices", "logits", "softmax"]
+
+
+def _standalone(standalone, scores, top_k):
+    """cuDNN-frontend's standalone deterministic top-k on the rows of `scores` (local columns,
+    -inf outside each row's window [0, n)): n per row is its seq_len."""
+    rows = scores.reshape(-1, scores.shape[-1]).contiguous()
+    seq_lens = (~torch.isneginf(rows)).sum(-1).to(torch.int32)
+    r = standalone(rows, seq_lens, top_k, deterministic=True)
+    return r["indices"], r["values"]
+
+
+def _check_top_k_side_by_side(theirs_top_k, q, k, w, top_k, **kw):
+    _, standalone = theirs_top_k
+    fwd = {n: kw[n] for n in ("ratio", "sm_scale", "q_causal_offsets", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                              "max_seqlen_k") if n in kw}
+    scores = dsa_indexer.indexer_forward(q, k, w, **fwd)
+    res = ours_top_k(q, k, w, top_k, topk_indices_global=False, deterministic=True, **kw)
+    idx, val = _standalone(standalone, scores, top_k)
+    ours_idx, ours_val = res["indices"].reshape(-1, top_k), res["logits"].reshape(-1, top_k)
+    assert torch.equal(ours_idx, idx.to(torch.int32)), "indices differ from cuDNN-frontend's deterministic top-k"
+    assert torch.equal(ours_val.view(torch.int32), val.to(torch.float32).view(torch.int32))
+    want_sm = topk_softmax_reference(val.to(torch.float32))
+    assert bool(((res["softmax"].reshape(-1, top_k).double() - want_sm).abs() <= 1e-5).all())
+    return res
+
+
+@pytest.mark.parametrize("top_k", [1, 64, 512, 2048])
+def test_top_k_bshd_equals_cudnn_standalone_on_our_scores(theirs_top_k, top_k):
+    q, k, w = bshd(2, 512, 4096, 64, seed=40 + top_k)
+    k[:, 100:300] = k[:, 5:6]  # repeated key rows: ties at the k-th place
+    offs = torch.tensor([4096 - 512 - 1, 300], dtype=torch.int32, device=DEV)
+    _check_top_k_side_by_side(theirs_top_k, q, k, w, top_k, ratio=1, sm_scale=0.125, q_causal_offsets=offs)
+
+
+@pytest.mark.parametrize("ratio", [2, 4])
+def test_top_k_bshd_ratio_and_short_rows(theirs_top_k, ratio):
+    q, k, w = bshd(1, 256, 1500, 32, seed=50 + ratio)
+    _check_top_k_side_by_side(theirs_top_k, q, k, w, 512, ratio=ratio, sm_scale=0.5)
+
+
+def test_top_k_thd_equals_cudnn_standalone_on_our_scores(theirs_top_k):
+    q, k, w, meta = thd([37, 0, 300, 5, 600], [20, 9, 900, 0, 2500], 64, seed=60)
+    offs = torch.tensor([0, 4, 700, 2, 2000], dtype=torch.int32, device=DEV)
+    res = _check_top_k_side_by_side(theirs_top_k, q, k, w, 256, ratio=1, sm_scale=0.25, q_causal_offsets=offs,
+                                    return_lse=True, **meta)
+    assert list(res.keys()) == ["indices", "logits", "softmax", "lse"] and res["lse"].shape == (q.shape[0],)

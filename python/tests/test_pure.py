@@ -64,6 +64,7 @@ def test_field_offsets_match_c_header(tmp_path):
         "dsa_tensor": _lib.DsaTensor,
         "dsa_options": _lib.DsaOptions,
         "dsa_cache_stats": _lib.DsaCacheStats,
+        "dsa_topk_options": _lib.DsaTopkOptions,
     }
     lines = []
     for cname, py in structs.items():
@@ -94,6 +95,9 @@ def test_dtype_codes_match_header():
     header = (C_API_HEADER_DIR / "dsa_indexer" / "c_api.h").read_text()
     enum = re.search(r"enum \{ (DSA_BF16 = 0[^}]*)\}", header).group(1)
     codes = {name: int(v) for name, v in re.findall(r"(DSA_\w+) = (\d+)", enum)}
+    assert int(re.search(r"#define DSA_TOPK_MAX_K (\d+)", header).group(1)) == _lib.TOPK_MAX_K
+    conventions = dict(re.findall(r"(DSA_TOPK_INDICES_\w+) = (\d+)", header))
+    assert conventions == {"DSA_TOPK_INDICES_LOCAL": str(_lib.TOPK_INDICES_LOCAL), "DSA_TOPK_INDICES_GLOBAL": str(_lib.TOPK_INDICES_GLOBAL)}
     assert codes == {
         "DSA_BF16": _lib.DSA_BF16,
         "DSA_F16": _lib.DSA_F16,
@@ -443,3 +447,134 @@ def test_reference_matches_naive_formula():
     glob = indexer_forward_reference(q.reshape(-1, H, D), k.reshape(-1, 1, D), w.reshape(-1, H), thd_columns="global", **kw)
     assert torch.equal(glob[:S_q, :S_k], local[:S_q]) and torch.equal(glob[S_q:, S_k:], local[S_q:])
     assert torch.isneginf(glob[:S_q, S_k:]).all() and torch.isneginf(glob[S_q:, :S_k]).all()
+
+
+# ---------------------------------------------------------------- top-k (no GPU, no torch) ---
+
+
+def test_topk_options_init_defaults_seen_through_mirror():
+    t = _lib.new_topk_options()
+    assert t.struct_size == ctypes.sizeof(_lib.DsaTopkOptions)
+    assert (t.k, t.sort_by_score, t.indices) == (_lib.TOPK_MAX_K, 0, _lib.TOPK_INDICES_LOCAL)
+    assert (t.values.data, t.values.rank, t.softmax.data, t.softmax.rank) == (None, 0, None, 0)
+    assert (t.workspace, t.workspace_bytes) == (None, 0)
+
+
+def test_topk_abi_mismatch_is_reported():
+    bigger = type("BiggerTopk", (ctypes.Structure,), {"_fields_": _lib.DsaTopkOptions._fields_ + [("extra", ctypes.c_int64)]})
+    with pytest.raises(errors.LibraryABIError, match="dsa_topk_options.struct_size"):
+        _lib.check_abi(_lib.library(), "the library", topk_mirror=bigger)
+    fields = list(_lib.DsaTopkOptions._fields_)
+    fields[1], fields[3] = fields[3], fields[1]  # k and indices swapped: same size, defaults misread
+    swapped = type("SwappedTopk", (ctypes.Structure,), {"_fields_": fields})
+    with pytest.raises(errors.LibraryABIError, match="dsa_topk_options_init defaults"):
+        _lib.check_abi(_lib.library(), "the library", topk_mirror=swapped)
+
+
+def _topk_call(S_q=8, S_k=4, k=4):
+    q, kk, w, _ = _bshd(S_q=S_q, S_k=S_k)
+    indices = _t(FAKE + 0x3000000, _lib.DSA_I32, [1, S_q, k])
+    t = _lib.new_topk_options()
+    t.k = k
+    return q, kk, w, indices, _lib.new_options(), t
+
+
+def _both_raise(cls, match, args):
+    """dsa_indexer_topk and its workspace-size query reject the call with the same error."""
+    with pytest.raises(cls, match=match):
+        _lib.topk_raw(*args)
+    with pytest.raises(cls, match=match):
+        _lib.topk_workspace_size_raw(*args)
+
+
+def test_raw_topk_bad_k():
+    q, k, w, i, o, t = _topk_call()
+    t.k = 0
+    _both_raise(errors.InvalidArgument, r"indexer_topk: k: expected >= 1, got 0", (q, k, w, i, o, t))
+    t.k = _lib.TOPK_MAX_K + 1
+    with pytest.raises(NotImplementedError) as ei:
+        _lib.topk_raw(q, k, w, i, o, t)
+    assert isinstance(ei.value, errors.UnsupportedConfig) and "2048" in str(ei.value)
+
+
+def test_raw_topk_outputs_checked():
+    q, k, w, i, o, t = _topk_call()
+    bad = _t(FAKE + 0x3000000, _lib.DSA_I32, [1, 8, 5])  # last dim is not k
+    _both_raise(errors.InvalidArgument, r"indices\.shape\[2\]", (q, k, w, bad, o, t))
+    t.values = _t(FAKE + 0x6000000, _lib.DSA_BF16, [1, 8, 4])
+    _both_raise(errors.InvalidArgument, r"values\.dtype", (q, k, w, i, o, t))
+    t = _lib.new_topk_options()
+    t.k = 4
+    t.softmax = _t(FAKE + 0x3000000 + 16, _lib.DSA_F32, [1, 8, 4])  # overlaps indices
+    _both_raise(errors.InvalidArgument, "does not overlap", (q, k, w, i, o, t))
+    t = _lib.new_topk_options()
+    t.k, t.indices = 4, 9
+    _both_raise(errors.InvalidArgument, r"topk\.indices", (q, k, w, i, o, t))
+    t = _lib.new_topk_options()
+    t.k, t.workspace, t.workspace_bytes = 4, FAKE + 0x7000000 + 8, 4096
+    with pytest.raises(errors.InvalidArgument, match="256-byte aligned"):
+        _lib.topk_raw(q, k, w, i, o, t)
+
+
+def test_raw_topk_struct_sizes_and_unsupported_options():
+    q, k, w, i, o, t = _topk_call()
+    t.struct_size = 8
+    _both_raise(errors.InvalidArgument, "topk.struct_size", (q, k, w, i, o, t))
+    q, k, w, i, o, t = _topk_call()
+    o.thd_columns = _lib.THD_COLUMNS["global"]
+    _both_raise(errors.InvalidArgument, "thd_columns", (q, k, w, i, o, t))
+
+
+def test_raw_topk_valid_call_without_driver_is_runtime_error():
+    if _driver_loadable():
+        pytest.skip("a CUDA driver is present: this test needs a machine without one")
+    args = _topk_call()
+    for fn in (_lib.topk_raw, _lib.topk_workspace_size_raw):
+        with pytest.raises(errors.DriverError, match="libcuda"):
+            fn(*args)
+
+
+def test_topk_family_names_come_from_the_library_registry():
+    assert _lib.families("topk") == {"auto": 0, "topk_unfused": 4}
+    with pytest.raises(ValueError, match=r"indexer_topk: family: expected one of 'auto', 'topk_unfused', got 'generic'"):
+        dsa_indexer.indexer_topk(None, None, None, family="generic")
+
+
+def test_topk_python_checks_before_any_tensor():
+    with pytest.raises(errors.InvalidArgument, match="indexer_topk: top_k: expected >= 1, got 0"):
+        dsa_indexer.indexer_topk(None, None, None, top_k=0)
+    with pytest.raises(NotImplementedError, match="top_k: expected <= 2048, got 4096") as ei:
+        dsa_indexer.indexer_topk(None, None, None, top_k=4096)
+    assert isinstance(ei.value, errors.UnsupportedConfig) and isinstance(ei.value, ValueError)
+    with pytest.raises(TypeError):
+        dsa_indexer.indexer_topk(None, None, None, top_k=2.5)
+    with pytest.raises(TypeError):
+        dsa_indexer.indexer_topk(None, None, None, ratio=1.5)
+    with pytest.raises(ValueError, match="only cu_seqlens_k"):
+        dsa_indexer.indexer_topk(None, None, None, cu_seqlens_k=object(), max_seqlen_q=1, max_seqlen_k=1)
+    with pytest.raises(ValueError, match="max_seqlen_q and max_seqlen_k"):
+        dsa_indexer.indexer_topk(None, None, None, cu_seqlens_q=object(), cu_seqlens_k=object())
+    with pytest.raises(errors.InvalidArgument, match="top_k"):
+        dsa_indexer.indexer_topk_workspace_size(None, None, None, top_k=-1)
+
+
+def test_topk_signature():
+    import inspect
+
+    params = inspect.signature(dsa_indexer.indexer_topk).parameters
+    positional = [n for n, p in params.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert positional == ["q", "k", "w", "top_k", "ratio", "sm_scale", "q_causal_offsets", "cu_seqlens_q", "cu_seqlens_k",
+                          "max_seqlen_q", "max_seqlen_k"]
+    assert (params["top_k"].default, params["ratio"].default, params["global_indices"].default) == (2048, 4, False)
+    assert dsa_indexer.TopkResult._fields == ("indices", "values", "softmax", "lse")
+
+
+def test_topk_cpu_tensors_rejected():
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(1, 8, 64, 128, dtype=torch.bfloat16)
+    k = torch.zeros(1, 4, 1, 128, dtype=torch.bfloat16)
+    w = torch.zeros(1, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="indexer_topk: q: expected a CUDA tensor"):
+        dsa_indexer.indexer_topk(q, k, w, top_k=4)
+    with pytest.raises(TypeError, match="indexer_topk: k: expected a torch.Tensor"):
+        dsa_indexer.indexer_topk(q, [1, 2], w, top_k=4)

@@ -258,3 +258,156 @@ def test_one_copy_of_the_library_in_the_process():
             if os.path.basename(path).startswith("libdsa_indexer.so"):
                 mapped.add(os.path.realpath(path))
     assert mapped == {os.path.realpath(dsa_indexer.library_path())}, mapped
+
+
+# ------------------------------------------------------------------ top-k -------------------
+
+
+def test_topk_schemas():
+    """indexer_topk returns a list whose length the return_* flags fix; indexer_topk_out declares
+    every buffer it fills mutated (what torch.compile functionalizes and CUDA graphs rely on)."""
+    allocating = OPS.indexer_topk.default._schema
+    assert [str(r.type) for r in allocating.returns] == ["List[Tensor]"]
+    assert not any(a.alias_info is not None for a in allocating.arguments)
+    names = [a.name for a in allocating.arguments if not a.kwarg_only]
+    assert names == ["q", "k", "w", "top_k", "ratio", "sm_scale", "q_causal_offsets", "cu_seqlens_q", "cu_seqlens_k",
+                     "max_seqlen_q", "max_seqlen_k"]
+    out = OPS.indexer_topk_out.default._schema
+    mutated = {a.name for a in out.arguments if a.alias_info is not None and a.alias_info.is_write}
+    assert mutated == {"indices_out", "values_out", "softmax_out", "lse_out", "workspace"}
+    assert len(out.returns) == 0
+
+
+@pytest.mark.parametrize("flags", [(False, False, False), (True, False, False), (False, True, True), (True, True, True)])
+def test_fake_topk_shapes_bshd(flags):
+    rv, rs, rl = flags
+    with FakeTensorMode():
+        q, k, w = bshd("cuda", B=3, S_q=50, S_k=20)
+        res = dsa_indexer.indexer_topk(q, k, w, top_k=16, ratio=2, return_values=rv, return_softmax=rs, return_lse=rl)
+        assert isinstance(res, dsa_indexer.TopkResult)
+        assert res.indices.shape == (3, 50, 16) and res.indices.dtype == torch.int32 and res.indices.device.type == "cuda"
+        for t, wanted in ((res.values, rv), (res.softmax, rs)):
+            assert (t is not None) == wanted
+            if wanted:
+                assert t.shape == (3, 50, 16) and t.dtype == torch.float32
+        assert (res.lse is not None) == rl
+        if rl:
+            assert res.lse.shape == (3, 50) and res.lse.dtype == torch.float32
+        raw = OPS.indexer_topk(q, k, w, 16, return_values=rv, return_softmax=rs, return_lse=rl)
+        assert len(raw) == 1 + rv + rs + rl
+
+
+def test_fake_topk_shapes_thd_top_k_larger_than_rows():
+    with FakeTensorMode():
+        q, k, w, cu_q, cu_k = thd("cuda")
+        res = dsa_indexer.indexer_topk(q, k, w, top_k=2048, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40, max_seqlen_k=20,
+                                       cu_seqlens_q_host=torch.tensor([0, 20, 60], dtype=torch.int32),
+                                       cu_seqlens_k_host=torch.tensor([0, 10, 30], dtype=torch.int32),
+                                       return_values=True, return_lse=True, global_indices=True)
+        assert res.indices.shape == (60, 2048) and res.values.shape == (60, 2048) and res.lse.shape == (60,)
+        assert res.softmax is None
+
+
+def test_topk_meta_tensors_and_out_variant():
+    q, k, w = bshd("meta", S_q=16, S_k=8)
+    assert dsa_indexer.indexer_topk(q, k, w, top_k=4).indices.shape == (2, 16, 4)
+    idx = torch.empty(2, 16, 4, device="meta", dtype=torch.int32)
+    val, lse = torch.empty(2, 16, 4, device="meta"), torch.empty(2, 16, device="meta")
+    ws = torch.empty(1 << 16, device="meta", dtype=torch.uint8)
+    res = dsa_indexer.indexer_topk(q, k, w, top_k=4, indices_out=idx, values_out=val, lse_out=lse, workspace=ws)
+    assert res.indices is idx and res.values is val and res.lse is lse and res.softmax is None
+    # a buffer given without its flag is filled and returned; the others are allocated
+    res = dsa_indexer.indexer_topk(q, k, w, top_k=4, values_out=val, return_softmax=True)
+    assert res.values is val and res.softmax.shape == (2, 16, 4) and res.indices.shape == (2, 16, 4)
+    with pytest.raises(ValueError, match="indices_out: expected int32"):
+        OPS.indexer_topk_out(q, k, w, 4, indices_out=torch.empty(2, 16, 4, device="meta"))
+    with pytest.raises(ValueError, match="values_out: expected float32"):
+        OPS.indexer_topk_out(q, k, w, 4, indices_out=idx, values_out=torch.empty(2, 16, 5, device="meta"))
+
+
+def test_fake_topk_checks_what_shapes_depend_on():
+    with FakeTensorMode():
+        q, k, w = bshd("cuda")
+        with pytest.raises(ValueError, match="top_k: expected >= 1"):
+            OPS.indexer_topk(q, k, w, 0)
+        with pytest.raises(NotImplementedError, match="top_k: expected <= 2048"):
+            OPS.indexer_topk(q, k, w, 4096)
+        with pytest.raises(ValueError, match="rank 3 for THD"):
+            OPS.indexer_topk(q, k, w, 8, cu_seqlens_q=q, cu_seqlens_k=q, max_seqlen_q=1, max_seqlen_k=1)
+        with pytest.raises(ValueError, match="THD needs"):
+            OPS.indexer_topk(q, k, w, 8, cu_seqlens_q=q)
+    # the binding's own checks name the public argument and raise the library's classes
+    q, k, w = bshd("meta")
+    with pytest.raises(dsa_indexer.UnsupportedConfig, match="top_k"):
+        dsa_indexer.indexer_topk(q, k, w, top_k=4096)
+    with pytest.raises(ValueError, match="family: expected one of 'auto'"):
+        dsa_indexer.indexer_topk(q, k, w, family="lean")
+
+
+def test_topk_errors_of_the_operator_are_the_binding_classes():
+    q, k, w = bshd("cpu", S_q=8, S_k=4)
+    with pytest.raises(dsa_indexer.InvalidArgument, match="indexer_topk: q: expected a CUDA tensor"):
+        dsa_indexer.indexer_topk(q, k, w, top_k=4)
+    with pytest.raises(TypeError, match="indexer_topk: k: expected a torch.Tensor"):
+        dsa_indexer.indexer_topk(q, [1], w, top_k=4)
+    with pytest.raises(TypeError, match=r"indexer_topk: q_causal_offsets: expected a value of type Optional\[Tensor\], got int"):
+        dsa_indexer.indexer_topk(q, k, w, top_k=4, q_causal_offsets=3)
+
+
+def test_compile_topk_no_graph_break():
+    def f(q, k, w):
+        res = dsa_indexer.indexer_topk(q, k, w, top_k=16, ratio=2, sm_scale=0.5, return_values=True, return_softmax=True)
+        return res.indices + 1, res.values * 2, res.softmax
+
+    args = bshd("meta")
+    assert _explain(f, *args) == (1, 0, [])
+    torch._dynamo.reset()
+    idx, val, sm = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
+    assert idx.shape == (2, 64, 16) and idx.dtype == torch.int32 and val.shape == sm.shape == (2, 64, 16)
+
+
+def test_compile_topk_thd_lse_no_graph_break():
+    def f(q, k, w, cu_q, cu_k, hq, hk):
+        res = dsa_indexer.indexer_topk(q, k, w, top_k=8, ratio=2, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40,
+                                       max_seqlen_k=20, cu_seqlens_q_host=hq, cu_seqlens_k_host=hk, return_lse=True,
+                                       global_indices=True, sort_by_score=True)
+        return res.indices, res.lse
+
+    args = (*thd("meta"), torch.tensor([0, 20, 60], dtype=torch.int32), torch.tensor([0, 10, 30], dtype=torch.int32))
+    assert _explain(f, *args) == (1, 0, [])
+    torch._dynamo.reset()
+    idx, lse = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
+    assert idx.shape == (60, 8) and lse.shape == (60,)
+
+
+def test_compile_topk_out_variant_no_graph_break():
+    def f(q, k, w, idx, val, sm, ws):
+        dsa_indexer.indexer_topk(q, k, w, top_k=16, ratio=2, indices_out=idx, values_out=val, softmax_out=sm, workspace=ws)
+        return idx, val, sm
+
+    args = (*bshd("meta"), torch.empty(2, 64, 16, device="meta", dtype=torch.int32), torch.empty(2, 64, 16, device="meta"),
+            torch.empty(2, 64, 16, device="meta"), torch.empty(1 << 20, device="meta", dtype=torch.uint8))
+    assert _explain(f, *args) == (1, 0, [])
+    torch._dynamo.reset()
+    out = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
+    assert [tuple(t.shape) for t in out] == [(2, 64, 16)] * 3
+
+
+def test_make_fx_records_the_topk_operator():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(q, k, w):
+        return dsa_indexer.indexer_topk(q, k, w, top_k=8, return_values=True).values
+
+    g = make_fx(f, tracing_mode="fake")(*bshd("meta"))
+    targets = [str(n.target) for n in g.graph.nodes if n.op == "call_function" and "dsa_indexer" in str(n.target)]
+    assert targets == ["dsa_indexer.indexer_topk.default"], targets
+
+
+def test_topk_backward_raises_naming_the_op():
+    q, k, w = bshd("meta", S_q=8, S_k=4)
+    q.requires_grad_(True)
+    res = dsa_indexer.indexer_topk(q, k, w, top_k=4, return_values=True)
+    assert res.values.requires_grad and not res.indices.requires_grad
+    with pytest.raises(RuntimeError, match="dsa_indexer::indexer_topk is not implemented"):
+        res.values.sum().backward()

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dsa_indexer/indexer.hpp"
+#include "dsa_indexer/topk.hpp"
 
 namespace {
 
@@ -53,6 +54,60 @@ dsa_status guarded(F f) {
   }
 }
 
+// The C++ options of a call's dsa_options, after the checks every entry point makes.
+dsa_indexer::IndexerOptions to_options(const dsa_options* options, const char* where) {
+  using dsa_indexer::InvalidArgument;
+  if (!options) throw InvalidArgument(std::string(where) + ": options: expected a dsa_options (see dsa_options_init), got NULL");
+  if (options->struct_size != sizeof(dsa_options))
+    throw InvalidArgument(std::string(where) + ": options.struct_size: expected " + std::to_string(sizeof(dsa_options)) +
+                          " (call dsa_options_init), got " + std::to_string(options->struct_size));
+  dsa_indexer::IndexerOptions o;
+  o.ratio = options->ratio;
+  o.sm_scale = options->sm_scale;
+  o.q_causal_offsets = to_desc(options->q_causal_offsets);
+  o.cu_seqlens_q = to_desc(options->cu_seqlens_q);
+  o.cu_seqlens_k = to_desc(options->cu_seqlens_k);
+  o.max_seqlen_q = options->max_seqlen_q;
+  o.max_seqlen_k = options->max_seqlen_k;
+  o.cu_seqlens_q_host = options->cu_seqlens_q_host;
+  o.cu_seqlens_k_host = options->cu_seqlens_k_host;
+  o.thd_columns = static_cast<dsa_indexer::ThdColumns>(options->thd_columns);
+  o.ks = to_desc(options->ks);
+  o.ke = to_desc(options->ke);
+  o.lse = to_desc(options->lse);
+  o.family = static_cast<dsa_indexer::KernelFamily>(options->family);
+  return o;
+}
+
+// The C++ top-k options of a dsa_topk_options. The index convention is passed through as it is:
+// the library's validation names an out-of-range value.
+dsa_indexer::TopkOptions to_topk(const dsa_topk_options* topk, const char* where) {
+  using dsa_indexer::InvalidArgument;
+  if (!topk) throw InvalidArgument(std::string(where) + ": topk: expected a dsa_topk_options (see dsa_topk_options_init), got NULL");
+  if (topk->struct_size != sizeof(dsa_topk_options))
+    throw InvalidArgument(std::string(where) + ": topk.struct_size: expected " + std::to_string(sizeof(dsa_topk_options)) +
+                          " (call dsa_topk_options_init), got " + std::to_string(topk->struct_size));
+  dsa_indexer::TopkOptions t;
+  t.k = topk->k;
+  t.sort_by_score = topk->sort_by_score != 0;
+  t.indices = static_cast<dsa_indexer::TopkIndices>(topk->indices);
+  t.values = to_desc(topk->values);
+  t.softmax = to_desc(topk->softmax);
+  t.workspace = topk->workspace;
+  t.workspace_bytes = topk->workspace_bytes;
+  return t;
+}
+
+void require_operands(const dsa_tensor* q, const dsa_tensor* k, const dsa_tensor* w, const dsa_tensor* out,
+                      const char* where, const char* out_name) {
+  if (!q || !k || !w || !out)
+    throw dsa_indexer::InvalidArgument(std::string(where) + ": q, k, w, " + out_name +
+                                       ": expected non-null descriptors, got NULL");
+}
+
+static_assert(DSA_TOPK_MAX_K == dsa_indexer::kTopkMaxK, "c_api.h's DSA_TOPK_MAX_K is topk.hpp's kTopkMaxK");
+static_assert(DSA_TOPK_INDICES_GLOBAL == static_cast<int>(dsa_indexer::TopkIndices::global), "index conventions");
+
 static_assert(sizeof(dsa_cache_stats) == DSA_CACHE_STATS_V2_SIZE, "dsa_cache_stats grew: add a version and its size");
 static_assert(offsetof(dsa_cache_stats, background_compiles) == DSA_CACHE_STATS_V1_SIZE, "version 2 fields follow version 1's");
 
@@ -94,31 +149,44 @@ void dsa_options_init(dsa_options* o) {
   o->family = DSA_FAMILY_AUTO;
 }
 
+void dsa_topk_options_init(dsa_topk_options* t) {
+  if (!t) return;
+  std::memset(t, 0, sizeof *t);
+  const dsa_indexer::TopkOptions defaults;
+  t->struct_size = sizeof(dsa_topk_options);
+  t->k = defaults.k;
+  t->sort_by_score = defaults.sort_by_score ? 1 : 0;
+  t->indices = static_cast<int32_t>(defaults.indices);
+}
+
 dsa_status dsa_indexer_forward(const dsa_tensor* q, const dsa_tensor* k, const dsa_tensor* w, const dsa_tensor* scores,
                                const dsa_options* options, void* stream) {
   return guarded([&] {
-    if (!q || !k || !w || !scores)
-      throw dsa_indexer::InvalidArgument("dsa_indexer_forward: q, k, w, scores: expected non-null descriptors, got NULL");
-    if (!options) throw dsa_indexer::InvalidArgument("dsa_indexer_forward: options: expected a dsa_options (see dsa_options_init), got NULL");
-    if (options->struct_size != sizeof(dsa_options))
-      throw dsa_indexer::InvalidArgument("dsa_indexer_forward: options.struct_size: expected " + std::to_string(sizeof(dsa_options)) +
-                                         " (call dsa_options_init), got " + std::to_string(options->struct_size));
-    dsa_indexer::IndexerOptions o;
-    o.ratio = options->ratio;
-    o.sm_scale = options->sm_scale;
-    o.q_causal_offsets = to_desc(options->q_causal_offsets);
-    o.cu_seqlens_q = to_desc(options->cu_seqlens_q);
-    o.cu_seqlens_k = to_desc(options->cu_seqlens_k);
-    o.max_seqlen_q = options->max_seqlen_q;
-    o.max_seqlen_k = options->max_seqlen_k;
-    o.cu_seqlens_q_host = options->cu_seqlens_q_host;
-    o.cu_seqlens_k_host = options->cu_seqlens_k_host;
-    o.thd_columns = static_cast<dsa_indexer::ThdColumns>(options->thd_columns);
-    o.ks = to_desc(options->ks);
-    o.ke = to_desc(options->ke);
-    o.lse = to_desc(options->lse);
-    o.family = static_cast<dsa_indexer::KernelFamily>(options->family);
+    require_operands(q, k, w, scores, "dsa_indexer_forward", "scores");
+    const dsa_indexer::IndexerOptions o = to_options(options, "dsa_indexer_forward");
     dsa_indexer::indexer_forward(to_desc(*q), to_desc(*k), to_desc(*w), to_desc(*scores), o, static_cast<CUstream>(stream));
+  });
+}
+
+dsa_status dsa_indexer_topk(const dsa_tensor* q, const dsa_tensor* k, const dsa_tensor* w, const dsa_tensor* indices,
+                            const dsa_options* options, const dsa_topk_options* topk, void* stream) {
+  return guarded([&] {
+    require_operands(q, k, w, indices, "dsa_indexer_topk", "indices");
+    const dsa_indexer::IndexerOptions o = to_options(options, "dsa_indexer_topk");
+    const dsa_indexer::TopkOptions t = to_topk(topk, "dsa_indexer_topk");
+    dsa_indexer::indexer_topk(to_desc(*q), to_desc(*k), to_desc(*w), to_desc(*indices), o, t, static_cast<CUstream>(stream));
+  });
+}
+
+dsa_status dsa_indexer_topk_workspace_size(const dsa_tensor* q, const dsa_tensor* k, const dsa_tensor* w,
+                                           const dsa_tensor* indices, const dsa_options* options,
+                                           const dsa_topk_options* topk, size_t* out) {
+  return guarded([&] {
+    require_operands(q, k, w, indices, "dsa_indexer_topk_workspace_size", "indices");
+    if (!out) throw dsa_indexer::InvalidArgument("dsa_indexer_topk_workspace_size: out: expected non-null, got NULL");
+    const dsa_indexer::IndexerOptions o = to_options(options, "dsa_indexer_topk_workspace_size");
+    const dsa_indexer::TopkOptions t = to_topk(topk, "dsa_indexer_topk_workspace_size");
+    *out = dsa_indexer::indexer_topk_workspace_size(to_desc(*q), to_desc(*k), to_desc(*w), to_desc(*indices), o, t);
   });
 }
 

@@ -1,11 +1,13 @@
 // libFuzzer target over the C API's argument validation (docs/RELIABILITY.md, item 5).
 //
-// The input decodes into a forward call that starts well formed (BSHD or THD, random extents,
-// optional offsets / windows / LSE, host mirrors of cu_seqlens) and is then mutated field by
-// field: ranks, dtypes, shapes, strides, pointers, devices, cu_seqlens contents, scalars (NaN,
-// inf, boundaries), struct_size, NULL arguments. Pointers are fake device addresses: only
-// validation may look at them. Without a GPU a call that passes validation stops at the driver
-// (DSA_STATUS_DRIVER_ERROR); with one, fake pointers are rejected as not device memory.
+// The input decodes into a forward or top-k call that starts well formed (BSHD or THD, random
+// extents, optional offsets / windows / LSE, host mirrors of cu_seqlens; top-k: k, values /
+// softmax, index convention, workspace) and is then mutated field by field: ranks, dtypes, shapes,
+// strides, pointers, devices, cu_seqlens contents, scalars (NaN, inf, boundaries), struct_size,
+// NULL arguments. The top-k entries (dsa_indexer_topk and its workspace-size query) share the
+// forward's invariants. Pointers are fake device addresses: only validation may look at them.
+// Without a GPU a call that passes validation stops at the driver (DSA_STATUS_DRIVER_ERROR); with
+// one, fake pointers are rejected as not device memory.
 //
 // Invariants (a violation aborts, which libFuzzer reports as a crash):
 //  - the status is one of the typed codes and never DSA_STATUS_INTERNAL_ERROR;
@@ -27,13 +29,14 @@
 namespace {
 
 uint64_t g_status_count[8];
+uint64_t g_topk_calls = 0;  // of which dsa_indexer_topk or its workspace-size query
 
 void print_histogram() {
   std::fprintf(stderr, "fuzz_c_api: statuses:");
   for (int s = 0; s <= 6; ++s)
     std::fprintf(stderr, " %s=%llu", dsa_status_name(static_cast<dsa_status>(s)),
                  static_cast<unsigned long long>(g_status_count[s]));
-  std::fprintf(stderr, "\n");
+  std::fprintf(stderr, " (top-k entries: %llu)\n", static_cast<unsigned long long>(g_topk_calls));
 }
 
 int64_t interesting64(FuzzedDataProvider& in) {
@@ -156,10 +159,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.family = in.ConsumeIntegralInRange<int32_t>(0, 3);
 
   // Field mutations of any descriptor.
-  dsa_tensor* targets[] = {&q, &k, &w, &out, &o.q_causal_offsets, &o.cu_seqlens_q, &o.cu_seqlens_k, &o.ks, &o.ke, &o.lse};
-  const int mutations = in.ConsumeIntegralInRange<int>(0, 6);
-  for (int m = 0; m < mutations; ++m) {
-    dsa_tensor& t = *targets[in.ConsumeIntegralInRange<int>(0, 9)];
+  auto mutate = [&in](dsa_tensor& t) {
     const int dim = in.ConsumeIntegralInRange<int>(0, 3);
     switch (in.ConsumeIntegralInRange<int>(0, 8)) {
       case 8: {  // every extent (or every stride) at once: products of large values
@@ -179,7 +179,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         t.shape[dim] = static_cast<int64_t>(static_cast<uint64_t>(t.shape[dim]) + static_cast<uint64_t>(in.ConsumeIntegralInRange<int64_t>(-2, 2)));
         break;
     }
-  }
+  };
+  dsa_tensor* targets[] = {&q, &k, &w, &out, &o.q_causal_offsets, &o.cu_seqlens_q, &o.cu_seqlens_k, &o.ks, &o.ke, &o.lse};
+  const int mutations = in.ConsumeIntegralInRange<int>(0, 6);
+  for (int m = 0; m < mutations; ++m) mutate(*targets[in.ConsumeIntegralInRange<int>(0, 9)]);
   // Scalar mutations.
   if (in.ConsumeProbability<float>() < 0.2f) o.max_seqlen_q = interesting64(in);
   if (in.ConsumeProbability<float>() < 0.2f) o.max_seqlen_k = interesting64(in);
@@ -206,8 +209,48 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.cu_seqlens_k_host = mirror(o.cu_seqlens_k, cu_k, mk);
 
   const int nulls = in.ConsumeProbability<float>() < 0.03f ? in.ConsumeIntegralInRange<int>(1, 31) : 0;
-  const dsa_status s = dsa_indexer_forward(nulls & 1 ? nullptr : &q, nulls & 2 ? nullptr : &k, nulls & 4 ? nullptr : &w,
-                                           nulls & 8 ? nullptr : &out, nulls & 16 ? nullptr : &o, nullptr);
+
+  // The top-k entry (decoded after everything above, so that the seeds' forward calls stay what
+  // they were): the same call with `out` replaced by top-k indices of k_top columns, optional
+  // values / softmax, a workspace, and mutations of those and of the top-k options.
+  dsa_status s;
+  if (in.ConsumeProbability<float>() < 0.5f) {
+    s = dsa_indexer_forward(nulls & 1 ? nullptr : &q, nulls & 2 ? nullptr : &k, nulls & 4 ? nullptr : &w,
+                            nulls & 8 ? nullptr : &out, nulls & 16 ? nullptr : &o, nullptr);
+  } else {
+    ++g_topk_calls;
+    dsa_topk_options t;
+    dsa_topk_options_init(&t);
+    t.k = in.ConsumeBool() ? in.ConsumeIntegralInRange<int32_t>(1, 300) : static_cast<int32_t>(interesting64(in));
+    const int64_t kk = t.k;
+    const int64_t rows0 = thd ? int64_t(T_q) : B, rows1 = thd ? kk : S_q;
+    dsa_tensor indices = thd ? contiguous(addr(4), DSA_I32, {rows0, rows1}) : contiguous(addr(4), DSA_I32, {rows0, rows1, kk});
+    if (in.ConsumeBool()) t.values = thd ? contiguous(addr(11), DSA_F32, {rows0, rows1}) : contiguous(addr(11), DSA_F32, {rows0, rows1, kk});
+    if (in.ConsumeBool()) t.softmax = thd ? contiguous(addr(12), DSA_F32, {rows0, rows1}) : contiguous(addr(12), DSA_F32, {rows0, rows1, kk});
+    t.sort_by_score = in.ConsumeBool() ? 1 : 0;
+    t.indices = in.ConsumeProbability<float>() < 0.05f ? in.ConsumeIntegral<int32_t>() : (in.ConsumeBool() ? DSA_TOPK_INDICES_GLOBAL : DSA_TOPK_INDICES_LOCAL);
+    if (in.ConsumeBool()) {  // a caller's workspace: aligned or not, large or too small, or over another buffer
+      t.workspace = reinterpret_cast<void*>(in.ConsumeBool() ? addr(13) : addr(in.ConsumeIntegralInRange<int>(1, 13)) + in.ConsumeIntegralInRange<int>(0, 300));
+      t.workspace_bytes = in.ConsumeBool() ? in.ConsumeIntegralInRange<size_t>(0, 1 << 20) : static_cast<size_t>(interesting64(in));
+    } else if (in.ConsumeProbability<float>() < 0.05f) {
+      t.workspace_bytes = in.ConsumeIntegralInRange<size_t>(1, 4096);  // bytes without a pointer
+    }
+    dsa_tensor* topk_targets[] = {&indices, &t.values, &t.softmax};
+    const int topk_mutations = in.ConsumeIntegralInRange<int>(0, 4);
+    for (int m = 0; m < topk_mutations; ++m) mutate(*topk_targets[in.ConsumeIntegralInRange<int>(0, 2)]);
+    if (in.ConsumeProbability<float>() < 0.02f) t.struct_size = in.ConsumeIntegral<uint32_t>();
+    const bool null_topk = in.ConsumeProbability<float>() < 0.03f;
+    const dsa_tensor* args[] = {nulls & 1 ? nullptr : &q, nulls & 2 ? nullptr : &k, nulls & 4 ? nullptr : &w,
+                                nulls & 8 ? nullptr : &indices};
+    const dsa_options* opt = nulls & 16 ? nullptr : &o;
+    if (in.ConsumeBool()) {
+      s = dsa_indexer_topk(args[0], args[1], args[2], args[3], opt, null_topk ? nullptr : &t, nullptr);
+    } else {
+      size_t bytes = 0;
+      s = dsa_indexer_topk_workspace_size(args[0], args[1], args[2], args[3], opt, null_topk ? nullptr : &t,
+                                          in.ConsumeProbability<float>() < 0.03f ? nullptr : &bytes);
+    }
+  }
 
   const char* msg = dsa_last_error();
   const int code = static_cast<int>(s);

@@ -142,11 +142,14 @@ TEST_CASE("the family names are listed only by the registry", "[codegen][layerin
   // keeps its own table of names.
   const std::string root = std::string(DSA_TEST_SOURCE_DIR) + "/..";
   for (const char* f : {"/python/dsa_indexer/_lib.py", "/python/dsa_indexer/_forward.py", "/python/dsa_indexer/_torch_op.py",
-                        "/python/csrc/torch_op.cpp", "/src/api/c_api.cpp", "/src/api/indexer.cpp"}) {
+                        "/python/dsa_indexer/_topk.py", "/python/dsa_indexer/cudnn_compat.py", "/python/csrc/torch_op.cpp",
+                        "/python/csrc/torch_topk_op.cpp", "/python/csrc/torch_op_support.hpp", "/src/api/c_api.cpp",
+                        "/src/api/indexer.cpp"}) {
     const std::string text = read(root + f);
     INFO(f);
     REQUIRE_FALSE(text.empty());
-    for (const char* name : {"\"generic\"", "\"lean\"", "\"reference\"", "'generic'", "'lean'", "'reference'"})
+    for (const char* name : {"\"generic\"", "\"lean\"", "\"reference\"", "\"topk_unfused\"", "'generic'", "'lean'", "'reference'",
+                             "'topk_unfused'"})
       CHECK(text.find(name) == std::string::npos);
   }
 }
