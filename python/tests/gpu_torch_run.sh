@@ -71,14 +71,17 @@ fi
 tail -n 1 "$out/op_build.log" | tee -a "$out/summary.txt"
 
 pyt=($py -m pytest -q -rs -p no:cacheprovider)
-run torch_op_tests ${T_OP_TESTS:-150} "${pyt[@]}" python/tests/test_torch_fake.py python/tests/test_torch_op_gpu.py
+# GPU_TORCH_STEPS picks the steps (default all): op topk side_by_side hostcost binding
+steps=" ${GPU_TORCH_STEPS:-op topk side_by_side hostcost binding} "
+want() { [[ "$steps" == *" $1 "* ]]; }
+want op && run torch_op_tests ${T_OP_TESTS:-150} "${pyt[@]}" python/tests/test_torch_fake.py python/tests/test_torch_op_gpu.py
 # The top-k through both backends (the operators and ctypes), CUDA graphs, torch.compile.
-run topk_tests ${T_TOPK_TESTS:-150} "${pyt[@]}" python/tests/test_topk_gpu.py
-run cudnn_side_by_side ${T_SIDE_BY_SIDE:-150} "${pyt[@]}" python/tests/test_cudnn_compat_gpu.py ${wheels[@]:+--wheels "${wheels[@]}"}
+want topk && run topk_tests ${T_TOPK_TESTS:-150} "${pyt[@]}" python/tests/test_topk_gpu.py
+want side_by_side && run cudnn_side_by_side ${T_SIDE_BY_SIDE:-150} "${pyt[@]}" python/tests/test_cudnn_compat_gpu.py ${wheels[@]:+--wheels "${wheels[@]}"}
 cli=none
 [ -x $b/tools/dsa-indexer ] && cli=$b/tools/dsa-indexer
-run hostcost ${T_HOSTCOST:-120} $py bench/hostcost.py --out "$out/docs" --cli "$cli" ${wheels[@]:+--wheels "${wheels[@]}"}
-if [ -z "${SKIP_BINDING_TESTS:-}" ] && [ $((SECONDS - t_start)) -lt 150 ]; then
+want hostcost && run hostcost ${T_HOSTCOST:-120} $py bench/hostcost.py --out "$out/docs" --cli "$cli" ${wheels[@]:+--wheels "${wheels[@]}"}
+if want binding && [ -z "${SKIP_BINDING_TESTS:-}" ] && [ $((SECONDS - t_start)) -lt 150 ]; then
   run binding_tests_on_the_op 90 "${pyt[@]}" python/tests/test_gpu.py
 else
   echo "== binding_tests_on_the_op: not run (time)" | tee -a "$out/summary.txt"
