@@ -280,6 +280,7 @@ def compare_sets(ref, got, scores2d, ends_t, k: int) -> dict:
     values) or a real difference."""
     import torch
 
+    ref, got = ref.reshape(-1, k), got.reshape(-1, k)  # BSHD (B, S_q, k) from the binding, (rows, k) from the others
     rows = ends_t >= k
     a = torch.sort(ref[rows].long(), dim=1).values
     b = torch.sort(got[rows].long(), dim=1).values
@@ -394,7 +395,7 @@ def measure_topk(args, peers) -> dict:
                 print(f"[peers-topk] {c.name:<36} k {k:<5} {LABELS[p]:<34} cold {r.get('median_us', float('nan')):9.1f} us "
                       f"warm {w.get('median_us', float('nan')):9.1f} us peak {r.get('peak_bytes', 0) / 2**20:8.0f} MiB "
                       f"{r.get('check', {})} {r['status']}", flush=True)
-            del scores0, ref
+            scores0 = ref = base = None  # the matrix and the selections of this k
             res["cases"].append(row)
             torch.cuda.empty_cache()
             save(res, out_dir)
@@ -538,9 +539,11 @@ def render_topk(r: dict) -> str:
                  for m in ("cold", "warm")]
             ratios.append(" / ".join(f"{x:.2f}x" if x else "—" for x in v))
         sel = " / ".join(_us(row["select"].get(n, {}).get("median_us")) for n in ("dsa", "torch", "cudnn"))
-        ours_peak = row["runs"].get("dsa_topk", {}).get("peak_bytes") or (
+        ours_run = row["runs"].get("dsa_topk", {})
+        ws_note = " (workspace not seen)" if "workspace_outside_torch" in ours_run and not ours_run["workspace_outside_torch"] else ""
+        ours_peak = ours_run.get("peak_bytes") or (
             row["cli"]["workspace_bytes"] + row["cli"]["indices_bytes"] if row.get("cli") else None)
-        peaks = f"{_mib(ours_peak)} / {_mib(row['runs'].get('scores_torch', {}).get('peak_bytes'))}, " \
+        peaks = f"{_mib(ours_peak)}{ws_note} / {_mib(row['runs'].get('scores_torch', {}).get('peak_bytes'))}, " \
                 f"{_mib(row['runs'].get('scores_cudnn', {}).get('peak_bytes'))}"
         checks = []
         for p in PATHS:
