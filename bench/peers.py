@@ -1154,6 +1154,13 @@ def main(argv=None) -> int:
                     help="the dsa-indexer tool whose `jitcost` fills the JIT-costs table (default build/tools/dsa-indexer; none: skip)")
     ap.add_argument("--jitcost-timeout", type=float, default=300)
     ap.add_argument("--from-json", default="", help="render the doc and plot from saved results; measure nothing")
+    ap.add_argument("--op", choices=("scores", "topk"), default="scores",
+                    help="scores (the default: the rows above) or topk: indexer_topk against our scores + torch.topk and + "
+                         "cuDNN-frontend's top-k (bench/peers_topk.py; its own section of BENCHMARKS.md and peers_topk_results.json)")
+    ap.add_argument("--topk-k", type=_topk_ks, default=[2048, 512], help="the k of the top-k rows, comma-separated (default 2048,512)")
+    ap.add_argument("--topk-cli-json", default="", metavar="FILE",
+                    help="the JSON of `dsa-indexer bench --op topk --json FILE` of the same session: our selection kernel alone, "
+                         "and the C++ path's times where the binding has no indexer_topk")
     args = ap.parse_args(argv)
     bad = [f for f in args.families if f not in ("lean", "generic", "auto", "reference")]
     if bad:
@@ -1162,6 +1169,8 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"--skip: unknown {', '.join(bad)} (choose from eager, triton, cudnn, warm)")
     out_dir = Path(args.out)
+    if args.op == "topk":
+        return main_topk(args, out_dir)
     if args.from_json:
         results = json.loads(Path(args.from_json).read_text())
     else:
@@ -1174,6 +1183,35 @@ def main(argv=None) -> int:
             cells = [_target_cell(results["cases"], value, threshold, fmt, mode) for mode in ("cold", "warm")]
             print(f"[peers] target {what}: cold {cells[0]}; warm {cells[1]}", flush=True)
     print(f"[peers] wrote {doc}" + (f", {img}" if img else "") + (f", {out_dir / JSON_NAME}" if not args.from_json else ""))
+    return 0
+
+
+def _topk_ks(text: str) -> list:
+    ks = [int(v) for v in text.split(",") if v.strip()] if re.fullmatch(r"[0-9, ]+", text) else []
+    if not ks or any(k < 1 or k > 2048 for k in ks):
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers in [1, 2048], got {text!r}")
+    return ks
+
+
+def main_topk(args, out_dir: Path) -> int:
+    """--op topk: measure (or re-render) the top-k rows into their own section and JSON."""
+    import peers_topk
+
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text())
+    else:
+        if args.library:
+            os.environ["DSA_INDEXER_LIBRARY"] = args.library
+        elif "DSA_INDEXER_LIBRARY" not in os.environ:
+            found = sorted((REPO / "build").glob("libdsa_indexer.so*"))
+            if found and not (REPO / "build" / "libdsa_indexer.so").exists():
+                os.environ["DSA_INDEXER_LIBRARY"] = str(found[-1])
+        results = peers_topk.measure_topk(args, sys.modules[__name__])
+        peers_topk.save(results, out_dir)
+    doc = write_doc(peers_topk.render_topk(results), out_dir, (peers_topk.TOPK_BEGIN, peers_topk.TOPK_END))
+    for what, verdict in peers_topk.targets(results["cases"]):
+        print(f"[peers-topk] target {what}: {verdict}", flush=True)
+    print(f"[peers-topk] wrote {doc}" + (f", {out_dir / peers_topk.TOPK_JSON}" if not args.from_json else ""))
     return 0
 
 

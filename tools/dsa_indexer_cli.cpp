@@ -1,8 +1,9 @@
 // dsa-indexer: the command-line tool (`dsa-indexer --help`, `dsa-indexer <command> --help`).
 //   warmup --manifest FILE|default [--cache-dir DIR] [--arch sm_90a]   fill the disk cache, no GPU needed
 //   cache ls|verify [--cache-dir DIR] [--prebuilt-dir DIR], cache clear [--cache-dir DIR]
-//   demo [--cache-dir DIR]                                    default problem, checked and timed
+//   demo [--cache-dir DIR] [--op scores|topk]                 default problem, checked and timed
 //   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick] [--match TEXT] [--thd-order balanced|static|both]
+//         [--op scores|topk|both] [--topk-k 2048,512]            (top-k rows: tools/cli_topk.cpp)
 //   jitcost [--cache-dir DIR] [--json FILE], version, --version
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -28,9 +29,11 @@
 #include "dispatch/planner.hpp"
 #include "ops/validate.hpp"
 #include "gemm_ceiling.hpp"
+#include "cli_topk.hpp"
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
 #include "stats.hpp"
+#include "event_timing.hpp"
 #include "jit/runtime.hpp"
 #include "families/sm90_indexer_generic.hpp"
 #include "families/sm90_indexer_lean.hpp"
@@ -139,37 +142,6 @@ int run_cache(const Args& a) {
   return (sub == "verify" && (bad || !problem.empty())) ? 1 : 0;
 }
 
-struct Timed {
-  double median_us = 0;
-  double min_us = 0;
-};
-
-// Median and minimum device-event time of `reps` runs of `body` (which enqueues on `stream`),
-// divided by `calls` (the forward calls one body run makes).
-template <class Body>
-Timed event_times(int reps, CUstream stream, int calls, Body&& body) {
-  dd::Driver& d = dd::Driver::get();
-  CUevent e0, e1;
-  d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");
-  d.check(d.cuEventCreate(&e1, 0), "cuEventCreate");
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    d.check(d.cuEventRecord(e0, stream), "cuEventRecord");
-    body(i);
-    d.check(d.cuEventRecord(e1, stream), "cuEventRecord");
-    d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
-    float ms = 0;
-    d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
-    us.push_back(ms * 1e3 / calls);
-  }
-  d.cuEventDestroy(e0);
-  d.cuEventDestroy(e1);
-  Timed t;
-  t.median_us = median(us);
-  t.min_us = *std::min_element(us.begin(), us.end());
-  return t;
-}
-
 // Median device time of the forward over `sets` rotating input sets (cold L2).
 Timed time_forward(std::vector<DeviceProblem>& sets, dsa_indexer::KernelFamily fam, int warm, int reps, CUstream stream) {
   dd::ScopedContext ctx(0);
@@ -185,25 +157,8 @@ Timed time_forward(std::vector<DeviceProblem>& sets, dsa_indexer::KernelFamily f
 // Median device time per call with the same inputs every time (L2 warm), replayed from a CUDA
 // graph of `per_graph` captured calls so that host cost is excluded.
 Timed time_forward_graph(DeviceProblem& s, dsa_indexer::KernelFamily fam, int reps, int per_graph = 10) {
-  dd::ScopedContext ctx(0);
-  dd::Driver& d = dd::Driver::get();
-  CUstream st = nullptr;
-  d.check(d.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   s.opt.family = fam;
-  dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, st);  // loads the kernel outside the capture
-  d.check(d.cuStreamSynchronize(st), "cuStreamSynchronize");
-  CUgraph g = nullptr;
-  CUgraphExec ge = nullptr;
-  d.check(d.cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
-  for (int i = 0; i < per_graph; ++i) dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, st);
-  d.check(d.cuStreamEndCapture(st, &g), "cuStreamEndCapture");
-  d.check(d.cuGraphInstantiateWithFlags(&ge, g, 0), "cuGraphInstantiateWithFlags");
-  for (int i = 0; i < 2; ++i) d.check(d.cuGraphLaunch(ge, st), "cuGraphLaunch");
-  Timed t = event_times(reps, st, per_graph, [&](int) { d.check(d.cuGraphLaunch(ge, st), "cuGraphLaunch"); });
-  d.cuGraphExecDestroy(ge);
-  d.cuGraphDestroy(g);
-  d.cuStreamDestroy(st);
-  return t;
+  return graph_times(reps, per_graph, [&](CUstream st) { dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, st); });
 }
 
 HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads, bool wf32 = false) {
@@ -243,6 +198,7 @@ int run_demo(const Args& a) {
                "demo: running the offline warmup of the default manifest instead.\n", why);
     return run_warmup(kDefaultManifest, "default manifest", a);
   }
+  if (a.get("op", "scores") == "topk") return dsa_cli::run_topk_demo();
   const auto& dev = dd::device_info(0);
   HostProblem p = bshd(8192, 4096, 2, 64);
   fmt::print("demo: {} ({} SMs); problem {}\n", dev.name, dev.sm_count, p.describe());
@@ -539,6 +495,8 @@ int run_bench(const Args& a) {
   const auto fams = bench_families(a.get("family", "lean,generic"));
   const bool quick = a.has("quick");
   const std::string thd_orders = a.get("thd-order", "balanced");
+  const std::string op = a.get("op", "scores");
+  const bool want_scores = op != "topk", want_topk = op != "scores";
   std::vector<BenchCase> cases;
   for (int64_t sq : {2048, 4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r2 S_q {}", sq), bshd(sq, sq / 2, 2, 64)});
   for (int64_t sq : {4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r4 S_q {}", sq), bshd(sq, sq / 4, 4, 64)});
@@ -566,6 +524,7 @@ int run_bench(const Args& a) {
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& c) { return c.name.find(m) == std::string::npos; }),
                 cases.end());
   }
+  if (!want_scores) cases.clear();  // --op topk: the top-k rows only
   const auto& dev = dd::device_info(0);
   GemmCeiling ceil = measure_gemm_ceiling(8192, 10);
   fmt::print("bench: {} ({} SMs), {} reps, median device-event time: cold = rotating input sets > 200 MB, "
@@ -574,8 +533,9 @@ int run_bench(const Args& a) {
     fmt::print("bench: bf16 GEMM ceiling (cuBLAS {}, {}^3): {:.1f} us = {:.1f} TFLOP/s\n", ceil.library, ceil.n, ceil.median_us, ceil.tflops);
   else
     fmt::print("bench: bf16 GEMM ceiling unavailable: {}\n", ceil.why);
-  fmt::print("{:<30} {:<8} {:>10} {:>8} {:>7} {:>10} {:>8} {:>7}\n", "shape", "family", "cold us", "TFLOP/s", "% ceil",
-             "warm us", "TFLOP/s", "% ceil");
+  if (want_scores)
+    fmt::print("{:<30} {:<8} {:>10} {:>8} {:>7} {:>10} {:>8} {:>7}\n", "shape", "family", "cold us", "TFLOP/s", "% ceil",
+               "warm us", "TFLOP/s", "% ceil");
   std::string json = "{\n  \"device\": \"" + dev.name + "\",\n";
   json += fmt::format("  \"gemm_ceiling_tflops\": {:.2f},\n  \"cases\": [\n", ceil.ok ? ceil.tflops : 0.0);
   bool first = true;
@@ -618,7 +578,16 @@ int run_bench(const Args& a) {
     }
   }
   dd::set_lean_thd_order(dd::LeanThdOrder::balanced);
-  json += "\n  ]\n}\n";
+  json += "\n  ]";
+  if (want_topk) {
+    dsa_cli::TopkBenchOptions to;
+    to.reps = reps;
+    to.ks = dsa_cli::parse_topk_ks(a.get("topk-k", "2048,512"));
+    to.quick = quick;
+    to.match = a.get("match");
+    json += ",\n  \"topk_cases\": [\n" + dsa_cli::run_topk_bench(to) + "\n  ]";
+  }
+  json += "\n}\n";
   if (a.has("json")) std::ofstream(a.get("json")) << json;
   return 0;
 }
@@ -686,6 +655,8 @@ void build_cli(Cli& cli) {
   CLI::App* demo = cli.command_of(&app, "demo", "on a GPU: the default DeepSeek-V4-like problem, checked against fp64 and timed; "
                                                 "without one: the warmup of the default manifest");
   cli.value(demo, "cache-dir", "the cache directory of the warmup without a GPU");
+  cli.value(demo, "op", "scores (the default) or topk: the top-k of a DeepSeek-V4-like problem against a reference "
+                        "selection of our own scores")->check(CLI::IsMember({"scores", "topk"}));
 
   CLI::App* bench = cli.command_of(&app, "bench", "a table of shapes: median device time, TFLOP/s, % of a cuBLAS bf16 GEMM");
   cli.value(bench, "json", "also write the results to this JSON file");
@@ -694,7 +665,20 @@ void build_cli(Cli& cli) {
   cli.value(bench, "thd-order", "lean THD q-tile order: balanced (per packing, the default), static (packed order), "
                                 "or both (adds lean/st rows)")->check(CLI::IsMember({"balanced", "static", "both"}));
   cli.value(bench, "match", "only the shapes whose name contains this text (e.g. thd)");
-  bench->add_flag_callback("--quick", [&cli] { cli.args.opt["quick"] = "1"; }, "the first four shapes only");
+  cli.value(bench, "op", "scores (the default: the scores rows), topk (the top-k rows: indexer_topk against the scores "
+                         "alone of the same shape) or both")->check(CLI::IsMember({"scores", "topk", "both"}));
+  cli.value(bench, "topk-k", "the k of the top-k rows, a comma list in [1, 2048] (default 2048,512)")
+      ->check([](const std::string& v) -> std::string {
+        try {
+          dsa_cli::parse_topk_ks(v);
+        } catch (const std::exception& e) {
+          std::string m = e.what();
+          if (m.rfind("--topk-k: ", 0) == 0) m.erase(0, 10);
+          return m;
+        }
+        return {};
+      });
+  bench->add_flag_callback("--quick", [&cli] { cli.args.opt["quick"] = "1"; }, "the first four shapes only (top-k: two)");
 
   CLI::App* jitcost = cli.command_of(&app, "jitcost", "cold compile per variant, disk-cache hit, module load, per-call host overhead by stage");
   cli.value(jitcost, "cache-dir", "where jitcost makes its private temp directory (default: TMPDIR, else /tmp)");

@@ -2,6 +2,11 @@
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
+#                                [topk_bench|topk_peers]
+# topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
+# topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
+# machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
+# in PEERS_WHEELS (space-separated; see bench/README.md), writing OUTDIR/docs.
 # racecheck (not in all: it takes minutes) runs every GPU test case of the families under
 # compute-sanitizer racecheck, one process per test case, RACECHECK_JOBS (4) at a time, each
 # limited to RACECHECK_TIMEOUT (540) seconds.
@@ -39,6 +44,16 @@ if want topk; then
 fi
 lib=$(ls $b/libdsa_indexer.so.*.*.* 2>/dev/null | head -1)
 want python && DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run python_gpu 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu.py
+if [[ " $steps " == *" topk_bench "* ]]; then
+  run topk_demo 120 $b/tools/dsa-indexer demo --op topk
+  run topk_bench 480 $b/tools/dsa-indexer bench --op topk --topk-k "${TOPK_K:-2048,512}" --json "$out/topk_bench.json"
+fi
+if [[ " $steps " == *" topk_peers "* ]]; then
+  # shellcheck disable=SC2086 (PEERS_WHEELS is a list of folders)
+  PYTHONUNBUFFERED=1 DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run topk_peers 560 python3 bench/peers.py --op topk \
+    --out "$out/docs" --topk-k "${TOPK_K:-2048,512}" --max-seconds 480 \
+    $([[ -f "$out/topk_bench.json" ]] && echo --topk-cli-json "$out/topk_bench.json") ${PEERS_WHEELS:+--wheels $PEERS_WHEELS}
+fi
 want demo && run demo 60 $b/tools/dsa-indexer demo
 want bench && run bench 280 $b/tools/dsa-indexer bench --json "$out/bench.json"
 want jitcost && run jitcost 120 $b/tools/dsa-indexer jitcost --json "$out/jitcost.json"

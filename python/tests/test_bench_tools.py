@@ -439,3 +439,141 @@ def test_results_round_trip_through_json(tmp_path):
         peers.save_json(r, tmp_path)
         again = json.loads((tmp_path / peers.JSON_NAME).read_text())
         assert peers.render_section(again) == peers.render_section(r)
+
+
+# ---------------------------------------------------------------- top-k rows ----------------
+
+import peers_topk  # noqa: E402
+
+
+def _cli_topk_cases(src: str) -> list:
+    """topk_bench_cases() of tools/cli_topk.cpp: (name, batch, s_q, s_k, ratio, end_at_sk, segs)."""
+    body = _cpp_function(src, "std::vector<TopkCase> topk_bench_cases(")
+    out = []
+    for line in body.splitlines():
+        line = line.strip()
+        if m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", topk_bshd\(([0-9]+), ([0-9]+), ([0-9]+), ([0-9]+), (true|false)\)\}\);', line):
+            name, b, sq, sk, r, end = m.groups()
+            out.append((name, int(b), int(sq), int(sk), int(r), end == "true", []))
+        elif m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", topk_thd\(\{([0-9, ]+)\}\)\}\);', line):
+            out.append((m.group(1), 1, 0, 0, 1, False, [int(v) for v in m.group(2).split(",")]))
+        elif "cases." in line and "cases.push_back" in line:
+            raise AssertionError(f"the parser of topk_bench_cases does not read: {line}")
+    return out
+
+
+def test_topk_cases_match_the_cli():
+    src = (REPO_ROOT / "tools" / "cli_topk.cpp").read_text()
+    cli = _cli_topk_cases(src)
+    cases = peers_topk.topk_cases()
+    assert [(c.name, c.batch, c.s_q, c.s_k, c.ratio, c.end_at_sk, c.segs) for c in cases] == cli
+    assert peers_topk.topk_cases(quick=True) == cases[:2]
+    assert "if (o.quick) cases.resize(2);" in src
+    # the CLI's THD helper: ratio 1, keys = rows per segment
+    thd = _cpp_function(src, "HostProblem topk_thd(")
+    assert "p.ratio = 1;" in thd and "p.cu_k.push_back(p.cu_k.back() + static_cast<int32_t>(s));" in thd
+    assert "static_cast<int32_t>(sk - sq - 1)" in _cpp_function(src, "HostProblem topk_bshd(")
+
+
+def _ends_brute(c):
+    out = []
+    seg_q = c.segs if c.thd else [c.s_q] * c.batch
+    seg_k = c.segs if c.thd else [c.s_k] * c.batch
+    for off, sq, sk in zip(c.offsets(), seg_q, seg_k):
+        for i in range(sq):
+            out.append(sum(1 for j in range(sk) if j < (off + i + 1) // c.ratio))
+    return out
+
+
+@pytest.mark.parametrize("case", [peers_topk.TopkCase("a", 1, 40, 80, 1, True), peers_topk.TopkCase("b", 2, 33, 9, 4),
+                                  peers_topk.TopkCase("c", 3, 16, 20, 1, True), peers_topk.TopkCase("d", segs=[5, 0, 17, 3])])
+def test_topk_row_ends(case):
+    assert peers_topk.row_ends(case) == _ends_brute(case)
+    assert len(peers_topk.row_ends(case)) == case.rows
+
+
+def test_topk_case_shapes_and_offsets():
+    c = peers_topk.topk_cases()[0]
+    assert (c.rows, c.n_cols, c.offsets()) == (8192, 16384, [16384 - 8192 - 1])
+    ends = peers_topk.row_ends(c)
+    assert ends[0] == 16384 - 8192 and ends[-1] == 16383  # rows at the end of the context: the last sees S_k - 1 keys
+    b4 = next(c for c in peers_topk.topk_cases() if c.batch == 4)
+    assert b4.offsets() == [16384 - 4096 - 1] * 4 and b4.rows == 4 * 4096
+    thd = next(c for c in peers_topk.topk_cases() if c.thd)
+    assert thd.cu == [0, 5462, 13660, 16384] and thd.n_cols == 8198 and thd.offsets() == [0, 0, 0]
+    r4 = next(c for c in peers_topk.topk_cases() if c.ratio == 4)
+    assert peers_topk.checked_rows(peers_topk.row_ends(r4), 2048) == 16384 - (4 * 2048 - 1)
+
+
+def test_topk_cudnn_seq_lens_and_memory():
+    assert peers_topk.cudnn_seq_lens([0, 5, 3000, 9000], 2048, 8192) == [2048, 2048, 3000, 8192]
+    assert peers_topk.checked_rows([0, 2047, 2048, 5000], 2048) == 2
+    c = peers_topk.topk_cases()[1]  # S_q 8192, S_k 65536
+    m = peers_topk.memory_bytes(c, 2048, workspace=1056 * 65536 * 4)  # one 1056-row block of fp32 scores
+    assert m["scores_matrix"] == 8192 * 65536 * 4 and m["indices"] == 8192 * 2048 * 4
+    assert m["dsa_topk"] == 1056 * 65536 * 4 + 8192 * 2048 * 4 and m["ratio"] == pytest.approx((1056 + 256) / 8192)
+
+
+def test_topk_k_option():
+    assert peers._topk_ks("2048,512") == [2048, 512]
+    for bad in ("0", "2049", "x", ""):
+        with pytest.raises(Exception):
+            peers._topk_ks(bad)
+
+
+def _topk_results():
+    cases = []
+    for c in peers_topk.topk_cases():
+        for k in (2048, 512):
+            t = 1000.0 * c.rows * c.n_cols / (8192 * 16384)
+            ok = {"rows": 100, "different_sets": 1, "ties": 1, "ok": True}
+            runs = {
+                "dsa_topk": {"status": "unavailable: this binding has no dsa_indexer.indexer_topk yet"},
+                "scores_torch": dict(median_us=1.8 * t, min_us=1.7 * t, reps=9, peak_bytes=4 * c.rows * c.n_cols + 8 * c.rows * k,
+                                     warm=dict(median_us=1.7 * t, mode="graph"), status="ok"),
+                "scores_cudnn": dict(median_us=1.2 * t, min_us=1.1 * t, reps=9, peak_bytes=4 * c.rows * c.n_cols + 4 * c.rows * k,
+                                     warm=dict(median_us=1.15 * t, mode="loop"), status="ok", check=ok),
+            }
+            cli = {"name": c.name, "k": k, "topk_cold_us": 1.1 * t, "topk_warm_us": 1.05 * t, "select_us": 0.1 * t,
+                   "workspace_bytes": 64 << 20, "indices_bytes": 4 * c.rows * k}
+            cases.append({"case": peers_topk.asdict(c), "name": c.name, "k": k, "rows": c.rows, "n_cols": c.n_cols, "checked_rows": 100,
+                          "runs": runs, "select": {"torch": {"median_us": 0.5 * t}, "cudnn": {"median_us": 0.12 * t},
+                                                   "dsa": {"median_us": 0.1 * t}}, "cli": cli})
+    paths = {p: {"label": peers_topk.LABELS[p], "available": p != "dsa_topk", "reason": "no binding" if p == "dsa_topk" else "",
+                 "notes": ["n"]} for p in peers_topk.PATHS}
+    return {"format": 1, "env": _ENV, "cases": cases, "paths": paths, "cli": {"path": "bench.json", "rows": []}, "elapsed_s": 3.0}
+
+
+def test_topk_section_and_targets():
+    r = _topk_results()
+    s = peers_topk.render_topk(r)
+    assert s.startswith(peers_topk.TOPK_BEGIN) and s.rstrip().endswith(peers_topk.TOPK_END)
+    row = next(l for l in s.splitlines() if l.startswith("| topk bshd S_q 8192 S_k 16384 r1 | 2048 |"))
+    assert "1.10 ms / 1.05 ms (CLI)" in row and "1.80 ms / 1.70 ms" in row and "1.20 ms / 1.15 ms †" in row
+    assert "| 1.09x / 1.10x | 1.64x / 1.62x |" in row  # cuDNN path / ours, torch path / ours: cold / warm
+    assert "100 us / 500 us / 120 us" in row and "ok scores_cudnn (1 sets differ, 1 ties, of 100 rows)" in row
+    t = dict(peers_topk.targets(r["cases"]))
+    assert t["cold: no slower than scores + cuDNN-frontend top-k (time ratio <= 1.05)"].startswith("met in all 12 rows")
+    assert t["warm: >= 1.3x faster than scores + torch.topk"].startswith("met in all 12 rows")
+    assert t["our selection alone at least as fast as cuDNN-frontend's on the same score rows (speed-up >= 1)"].startswith("met")
+    mem = t["peak memory <= 1/8 of the scores path's at S_k >= 65536"]
+    assert mem.startswith("met in all 4 rows") and "S_k 4096" not in mem  # the S_k 65536 and 131072 rows, both k
+    r["cases"][0]["cli"]["topk_cold_us"] = 5000.0
+    r["cases"][2]["cli"]["workspace_bytes"] = 1056 * 65536 * 4  # a 1056-row block at S_k 65536: 0.16 of the matrix
+    t = dict(peers_topk.targets(r["cases"]))
+    assert t["cold: no slower than scores + cuDNN-frontend top-k (time ratio <= 1.05)"].startswith("**missed** in 1 of 12")
+    assert t["peak memory <= 1/8 of the scores path's at S_k >= 65536"].startswith("**missed** in 1 of 4: topk bshd S_q 8192 S_k 65536 r1 k 2048 0.155")
+    assert "unavailable: this binding has no dsa_indexer.indexer_topk yet" in s
+
+
+def test_topk_results_re_render_beside_the_scores_section(tmp_path):
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text("# Benchmarks\n\n" + peers.BEGIN + "\nscores\n" + peers.END + "\n")
+    r = _topk_results()
+    peers_topk.save(r, tmp_path)
+    assert peers.main(["--op", "topk", "--from-json", str(tmp_path / peers_topk.TOPK_JSON), "--out", str(tmp_path)]) == 0
+    text = doc.read_text()
+    assert "\nscores\n" in text and text.count(peers_topk.TOPK_BEGIN) == 1
+    assert text.index(peers.END) < text.index(peers_topk.TOPK_BEGIN)
+    again = json.loads((tmp_path / peers_topk.TOPK_JSON).read_text())
+    assert peers_topk.render_topk(again) == peers_topk.render_topk(r)

@@ -51,6 +51,16 @@ class Family : public KernelSource {
   // Pure: the variant, the launch geometry and the schedule (called after check() passed); a
   // per-call schedule only for PlanPurpose::launch.
   virtual Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const = 0;
+  // The problems of other operations that launch() hands to the dispatcher (the unfused top-k:
+  // the score problem of each block), one per distinct shape, built by the same code launch()
+  // uses, with the call's pointers (null for a manifest's problem). Warmup manifests and shape
+  // recording plan them, so that a warmed call meets no compile inside its launch. Pure, like
+  // plan(); none for a family that launches only its own kernels.
+  virtual std::vector<Problem> inner_problems(const Problem& p, const DeviceInfo& dev) const {
+    (void)p;
+    (void)dev;
+    return {};
+  }
   virtual void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const = 0;
 };
 

@@ -6,6 +6,8 @@
 #include "families/sm90_topk_unfused.hpp"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "core/env.hpp"
 #include "core/util.hpp"
@@ -39,10 +41,16 @@ struct Block {
 };
 
 // Calls f(block) for every block of the call, in output-row order.
+// `shapes_only` (inner_problems): at least one block of every distinct (rows, width) shape,
+// skipping the blocks whose shape an earlier one already had (BSHD: the other batch entries and
+// the full blocks between the first and the last; THD: the further full blocks of a segment), so
+// that a line of 2^31 rows costs a few blocks, not 2^28.
 template <class F>
-void for_each_block(const Problem& p, const TopkBlocking& bl, F&& f) {
+void for_each_block(const Problem& p, const TopkBlocking& bl, F&& f, bool shapes_only = false) {
   if (!p.is_thd()) {
-    for (int64_t b = 0; b < p.batch; ++b)
+    const int64_t batches = shapes_only ? std::min<int64_t>(p.batch, 1) : p.batch;
+    const int64_t last_row0 = p.s_q > 0 ? (p.s_q - 1) / bl.rows * bl.rows : 0;
+    for (int64_t b = 0; b < batches; ++b)
       for (int64_t i0 = 0; i0 < p.s_q; i0 += bl.rows) {
         Block k;
         k.batch = b;
@@ -52,6 +60,7 @@ void for_each_block(const Problem& p, const TopkBlocking& bl, F&& f) {
         k.width = p.s_k;
         k.out_row = b * p.s_q + i0;
         f(k);
+        if (shapes_only && i0 + bl.rows < last_row0) i0 = last_row0 - bl.rows;  // the next block is the last
       }
     return;
   }
@@ -80,8 +89,70 @@ void for_each_block(const Problem& p, const TopkBlocking& bl, F&& f) {
     k.n = end - r;
     k.width = ck[last + 1] - k.k_base;
     f(k);
+    // A full block inside one segment: the segment's further full blocks have its shape.
+    if (shapes_only && last == seg && k.n == bl.rows) end += (cq[seg + 1] - end) / bl.rows * bl.rows;
     r = end;
   }
+}
+
+// The score problem of one block: a BSHD problem of one batch entry over the block's rows and
+// keys, with the rows' windows given explicitly (strides of extent-1 dimensions nested). What
+// launch() runs and what inner_problems() plans for warmup, so that the two cannot disagree.
+// A BSHD block is a causal problem of its own (the offset of its first row, saturated at
+// INT32_MAX: exact when S_k * ratio <= 2^31, since every row past the saturation then sees all
+// S_k keys either way), so that the fast score families serve it; otherwise (THD, or larger
+// products) its windows are given explicitly, which only the generic family takes.
+bool causal_blocks(const Problem& p) { return !p.is_thd() && p.s_k * p.ratio <= (int64_t(1) << 31); }
+
+Problem block_scores_problem(const Problem& p, const Block& b, void* scores, const int32_t* ks, const int32_t* ke,
+                             const int32_t* offset) {
+  const uint64_t esz_q = 2, esz_w = p.w_dtype == DType::f32 ? 4 : 2;
+  Problem s;
+  s.op = Operation::scores;
+  s.layout = Layout::bshd;
+  s.batch = 1;
+  s.rows = s.s_q = s.t_q = b.n;
+  s.s_k = s.t_k = s.out_cols = b.width;
+  s.heads = p.heads;
+  s.head_dim = p.head_dim;
+  s.qk_dtype = p.qk_dtype;
+  s.w_dtype = p.w_dtype;
+  s.ratio = p.ratio;
+  s.sm_scale = p.sm_scale;
+  s.device = p.device;
+  const int64_t qb = b.batch * p.q_stride[0] + b.row0 * p.q_stride[1];
+  const int64_t kb = b.batch * p.k_stride[0] + b.k_base * p.k_stride[1];
+  const int64_t wb = b.batch * p.w_stride[0] + b.row0 * p.w_stride[1];
+  // As integers: a manifest's problem has null operands, and an offset from null is undefined.
+  auto at = [](const void* base, int64_t elems, uint64_t esz) {
+    return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + static_cast<uint64_t>(elems) * esz);
+  };
+  s.q = at(p.q, qb, esz_q);
+  s.k = at(p.k, kb, esz_q);
+  s.w = at(p.w, wb, esz_w);
+  s.q_stride[0] = b.n * p.q_stride[1];
+  s.q_stride[1] = p.q_stride[1];
+  s.q_stride[2] = p.q_stride[2];
+  s.k_stride[0] = b.width * p.k_stride[1];
+  s.k_stride[1] = p.k_stride[1];
+  s.w_stride[0] = b.n * p.w_stride[1];
+  s.w_stride[1] = p.w_stride[1];
+  s.w_stride[2] = p.w_stride[2];
+  s.out = scores;
+  s.out_stride[0] = b.n * b.width;
+  s.out_stride[1] = b.width;
+  if (causal_blocks(p)) {
+    s.has_offsets = true;
+    s.offsets = offset;
+    s.offsets_stride = 1;
+  } else {
+    s.has_windows = true;
+    s.ks = ks;
+    s.ke = ke;
+    s.win_stride[0] = b.n;
+    s.win_stride[1] = 1;
+  }
+  return s;
 }
 
 class TopkUnfusedFamily final : public Family {
@@ -116,6 +187,16 @@ class TopkUnfusedFamily final : public Family {
     return plan;
   }
 
+  std::vector<Problem> inner_problems(const Problem& p, const DeviceInfo& dev) const override {
+    std::vector<Problem> v;
+    if (p.rows == 0) return v;  // an empty plan launches nothing
+    std::set<std::pair<int64_t, int64_t>> shapes;
+    for_each_block(p, topk_blocking(p, dev), [&](const Block& b) {
+      if (b.width > 0 && shapes.insert({b.n, b.width}).second) v.push_back(block_scores_problem(p, b, nullptr, nullptr, nullptr, nullptr));
+    }, /*shapes_only=*/true);
+    return v;
+  }
+
   void render(const KernelSpec&, GeneratedSource& g) const override {
     g.kernels.push_back("dsa::sm90_topk_rows<DsaKernelConfig::kLayout>");
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsShort));
@@ -126,18 +207,13 @@ class TopkUnfusedFamily final : public Family {
     const DeviceInfo& dev = device_info(p.device);
     const TopkBlocking bl = topk_blocking(p, dev);
     auto* ws = static_cast<unsigned char*>(p.topk.workspace);
-    const uint64_t esz_q = 2, esz_w = p.w_dtype == DType::f32 ? 4 : 2;
     dsa::TopkBlockArgs rb{};
     rb.a = make_args(p);
     rb.global = p.topk.global_indices ? 1 : 0;
     rb.ks = reinterpret_cast<i32*>(ws + bl.ks_offset);
     rb.ke = reinterpret_cast<i32*>(ws + bl.ke_offset);
     rb.rows = reinterpret_cast<dsa::TopkRow*>(ws + bl.rows_offset);
-    // A BSHD block is a causal problem of its own (the offset of its first row) when the
-    // saturated offset is exact, so that the fast score families serve it; otherwise (THD, or
-    // S_k * ratio > 2^31) its windows are given explicitly, which only the generic family takes.
-    const bool causal_blocks = !p.is_thd() && p.s_k * p.ratio <= (int64_t(1) << 31);
-    rb.offset = causal_blocks ? reinterpret_cast<i32*>(ws + bl.offset_offset) : nullptr;
+    rb.offset = causal_blocks(p) ? reinterpret_cast<i32*>(ws + bl.offset_offset) : nullptr;
     const int64_t K = p.topk.k;
     for_each_block(p, bl, [&](const Block& b) {
       rb.row0 = b.row0;
@@ -150,49 +226,7 @@ class TopkUnfusedFamily final : public Family {
       launch_one(k.functions[0], rows, stream, rp, "cuLaunchKernelEx(sm90_topk_rows)");
 
       if (b.width > 0) {
-        // The block's scores: a BSHD problem of one batch entry over the block's rows and keys,
-        // with the rows' windows given explicitly (strides of extent-1 dimensions nested).
-        Problem s;
-        s.op = Operation::scores;
-        s.layout = Layout::bshd;
-        s.batch = 1;
-        s.rows = s.s_q = s.t_q = b.n;
-        s.s_k = s.t_k = s.out_cols = b.width;
-        s.heads = p.heads;
-        s.head_dim = p.head_dim;
-        s.qk_dtype = p.qk_dtype;
-        s.w_dtype = p.w_dtype;
-        s.ratio = p.ratio;
-        s.sm_scale = p.sm_scale;
-        s.device = p.device;
-        const int64_t qb = b.batch * p.q_stride[0] + b.row0 * p.q_stride[1];
-        const int64_t kb = b.batch * p.k_stride[0] + b.k_base * p.k_stride[1];
-        const int64_t wb = b.batch * p.w_stride[0] + b.row0 * p.w_stride[1];
-        s.q = static_cast<const unsigned char*>(p.q) + qb * esz_q;
-        s.k = static_cast<const unsigned char*>(p.k) + kb * esz_q;
-        s.w = static_cast<const unsigned char*>(p.w) + wb * esz_w;
-        s.q_stride[0] = b.n * p.q_stride[1];
-        s.q_stride[1] = p.q_stride[1];
-        s.q_stride[2] = p.q_stride[2];
-        s.k_stride[0] = b.width * p.k_stride[1];
-        s.k_stride[1] = p.k_stride[1];
-        s.w_stride[0] = b.n * p.w_stride[1];
-        s.w_stride[1] = p.w_stride[1];
-        s.w_stride[2] = p.w_stride[2];
-        s.out = ws;
-        s.out_stride[0] = b.n * b.width;
-        s.out_stride[1] = b.width;
-        if (causal_blocks) {
-          s.has_offsets = true;
-          s.offsets = rb.offset;
-          s.offsets_stride = 1;
-        } else {
-          s.has_windows = true;
-          s.ks = rb.ks;
-          s.ke = rb.ke;
-          s.win_stride[0] = b.n;
-          s.win_stride[1] = 1;
-        }
+        const Problem s = block_scores_problem(p, b, ws, rb.ks, rb.ke, rb.offset);
         const Family& f = choose_family(s, dev, KernelFamily::automatic, env().disable_lean);
         Plan sp = make_plan(s, dev, f);
         if (!sp.empty) {
@@ -222,11 +256,7 @@ class TopkUnfusedFamily final : public Family {
         sa.lse = static_cast<float*>(p.lse) + b.batch * p.lse_stride[0] + b.row0 * p.lse_stride[1];
         sa.lse_stride = p.lse_stride[1];
       }
-      const int which = b.width > kLongRow ? 2 : 1;
-      KernelLaunch sel = plan.launches[which];
-      sel.grid[0] = static_cast<uint32_t>(std::min<int64_t>(b.n, int64_t(1) << 30));  // the kernel strides over rows beyond
-      void* sp2[] = {&sa};
-      launch_one(k.functions[which], sel, stream, sp2, "cuLaunchKernelEx(sm90_topk_select)");
+      launch_topk_select(plan, k, sa, b.width, stream);
     });
   }
 };
@@ -236,6 +266,15 @@ class TopkUnfusedFamily final : public Family {
 const Family& topk_unfused_family() {
   static const TopkUnfusedFamily f;
   return f;
+}
+
+void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream) {
+  const int which = width > kLongRow ? 2 : 1;
+  KernelLaunch sel = plan.launches[which];
+  sel.grid[0] = static_cast<uint32_t>(std::min<int64_t>(a.n_rows, int64_t(1) << 30));  // the kernel strides over rows beyond
+  dsa::TopkSelectArgs args = a;
+  void* params[] = {&args};
+  launch_one(k.functions[which], sel, stream, params, "cuLaunchKernelEx(sm90_topk_select)");
 }
 
 KernelSpec topk_unfused_spec(Layout layout) {

@@ -4,11 +4,17 @@
 // (templates/sm90_topk_unfused.cuh, sm90_topk_select.cuh). Serves every top-k call; the
 // reference the fused families must equal bit for bit.
 #include "dispatch/family.hpp"
+#include "sm90_topk_select_args.cuh"
 
 namespace dsa_indexer::detail {
 
 const Family& topk_unfused_family();
 KernelSpec topk_unfused_spec(Layout layout);
+
+// The selection kernel of a loaded top-k variant (`plan` its plan) over a.n_rows score rows of at
+// most `width` visible columns: what launch() runs after each block's scores, exposed so that a
+// tool can time the selection alone on score rows it holds (dsa-indexer bench --op topk).
+void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream);
 
 // The workspace plan of one call, a pure function of the shapes and the device (exposed for tests).
 struct TopkBlocking {

@@ -56,7 +56,13 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
       if (errno == ERANGE || n < lo || n > hi) bad(k, expected);
       return static_cast<int64_t>(n);
     };
-    if (k == "layout") {
+    if (k == "op") {
+      if (v == "scores") p.op = Operation::scores;
+      else if (v == "topk") p.op = Operation::topk;
+      else bad(k, "scores or topk");
+    } else if (k == "k") {
+      p.k = static_cast<int32_t>(num(1, kTopkMaxK));
+    } else if (k == "layout") {
       if (v == "bshd") p.layout = Layout::bshd;
       else if (v == "thd_local" || v == "thd") p.layout = Layout::thd_local;
       else if (v == "thd_global") p.layout = Layout::thd_global;
@@ -94,7 +100,7 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
       else if (f) p.family = f->id();
       else bad(k, fmt::format("auto or one of {}", family_options()));
     } else {
-      bad("key", "one of layout, heads, sq, sk, ratio, batch, sms, w, lse, scale, family");
+      bad("key", "one of op, layout, heads, sq, sk, ratio, batch, sms, w, lse, scale, family, k");
     }
   }
   if (!any) return false;
@@ -105,6 +111,22 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
   if (p.layout != Layout::bshd && p.batch != 1) {
     tok = "batch=" + std::to_string(p.batch);
     bad("batch", "1 on a THD line (a THD problem is one packed sequence)");
+  }
+  if (p.op != Operation::topk && seen.count("k")) {
+    tok = "k=" + std::to_string(p.k);
+    bad("k", "only on an op=topk line");
+  }
+  if (p.op == Operation::topk && p.layout == Layout::thd_global) {
+    tok = "layout=thd_global";
+    bad("layout", "bshd or thd_local on an op=topk line (global indices are a call option, not a variant)");
+  }
+  if (p.family != KernelFamily::automatic && family_for(p.family).operation() != p.op) {
+    // A family serves one operation: say so here rather than at planning.
+    tok = std::string("family=") + family_for(p.family).option();
+    std::string same;
+    for (const Family* f : families())
+      if (f->operation() == p.op) same += std::string(same.empty() ? "" : ", ") + f->option();
+    bad("family", fmt::format("auto or a family of operation {} ({})", operation_name(p.op), same));
   }
   *out = p;
   return true;
@@ -128,6 +150,8 @@ namespace {
 // dereferenced by planning).
 Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
   Problem p;
+  p.op = m.op;
+  p.topk.k = m.k;
   p.layout = m.layout;
   p.heads = m.heads;
   p.head_dim = 128;
@@ -157,7 +181,24 @@ Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
   }
   return p;
 }
+
+// The score variants the launch of `p` by `family` runs (Family::inner_problems), as the
+// dispatcher picks them with and without the escape hatch.
+template <class Add>
+void add_inner_specs(const Family& family, const Problem& p, const DeviceInfo& dev, Add&& add) {
+  for (const Problem& s : family.inner_problems(p, dev))
+    for (bool hatch : {false, true})
+      add(make_plan(s, dev, choose_family(s, dev, KernelFamily::automatic, hatch), PlanPurpose::spec_only).spec);
+}
 }  // namespace
+
+std::vector<KernelSpec> call_specs(const Problem& p, const DeviceInfo& dev, const KernelSpec& spec) {
+  std::vector<KernelSpec> specs = {spec};
+  add_inner_specs(family_of(spec), p, dev, [&](const KernelSpec& s) {
+    if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+  });
+  return specs;
+}
 
 std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& problems, const DeviceInfo& profile) {
   std::vector<KernelSpec> specs;
@@ -174,9 +215,11 @@ std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& probl
       const Problem p = manifest_problem(m, sc);
       // An automatic line warms what the dispatcher picks and what it picks with the escape
       // hatch set, so that neither setting meets a compile.
-      add(make_plan(p, dev, choose_family(p, dev, m.family, false), PlanPurpose::spec_only).spec);
+      const Family& f = choose_family(p, dev, m.family, false);
+      add(make_plan(p, dev, f, PlanPurpose::spec_only).spec);
       if (m.family == KernelFamily::automatic)
         add(make_plan(p, dev, choose_family(p, dev, m.family, true), PlanPurpose::spec_only).spec);
+      add_inner_specs(f, p, dev, add);
     }
   }
   return specs;
@@ -188,15 +231,21 @@ std::string manifest_line(const Problem& p, const DeviceInfo& dev, const KernelS
   // The problem as the dispatcher saw it, with the family named so that the line implies this
   // variant only. Values that decide no spec are still the call's (a reader sees the shape);
   // an empty dimension becomes 1, which the verification below proves changes nothing.
-  std::string line = fmt::format("layout={} heads={} sq={} sk={} ratio={} w={} lse={}", layout_name(p.layout), p.heads,
-                                 std::max<int64_t>(1, thd ? p.t_q : p.s_q), std::max<int64_t>(1, thd ? p.t_k : p.s_k),
-                                 std::max<int64_t>(1, p.ratio), p.w_dtype == DType::f32 ? "f32" : "bf16", p.has_lse ? 1 : 0);
+  // A top-k line says op=topk first (a scores line says nothing: the default) and its k last.
+  // THD: one segment of all the packed rows and keys, which implies the same variants wherever
+  // the blocks' score variants do not depend on the packing (checked below, like the rest).
+  const bool topk = p.op == Operation::topk;
+  std::string line = fmt::format("{}layout={} heads={} sq={} sk={} ratio={} w={} lse={}", topk ? "op=topk " : "",
+                                 layout_name(p.layout), p.heads, std::max<int64_t>(1, thd ? p.t_q : p.s_q),
+                                 std::max<int64_t>(1, thd ? p.t_k : p.s_k), std::max<int64_t>(1, p.ratio),
+                                 p.w_dtype == DType::f32 ? "f32" : "bf16", p.has_lse ? 1 : 0);
   if (p.sm_scale == 1.0f) line += " scale=1";
   if (!thd && p.batch != 1) line += fmt::format(" batch={}", std::max<int64_t>(1, p.batch));
   if (dev.sm_count != profile.sm_count) line += fmt::format(" sms={}", dev.sm_count);
   line += fmt::format(" family={}", family_of(spec).option());
+  if (topk) line += fmt::format(" k={}", p.topk.k);
   try {
-    if (manifest_specs(parse_manifest(line, "recorded line"), profile) == std::vector<KernelSpec>{spec})
+    if (manifest_specs(parse_manifest(line, "recorded line"), profile) == call_specs(p, dev, spec))
       return line + "  # " + spec.variant_key();
   } catch (const Error&) {
     // a value outside the manifest's ranges, or a gate the profile does not pass: not expressible

@@ -3,9 +3,14 @@
 // into the disk cache, with no GPU.
 //
 // Manifest: one problem per line as key=value tokens; '#' starts a comment.
-//   layout=bshd|thd_local|thd_global  heads=16|32|64  sq=<S_q or T_q>  sk=<S_k or T_k>
-//   ratio=<n>  w=bf16|f32  lse=0|1  scale=any|1|both  family=auto|<a family's name>
-//   batch=<B>  sms=<SM count>
+//   [op=scores|topk]  layout=bshd|thd_local|thd_global  heads=16|32|64  sq=<S_q or T_q>
+//   sk=<S_k or T_k>  ratio=<n>  w=bf16|f32  lse=0|1  scale=any|1|both
+//   family=auto|<a family of the line's operation>  batch=<B>  sms=<SM count>  [k=<1..2048>]
+// op: the operation (default scores, what every line without it means). A top-k line (BSHD or
+// THD local; k only there, default 2048, a value no variant depends on today) implies its
+// top-k family's variant AND the score variants its launch runs: the score problem of each
+// distinct block (Family::inner_problems), as the dispatcher picks them with and without the
+// escape hatch, whichever the line's family.
 // scale: the sm_scale variants to warm where a family compiles them apart (lean): `any` (any
 // value but 1, the default), `1`, or both. batch (BSHD only, default 1) and sms (default: the
 // planning profile's) are what a gate may read besides the shape (lean's grid saturation, S_q/8
@@ -15,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "core/operation.hpp"
 #include "dispatch/planner.hpp"
+#include "dsa_indexer/topk.hpp"
 #include "jit/runtime.hpp"
 
 namespace dsa_indexer::detail {
@@ -24,6 +31,8 @@ enum class ManifestScale { any, one, both };
 
 struct ManifestProblem {
   int line = 0;
+  Operation op = Operation::scores;
+  int32_t k = kTopkMaxK;  // op=topk only
   Layout layout = Layout::bshd;
   int heads = 64;
   int64_t sq = 0, sk = 0, ratio = 1;
@@ -50,10 +59,14 @@ bool parse_manifest_line(const std::string& text, int line, const std::string& f
 std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& problems, const DeviceInfo& profile);
 
 // The manifest line of one variant a call used: `spec` planned for `p` on `dev`, as a line that
-// parse_manifest + manifest_specs on `profile` map back to exactly {spec} (checked here), with
-// the variant's key as a trailing comment. Empty when no line can say it (a gate reading
-// something a line does not carry); never throws for a validated problem.
+// parse_manifest + manifest_specs on `profile` map back to exactly call_specs(p, dev, spec)
+// (checked here), with the variant's key as a trailing comment. Empty when no line can say it
+// (a gate reading something a line does not carry); never throws for a validated problem.
 std::string manifest_line(const Problem& p, const DeviceInfo& dev, const KernelSpec& spec, const DeviceInfo& profile);
+// What a call that used `spec` needs warmed: {spec} for a family that launches only its own
+// kernels; after it, for the unfused top-k, the score variants of its blocks (the dispatcher's
+// pick with and without the escape hatch), as a top-k line implies them.
+std::vector<KernelSpec> call_specs(const Problem& p, const DeviceInfo& dev, const KernelSpec& spec);
 
 struct WarmupSummary {
   int compiled = 0;

@@ -7,6 +7,7 @@
 #include "dispatch/family.hpp"
 #include "dispatch/planner.hpp"
 #include "problems.hpp"
+#include "ops/topk.hpp"
 #include "ops/validate.hpp"
 
 namespace dsa_test {
@@ -80,6 +81,33 @@ inline std::vector<CallCase> every_family_calls() {
   ref.opt.lse = TensorDesc::contiguous(fake(0x700000), DType::f32, {12});
   v.push_back(call_case("reference thd global with lse", ref, KernelFamily::reference));
   return v;
+}
+
+// A top-k call over fake addresses 2^40 bytes apart (outputs may overlap no input), planned the
+// way indexer_topk plans it: validate_topk, the dispatcher, the family's plan.
+struct TopkCallCase {
+  std::string what;
+  dsa_indexer::detail::Problem p;
+  dsa_indexer::detail::DeviceInfo dev;
+  dsa_indexer::detail::KernelSpec spec;
+};
+
+inline TopkCallCase topk_case(std::string what, Call& c, int k,
+                              dsa_indexer::detail::DeviceInfo dev = dsa_indexer::detail::DeviceInfo::h200()) {
+  using namespace dsa_indexer::detail;
+  using dsa_indexer::DType;
+  c.q.data = fake(uintptr_t(1) << 40);
+  c.k.data = fake(uintptr_t(2) << 40);
+  c.w.data = fake(uintptr_t(3) << 40);
+  const bool thd = c.q.rank == 3;
+  const int64_t rows = thd ? c.q.shape[0] : c.q.shape[1];
+  const auto indices = thd ? TensorDesc::contiguous(fake(uintptr_t(4) << 40), DType::i32, {rows, k})
+                           : TensorDesc::contiguous(fake(uintptr_t(4) << 40), DType::i32, {c.q.shape[0], rows, k});
+  dsa_indexer::TopkOptions t;
+  t.k = k;
+  TopkCallCase tc{std::move(what), validate_topk(c.q, c.k, c.w, indices, c.opt, t, nullptr), dev, {}};
+  tc.spec = make_plan(tc.p, dev, choose_family(tc.p, dev, dsa_indexer::KernelFamily::automatic, false)).spec;
+  return tc;
 }
 
 }  // namespace dsa_test

@@ -112,6 +112,30 @@ TEST_CASE("record: lines already in the file count, whoever wrote them", "[recor
   CHECK(rec.warnings.count() == 0);
 }
 
+TEST_CASE("record: a top-k call is one line, which implies its blocks' score variants too", "[record][topk]") {
+  Recording rec;
+  ManifestRecorder& r = *rec.recorder;
+  dsa_test::Call c = dsa_test::bshd_call(1, 8192, 65536);
+  c.opt.ratio = 1;
+  const dsa_test::TopkCallCase tc = dsa_test::topk_case("topk 8192x65536", c, 2048);
+  r.record(tc.p, tc.dev, tc.spec);
+  CHECK(r.stats().recorded == 1);
+  // What the call's launch then produces for its blocks (kernel_for_call records it too) is
+  // already implied by the line: nothing more is appended.
+  const auto inner = family_of(tc.spec).inner_problems(tc.p, tc.dev);
+  REQUIRE_FALSE(inner.empty());
+  for (const Problem& s : inner) {
+    const KernelSpec block = make_plan(s, tc.dev, choose_family(s, tc.dev, dsa_indexer::KernelFamily::automatic, false)).spec;
+    r.record(s, tc.dev, block);
+  }
+  CHECK(r.stats().recorded == 1);
+  CHECK(r.stats().present == 2);  // the blocks' two variants: lean (1056-row blocks) and generic (the tail)
+  REQUIRE(rec.lines().size() == 1);
+  CHECK(rec.lines()[0].rfind("op=topk ", 0) == 0);
+  CHECK(warmed(rec.path) == call_specs(tc.p, tc.dev, tc.spec));
+  CHECK(rec.warnings.count() == 0);
+}
+
 TEST_CASE("record: a malformed existing file is one warning, and valid lines keep being appended", "[record]") {
   // Junk, a line the parser refuses, a family gate the profile refuses, then a tail without a
   // newline (a hand edit, or a writer that died mid-line).

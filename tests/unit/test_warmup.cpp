@@ -9,7 +9,9 @@
 #include "families/sm90_indexer_generic.hpp"
 #include "families/sm90_indexer_lean.hpp"
 #include "families/sm90_indexer_reference.hpp"
+#include "families/sm90_topk_unfused.hpp"
 #include "call_cases.hpp"
+#include "ops/topk.hpp"
 #include "ops/warmup.hpp"
 
 using namespace dsa_indexer::detail;
@@ -174,4 +176,143 @@ TEST_CASE("manifest_line is empty where no line says the variant", "[warmup][rec
   REQUIRE(h32.p.heads == 32);
   CHECK(manifest_line(h32.p, h32.dev, lean.spec, DeviceInfo::h200()).empty());
   CHECK(manifest_line(lean.p, lean.dev, KernelSpec{}, DeviceInfo::h200()).empty());
+}
+
+using dsa_test::topk_case;
+using dsa_test::TopkCallCase;
+
+TEST_CASE("manifest: op=topk lines and their keys", "[warmup][topk]") {
+  auto v = parse_manifest("op=topk sq=8192 sk=65536 ratio=1 k=512\nop=scores sq=64 sk=64\n"
+                          "op=topk layout=thd_local sq=100 sk=50 family=topk_unfused\nsq=64 sk=64\n", "m.txt");
+  REQUIRE(v.size() == 4);
+  CHECK(v[0].op == Operation::topk);
+  CHECK(v[0].k == 512);
+  CHECK(v[1].op == Operation::scores);
+  CHECK(v[2].k == dsa_indexer::kTopkMaxK);  // the default
+  CHECK(v[2].family == dsa_indexer::KernelFamily::topk_unfused);
+  CHECK(v[3].op == Operation::scores);
+  CHECK_THROWS_WITH(parse_manifest("op=backward sq=1 sk=1\n", "m.txt"), Contains("m.txt:1") && Contains("scores or topk"));
+  CHECK_THROWS_WITH(parse_manifest("op=topk sq=1 sk=1 k=0\n", "m.txt"), Contains("k") && Contains("[1, 2048]"));
+  CHECK_THROWS_WITH(parse_manifest("op=topk sq=1 sk=1 k=2049\n", "m.txt"), Contains("[1, 2048]"));
+  CHECK_THROWS_WITH(parse_manifest("sq=1 sk=1 k=64\n", "m.txt"), Contains("only on an op=topk line"));
+  CHECK_THROWS_WITH(parse_manifest("op=topk layout=thd_global sq=1 sk=1\n", "m.txt"), Contains("bshd or thd_local"));
+  // A family serves one operation: the line says which and is refused when they disagree.
+  CHECK_THROWS_WITH(parse_manifest("op=topk sq=1 sk=1 family=generic\n", "m.txt"),
+                    Contains("family=generic") && Contains("a family of operation topk (topk_unfused)"));
+  CHECK_THROWS_WITH(parse_manifest("sq=1 sk=1 family=topk_unfused\n", "m.txt"), Contains("a family of operation scores"));
+  CHECK_THROWS_WITH(parse_manifest("op=topk op=topk sq=1 sk=1\n", "m.txt"), Contains("once"));
+}
+
+TEST_CASE("manifest: a top-k line implies the top-k variant and the score variants of its blocks", "[warmup][topk]") {
+  using dsa_indexer::DType;
+  const DeviceInfo h200 = DeviceInfo::h200();
+  const KernelSpec gen_bf16 = generic_spec(64, DType::bf16, false, Layout::bshd);
+  // BSHD blocks are causal problems of their own: 1056-row blocks (one q-tile per SM) go lean,
+  // the 800-row tail (100 q-tiles) and the escape hatch generic.
+  CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=65536 ratio=1\n", "m"), h200) ==
+        std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16});
+  // THD blocks have explicit windows, which lean does not serve: generic, whichever the hatch.
+  CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n", "m"), h200) ==
+        std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)});
+  // The same variants as planning the line's problem through the family's own inner problems.
+  const auto lines = parse_manifest("op=topk sq=16384 sk=4096 ratio=4 scale=both\n", "m");
+  const auto specs = manifest_specs(lines, h200);
+  // one block of all 16384 rows (the 256 MiB budget holds them), lean in both scale variants
+  CHECK(specs == std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(16384, 4096, DType::bf16, false), gen_bf16,
+                                         lean_spec(16384, 4096, DType::bf16, true)});
+  // A scores line keeps its meaning whether or not it says op=scores.
+  CHECK(manifest_specs(parse_manifest("op=scores sq=8192 sk=4096 ratio=2 scale=both\n", "m"), h200) ==
+        manifest_specs(parse_manifest("sq=8192 sk=4096 ratio=2 scale=both\n", "m"), h200));
+}
+
+TEST_CASE("manifest: a top-k line's blocks are planned per distinct shape, not per block", "[warmup][topk][manifest_ranges]") {
+  const DeviceInfo h200 = DeviceInfo::h200();
+  // sms=1: blocks of 8 rows of 2^31 keys, 2^28 blocks; BSHD with a huge B; THD of one segment.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const char* line : {"op=topk sq=2147483647 sk=2147483647 ratio=2147483647 sms=1 batch=2147483647 heads=16\n",
+                           "op=topk layout=thd_local sq=2147483647 sk=2147483647 sms=1 w=f32\n",
+                           "op=topk layout=thd_local sq=2147483647 sk=1 k=1\n"}) {
+    INFO(line);
+    const auto specs = manifest_specs(parse_manifest(line, "m"), h200);
+    CHECK(specs.size() == 2);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  // The distinct shapes themselves: a full block and the tail, once each whatever B.
+  const auto& fam = topk_unfused_family();
+  dsa_test::Call c = dsa_test::bshd_call(3, 2500, 65536);
+  c.opt.ratio = 1;
+  const TopkCallCase tc = topk_case("bshd B3", c, 2048);
+  const auto inner = fam.inner_problems(tc.p, h200);
+  REQUIRE(inner.size() == 2);  // 1056-row blocks: 1056 and 2500 - 2 * 1056 = 388
+  CHECK(inner[0].s_q == 1056);
+  CHECK(inner[1].s_q == 388);
+  for (const Problem& s : inner) {
+    CHECK(s.op == Operation::scores);
+    CHECK(s.has_offsets);  // a causal problem of its own (S_k * ratio <= 2^31)
+    CHECK_FALSE(s.has_windows);
+    CHECK(s.batch == 1);
+    CHECK(s.s_k == 65536);
+  }
+}
+
+TEST_CASE("manifest_line round-trips top-k calls: the line implies the call's variants", "[warmup][record][topk]") {
+  using dsa_indexer::DType;
+  std::vector<TopkCallCase> cases;
+  dsa_test::Call a = dsa_test::bshd_call(1, 8192, 16384);
+  a.opt.ratio = 1;
+  cases.push_back(topk_case("bshd 8192x16384", a, 2048));
+  dsa_test::Call b = dsa_test::bshd_call(2, 300, 77, 32, DType::f32);
+  b.opt.sm_scale = 1.0f;
+  cases.push_back(topk_case("bshd B2 H32 f32 W scale 1", b, 64));
+  DeviceInfo small = DeviceInfo::h200();
+  small.sm_count = 114;
+  dsa_test::Call d = dsa_test::bshd_call(1, 4096, 2048);
+  cases.push_back(topk_case("bshd on a 114-SM device", d, 512, small));
+  dsa_test::PackedCall packed({3000, 1, 0, 5190}, {3000, 1, 7, 5190});
+  packed.opt.ratio = 1;
+  cases.push_back(topk_case("thd 4 segments", packed, 2048));
+  for (const auto& c : cases) {
+    const std::string line = manifest_line(c.p, c.dev, c.spec, DeviceInfo::h200());
+    INFO(c.what << ": '" << line << "'");
+    REQUIRE_FALSE(line.empty());
+    CHECK(line.rfind("op=topk ", 0) == 0);
+    CHECK_THAT(line, Contains(" family=topk_unfused k=") && Contains("# " + c.spec.variant_key()));
+    const std::vector<KernelSpec> want = call_specs(c.p, c.dev, c.spec);
+    REQUIRE(want.size() >= 2);
+    CHECK(want[0] == c.spec);
+    for (std::size_t i = 1; i < want.size(); ++i) CHECK(family_of(want[i]).operation() == Operation::scores);
+    CHECK(manifest_specs(parse_manifest(line + "\n", "recorded"), DeviceInfo::h200()) == want);
+  }
+  CHECK_THAT(manifest_line(cases[1].p, cases[1].dev, cases[1].spec, DeviceInfo::h200()), Contains(" scale=1 ") && Contains(" batch=2 ") && Contains(" k=64"));
+  CHECK_THAT(manifest_line(cases[2].p, cases[2].dev, cases[2].spec, DeviceInfo::h200()), Contains(" sms=114 "));
+  CHECK_THAT(manifest_line(cases[3].p, cases[3].dev, cases[3].spec, DeviceInfo::h200()), Contains("layout=thd_local") && Contains(" sq=8191 sk=8198 "));
+  // A scores family's calls still map to exactly their one variant.
+  for (const auto& c : dsa_test::every_family_calls()) CHECK(call_specs(c.p, c.dev, c.spec) == std::vector<KernelSpec>{c.spec});
+}
+
+TEST_CASE("manifest: the default manifest's scores lines keep their variants, its top-k lines add the top-k ones", "[warmup][topk]") {
+  std::ifstream in(DSA_TEST_DEFAULT_MANIFEST);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string scores_only;
+  int topk_lines = 0;
+  std::istringstream lines(text.str());
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("op=topk", 0) == 0) ++topk_lines;
+    else scores_only += l + "\n";
+  }
+  CHECK(topk_lines >= 5);
+  const auto all = manifest_specs(parse_manifest(text.str(), "default"), DeviceInfo::h200());
+  const auto before = manifest_specs(parse_manifest(scores_only, "default"), DeviceInfo::h200());
+  // The top-k lines come last: the scores lines' variants first, in their order, then the top-k
+  // family's two variants and the lean variants of their BSHD blocks' shapes (the blocks'
+  // generic variants are among the scores lines' ones).
+  REQUIRE(all.size() > before.size() + 2);
+  CHECK(std::vector<KernelSpec>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(before.size())) == before);
+  int topk_specs = 0;
+  for (std::size_t i = before.size(); i < all.size(); ++i) {
+    if (family_of(all[i]).operation() == Operation::topk) ++topk_specs;
+    else CHECK(std::string(family_of(all[i]).option()) == "lean");
+  }
+  CHECK(topk_specs == 2);
 }

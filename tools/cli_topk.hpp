@@ -1,0 +1,30 @@
+#pragma once
+// The top-k rows of the command-line tool (issue 20, "Speed"): `dsa-indexer bench --op topk`
+// and `dsa-indexer demo --op topk`. Split from dsa_indexer_cli.cpp, which keeps the scores rows
+// and the command line; bench/peers.py --op topk runs the same shapes (topk_bench_cases below,
+// which python/tests/test_bench_tools.py reads back from this file's source).
+#include <string>
+#include <vector>
+
+namespace dsa_cli {
+
+struct TopkBenchOptions {
+  int reps = 20;
+  std::vector<int> ks = {2048, 512};
+  bool quick = false;   // the first two shapes only
+  std::string match;    // only the shapes whose name contains it
+};
+
+// "2048,512" -> {2048, 512}; throws dsa_indexer::InvalidArgument naming --topk-k for anything
+// else than a comma list of integers in [1, 2048].
+std::vector<int> parse_topk_ks(const std::string& list);
+
+// Prints the top-k table (needs a Hopper GPU) and returns its rows as JSON objects joined by
+// ",\n" (bench --json puts them under "topk_cases").
+std::string run_topk_bench(const TopkBenchOptions& o);
+
+// The default DeepSeek-V4-like top-k problem, checked against a reference selection of our own
+// scores and timed against the scores alone; 0 when every check passed.
+int run_topk_demo();
+
+}  // namespace dsa_cli
