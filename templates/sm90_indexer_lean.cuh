@@ -328,12 +328,6 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg>;
   constexpr bool kBshd = !T::kThd;
-  u8* const smem = cta.smem;
-  u64* const q_full = cta.q_full;
-  u64* const q_empty = cta.q_empty;
-  u64* const w_full = cta.w_full;
-  u64* const kv_full = cta.kv_full;
-  u64* const kv_empty = cta.kv_empty;
   const i64 rounds = work.rounds();
   // Lane 0 issues every TMA; the whole warp copies the weights with ordinary loads and
   // shared stores (generic proxy, like the consumers that read them), each lane releasing
@@ -360,13 +354,13 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
     if (lane == 0)
       for (i32 it = 0; it < pre; ++it)
-        load_kv_tile<T::kStages, kBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, b);
+        load_kv_tile<T::kStages, kBshd>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin, it, b);
     for (int g = 0; g < T::kConsumers; ++g) {
-      mbarrier_wait(&q_empty[g], (q_uses & 1) ^ 1);
+      mbarrier_wait(&cta.q_empty[g], (q_uses & 1) ^ 1);
       const i32 t0 = tok0 + g * T::kTokensPerConsumer;
       if (lane == 0) {
-        mbarrier_arrive_expect_tx(&q_full[g], kQBytes);
-        load_q_rows<kBshd>(q_map, smem + L::kOffQ + g * kQBytes, &q_full[g], t0, b);
+        mbarrier_arrive_expect_tx(&cta.q_full[g], kQBytes);
+        load_q_rows<kBshd>(q_map, cta.smem + L::kOffQ + g * kQBytes, &cta.q_full[g], t0, b);
       }
       // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate);
       // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
@@ -374,18 +368,18 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
       const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
       const uint4* w_src = reinterpret_cast<const uint4*>(
           reinterpret_cast<const u8*>(a.w) + row0 * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer));
-      uint4* w_dst = reinterpret_cast<uint4*>(smem + L::kOffW + g * T::kWBytes);
+      uint4* w_dst = reinterpret_cast<uint4*>(cta.smem + L::kOffW + g * T::kWBytes);
 #pragma unroll
       for (int i = lane; i < T::kWBytes / 16; i += 32) {
         if (kBshd || t0 + i / kChunksPerToken < a.t_q) w_dst[i] = __ldg(w_src + i);
         else w_dst[i] = make_uint4(0u, 0u, 0u, 0u);
       }
-      mbarrier_arrive(&w_full[g]);
+      mbarrier_arrive(&cta.w_full[g]);
     }
     ++q_uses;
     if (lane == 0)
       for (i32 it = pre; it < n_kv; ++it)
-        load_kv_tile<T::kStages, kBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, b);
+        load_kv_tile<T::kStages, kBshd>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin, it, b);
   }
 }
 
@@ -434,21 +428,15 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg>;
   constexpr bool kBshd = !T::kThd;
-  u8* const smem = cta.smem;
-  u64* const q_full = cta.q_full;
-  u64* const q_empty = cta.q_empty;
-  u64* const w_full = cta.w_full;
-  u64* const kv_full = cta.kv_full;
-  u64* const kv_empty = cta.kv_empty;
   const i64 rounds = work.rounds();
   const int cg = wg - 1;
   const int warp_in_wg = warp % 4;
   const u32 my_bar = cg == 0 ? kLeanPingPong0 : kLeanPingPong1;
   const u32 other_bar = cg == 0 ? kLeanPingPong1 : kLeanPingPong0;
   if (cg == 1) named_barrier_arrive(kLeanPingPong0, 256);  // consumer 0 issues first
-  const u32 q_base = smem_addr(smem + L::kOffQ + cg * kQBytes);
-  const u32 kv_base0 = smem_addr(smem + L::kOffKv);
-  const u32 w_smem = smem_addr(smem + L::kOffW + cg * T::kWBytes);
+  const u32 q_base = smem_addr(cta.smem + L::kOffQ + cg * kQBytes);
+  const u32 kv_base0 = smem_addr(cta.smem + L::kOffKv);
+  const u32 w_smem = smem_addr(cta.smem + L::kOffW + cg * T::kWBytes);
   float* out = reinterpret_cast<float*>(a.out);
   const int quarter = token_quarter(lane);
   constexpr int TPW = T::kTokensPerConsumer;
@@ -513,11 +501,11 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<
     bool ready_n = false;
     const i32 n_kv = ln.n_kv;
     if (n_kv > 0) {
-      mbarrier_wait(&w_full[cg], q_uses & 1);
-      mbarrier_wait(&q_full[cg], q_uses & 1);
+      mbarrier_wait(&cta.w_full[cg], q_uses & 1);
+      mbarrier_wait(&cta.q_full[cg], q_uses & 1);
       wreg.load(w_smem, lane & 3);
       for (i32 it = 0; it < n_kv; ++it) {
-        mbarrier_wait(&kv_full[stage], phase);
+        mbarrier_wait(&cta.kv_full[stage], phase);
         named_barrier_sync(my_bar, 256);
         mma_kv_tile(acc, kv_base0 + stage * kKvBytes, q_base);
         named_barrier_arrive(other_bar, 256);
@@ -530,8 +518,8 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<
         // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
         // load under this last epilogue. fp32 weights are still read from shared memory.
         // Every thread arrives on q_empty: an arrival releases only its own thread's reads.
-        if (!Cfg::kWeightsF32 && it == n_kv - 1) mbarrier_arrive(&q_empty[cg]);
-        if (lane == 0) mbarrier_arrive(&kv_empty[stage]);
+        if (!Cfg::kWeightsF32 && it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
+        if (lane == 0) mbarrier_arrive(&cta.kv_empty[stage]);
         if (++stage == T::kStages) {
           stage = 0;
           phase ^= 1;
@@ -540,7 +528,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<
         head_sum<T::kHeads, TPW>(acc, wreg, part, lane);
         LeanScoresEpilogue<Cfg>::tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
       }
-      if (Cfg::kWeightsF32) mbarrier_arrive(&q_empty[cg]);
+      if (Cfg::kWeightsF32) mbarrier_arrive(&cta.q_empty[cg]);
       ++q_uses;
     }
     if (have_n && !ready_n) ln_n = lane_info(tile_n, b_n);
