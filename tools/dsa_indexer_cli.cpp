@@ -635,11 +635,20 @@ struct Cli {
   std::vector<std::pair<std::string, std::string*>> values;  // option name -> where CLI11 stores it
   std::map<std::string, std::string> storage;
 
-  // A string option "--name VALUE" of `sub`, copied into args.opt when given.
+  // A string option "--name VALUE" of `sub`, copied into args.opt when given. An empty VALUE is
+  // an error, never "the default": `cache clear --cache-dir "$UNSET"` must not clear the
+  // user's real cache (issue 24, class 4).
   CLI::Option* value(CLI::App* sub, const std::string& name, const std::string& help) {
     std::string* slot = &storage[sub->get_name() + "/" + name];
     values.emplace_back(name, slot);
-    return sub->add_option("--" + name, *slot, help)->type_name("VALUE")->expected(1);
+    return sub->add_option("--" + name, *slot, help)
+        ->type_name("VALUE")
+        ->expected(1)
+        ->check([](const std::string& v) {
+          return v.empty() ? std::string("an empty value is not accepted (an unset shell variable?); leave the "
+                                         "option out for its default")
+                           : std::string();
+        });
   }
   CLI::App* command_of(CLI::App* parent, const std::string& name, const std::string& help) {
     CLI::App* c = parent->add_subcommand(name, help);
