@@ -92,6 +92,12 @@ int run_warmup(const std::string& manifest_text, const std::string& manifest_nam
     fmt::print(stderr, "warmup: --arch: expected sm_90a (the only target the kernels are written for), got {}\n", arch);
     return 2;
   }
+  // Before any compile: a directory that cannot store entries would make every one of them a
+  // failure after its compile.
+  if (const std::string why = rt.disk().prepare_for_stores(); !why.empty()) {
+    fmt::print(stderr, "warmup: cannot store kernels in {}: {}\n", cfg.cache_dir, why);
+    return 1;
+  }
   fmt::print("warmup: {} problems in {} -> {} kernel variants, cache {}\n", problems.size(), manifest_name, specs.size(),
              cfg.cache_dir);
   auto s = dd::warmup(rt, specs, [](int i, int n, const dd::KernelSpec& spec, const std::string& status) {

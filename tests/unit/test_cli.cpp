@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -306,4 +307,18 @@ TEST_CASE("empty values: an empty or malformed environment value is refused, nev
   auto r = tool_in_home(home, {"cache", "clear"});
   CHECK(r.code == 0);
   CHECK_THAT(r.output, Catch::Contains("removed 1 files"));
+}
+
+TEST_CASE("messages: warmup into an unusable directory says so before compiling anything", "[messages]") {
+  dsa_test::TempDir t;
+  dsa_test::spit(t.path() + "/file", "x");
+  dsa_test::spit(t.path() + "/m.txt", "sq=64 sk=64 heads=16 family=reference\nsq=64 sk=64 heads=32 family=reference\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = tool({"warmup", "--manifest", t.path() + "/m.txt", "--cache-dir", t.path() + "/file/cache"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.output, Catch::Contains("cannot store kernels in " + t.path() + "/file/cache"));
+  CHECK_THAT(r.output, !Catch::Contains("[1/2]") && !Catch::Contains("compiled in"));
+  CHECK(s < 5.0);  // two compiles took about 2 s each before
 }
