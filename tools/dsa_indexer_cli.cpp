@@ -95,6 +95,12 @@ int run_warmup(const std::string& manifest_text, const std::string& manifest_nam
     fmt::print(stderr, "warmup: --arch: expected sm_90a (the only target the kernels are written for), got {}\n", arch);
     return 2;
   }
+  // Before any compile: a directory that cannot store entries would make every one of them a
+  // failure after its compile.
+  if (const std::string why = rt.disk().prepare_for_stores(); !why.empty()) {
+    fmt::print(stderr, "warmup: cannot store kernels in {}: {}\n", cfg.cache_dir, why);
+    return 1;
+  }
   fmt::print("warmup: {} problems in {} -> {} kernel variants, cache {}\n", problems.size(), manifest_name, specs.size(),
              cfg.cache_dir);
   auto s = dd::warmup(rt, specs, [](int i, int n, const dd::KernelSpec& spec, const std::string& status) {
@@ -604,11 +610,20 @@ struct Cli {
   std::vector<std::pair<std::string, std::string*>> values;  // option name -> where CLI11 stores it
   std::map<std::string, std::string> storage;
 
-  // A string option "--name VALUE" of `sub`, copied into args.opt when given.
+  // A string option "--name VALUE" of `sub`, copied into args.opt when given. An empty VALUE is
+  // an error, never "the default": `cache clear --cache-dir "$UNSET"` must not clear the
+  // user's real cache (issue 24, class 4).
   CLI::Option* value(CLI::App* sub, const std::string& name, const std::string& help) {
     std::string* slot = &storage[sub->get_name() + "/" + name];
     values.emplace_back(name, slot);
-    return sub->add_option("--" + name, *slot, help)->type_name("VALUE")->expected(1);
+    return sub->add_option("--" + name, *slot, help)
+        ->type_name("VALUE")
+        ->expected(1)
+        ->check([](const std::string& v) {
+          return v.empty() ? std::string("an empty value is not accepted (an unset shell variable?); leave the "
+                                         "option out for its default")
+                           : std::string();
+        });
   }
   CLI::App* command_of(CLI::App* parent, const std::string& name, const std::string& help) {
     CLI::App* c = parent->add_subcommand(name, help);

@@ -11,8 +11,20 @@
 namespace dsa_indexer::detail {
 namespace {
 
+// Another program's variable (HOME, XDG_CACHE_HOME, TMPDIR): empty reads as unset, as their
+// own conventions say.
 std::string get_str(const EnvGetter& get, const char* name) {
   const char* v = get(name);
+  return v ? std::string(v) : std::string();
+}
+
+// One of ours: unset gives "" (the default), but a variable set to the empty string is an
+// error, never the default: `DSA_INDEXER_CACHE_DIR=$SCRATCH` with SCRATCH unset must not
+// become the user's real cache (issue 24, class 4).
+std::string get_ours(const EnvGetter& get, const char* name) {
+  const char* v = get(name);
+  if (v && !*v)
+    fail_param<InvalidArgument>("environment", name, "a non-empty value (unset the variable for the default)", "''");
   return v ? std::string(v) : std::string();
 }
 
@@ -23,42 +35,54 @@ bool parse_bool(const std::string& v, const char* name) {
                               fmt::format("'{}'", v));
 }
 
+// Digits only: strtoull alone also takes " 5", "+5" and "-5" (as a huge value).
+unsigned long long parse_count(const std::string& v, const char* name, unsigned long long lo, unsigned long long hi,
+                               const char* unit) {
+  errno = 0;
+  const unsigned long long n = v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos
+                                   ? std::strtoull(v.c_str(), nullptr, 10)
+                                   : 0;
+  if (errno != 0 || n < lo || n > hi)
+    fail_param<InvalidArgument>("environment", name, fmt::format("{} in [{}, {}] (digits only)", unit, lo, hi),
+                                fmt::format("'{}'", v));
+  return n;
+}
+
 }  // namespace
 
 EnvConfig parse_env(const EnvGetter& get) {
   EnvConfig c;
-  std::string dir = get_str(get, "DSA_INDEXER_CACHE_DIR");
+  std::string dir = get_ours(get, "DSA_INDEXER_CACHE_DIR");
   if (dir.empty()) {
     std::string xdg = get_str(get, "XDG_CACHE_HOME");
     std::string home = get_str(get, "HOME");
-    if (!xdg.empty())
+    // Relative values would put the cache wherever the process happens to run: the XDG spec
+    // says to ignore a relative XDG_CACHE_HOME, and a relative HOME is refused.
+    if (!xdg.empty() && xdg[0] == '/')
       dir = xdg + "/dsa_indexer";
+    else if (!home.empty() && home[0] != '/')
+      fail_param<InvalidArgument>("environment", "HOME", "an absolute path (or set DSA_INDEXER_CACHE_DIR)",
+                                  fmt::format("'{}'", home));
     else if (!home.empty())
       dir = home + "/.cache/dsa_indexer";
   }
   c.cache_dir = dir;  // may stay empty: then the disk cache is memory-only (warned at first use)
 
-  std::string disk = get_str(get, "DSA_INDEXER_DISK_CACHE");
+  std::string disk = get_ours(get, "DSA_INDEXER_DISK_CACHE");
   if (!disk.empty()) c.disk_cache = parse_bool(disk, "DSA_INDEXER_DISK_CACHE");
 
-  c.prebuilt_dir = get_str(get, "DSA_INDEXER_PREBUILT_DIR");
-  c.dump_dir = get_str(get, "DSA_INDEXER_DUMP_DIR");
+  c.prebuilt_dir = get_ours(get, "DSA_INDEXER_PREBUILT_DIR");
+  c.dump_dir = get_ours(get, "DSA_INDEXER_DUMP_DIR");
 
-  std::string cap = get_str(get, "DSA_INDEXER_CACHE_CAPACITY");
-  if (!cap.empty()) {
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long n = std::strtoull(cap.c_str(), &end, 10);
-    if (errno != 0 || end == cap.c_str() || *end != '\0' || n < 1 || n > (1ull << 20) || cap[0] == '-')
-      fail_param<InvalidArgument>("environment", "DSA_INDEXER_CACHE_CAPACITY",
-                                  "an integer in [1, 1048576]", fmt::format("'{}'", cap));
-    c.cache_capacity = static_cast<std::size_t>(n);
-  }
+  std::string cap = get_ours(get, "DSA_INDEXER_CACHE_CAPACITY");
+  if (!cap.empty())
+    c.cache_capacity = static_cast<std::size_t>(parse_count(cap, "DSA_INDEXER_CACHE_CAPACITY", 1, 1ull << 20, "an integer"));
 
-  c.disable_lean = !get_str(get, "DSA_INDEXER_DISABLE_LEAN").empty() ||
-                   !get_str(get, "CUDNNFE_DSA_INDEXER_FWD_DISABLE_LEAN").empty();
+  // Booleans like DSA_INDEXER_DISK_CACHE: "0" keeps lean on (it used to mean "any non-empty value").
+  for (const char* name : {"DSA_INDEXER_DISABLE_LEAN", "CUDNNFE_DSA_INDEXER_FWD_DISABLE_LEAN"})
+    if (const std::string v = get_ours(get, name); !v.empty()) c.disable_lean = c.disable_lean || parse_bool(v, name);
 
-  std::string iso = get_str(get, "DSA_INDEXER_COMPILE_ISOLATION");
+  std::string iso = get_ours(get, "DSA_INDEXER_COMPILE_ISOLATION");
   if (iso.empty() || iso == "none" || iso == "in-process")
     c.isolation = CompileIsolation::in_process;
   else if (iso == "process")
@@ -67,22 +91,15 @@ EnvConfig parse_env(const EnvGetter& get) {
     fail_param<InvalidArgument>("environment", "DSA_INDEXER_COMPILE_ISOLATION",
                                 "'none' or 'process'", fmt::format("'{}'", iso));
 
-  c.compile_helper = get_str(get, "DSA_INDEXER_COMPILE_HELPER");
+  c.compile_helper = get_ours(get, "DSA_INDEXER_COMPILE_HELPER");
 
-  std::string timeout = get_str(get, "DSA_INDEXER_COMPILE_TIMEOUT");
-  if (!timeout.empty()) {
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long n = std::strtoull(timeout.c_str(), &end, 10);
-    if (errno != 0 || end == timeout.c_str() || *end != '\0' || timeout[0] == '-' || n < 1 || n > 86400)
-      fail_param<InvalidArgument>("environment", "DSA_INDEXER_COMPILE_TIMEOUT", "an integer number of seconds in [1, 86400]",
-                                  fmt::format("'{}'", timeout));
-    c.compile_timeout_s = static_cast<int>(n);
-  }
+  std::string timeout = get_ours(get, "DSA_INDEXER_COMPILE_TIMEOUT");
+  if (!timeout.empty())
+    c.compile_timeout_s = static_cast<int>(parse_count(timeout, "DSA_INDEXER_COMPILE_TIMEOUT", 1, 86400, "an integer number of seconds"));
 
   if (std::string t = get_str(get, "TMPDIR"); !t.empty()) c.temp_dir = t;
 
-  std::string mode = get_str(get, "DSA_INDEXER_LEAN_COMPILE");
+  std::string mode = get_ours(get, "DSA_INDEXER_LEAN_COMPILE");
   if (mode.empty() || mode == "sync")
     c.lean_compile = LeanCompile::sync;
   else if (mode == "async")
@@ -90,9 +107,9 @@ EnvConfig parse_env(const EnvGetter& get) {
   else
     fail_param<InvalidArgument>("environment", "DSA_INDEXER_LEAN_COMPILE", "'sync' or 'async'", fmt::format("'{}'", mode));
 
-  c.record_manifest = get_str(get, "DSA_INDEXER_RECORD_MANIFEST");
+  c.record_manifest = get_ours(get, "DSA_INDEXER_RECORD_MANIFEST");
 
-  std::string lvl = get_str(get, "DSA_INDEXER_LOG");
+  std::string lvl = get_ours(get, "DSA_INDEXER_LOG");
   if (lvl.empty() || lvl == "warn")
     c.log_level = LogLevel::warn;
   else if (lvl == "quiet")

@@ -48,7 +48,7 @@ const Family& choose_family(const Problem& p, const DeviceInfo& dev, KernelFamil
                                     dtype_name(p.qk_dtype));
     if (f.fast_path() && fast_paths_disabled)
       fail_param<UnsupportedConfig>(where, fmt::format("family {}", f.option()),
-                                    "DSA_INDEXER_DISABLE_LEAN unset", "it is set (fast paths are off)");
+                                    "DSA_INDEXER_DISABLE_LEAN unset or false", "it is true (fast paths are off)");
     const Gate& g = verdict(f, p, dev);
     if (!g.passed())
       fail_param<UnsupportedConfig>(where, fmt::format("family {}: {}", f.option(), g.failed), g.expected, g.actual);

@@ -245,6 +245,29 @@ std::vector<int64_t> order_by_cost(const std::vector<int32_t>& kv, int32_t quant
   return order;
 }
 
+// The model's cost of q-tile t: element t of lean_tile_costs, computed on demand.
+double tile_cost(int64_t t, int64_t s_k, int64_t ratio) {
+  const int64_t hi = Problem::causal_limit(0, (t + 1) * LeanGeometry::kTokensPerTile - 1, ratio, s_k);
+  return static_cast<double>((hi + LeanGeometry::kKvRows - 1) / LeanGeometry::kKvRows) + LeanGeometry::kTileOverhead;
+}
+
+// lean_balance of the longest-first order (the tiles from the last) under `policy`, without its
+// tables: the same loads summed in the same order, so the same doubles; O(tiles x batch) time and
+// O(grid) memory.
+double reversed_balance(int32_t policy, int64_t tiles, int64_t s_k, int64_t ratio, int64_t batch, int64_t grid) {
+  const int64_t items = tiles * batch;
+  grid = std::max<int64_t>(1, std::min(grid, items));
+  std::vector<double> load(static_cast<std::size_t>(grid), 0.0);
+  for (int64_t pos = 0; pos < items; ++pos) {
+    const int64_t k = pos / grid, slot = pos % grid;
+    const int64_t cta = (policy == dsa::kLeanSnake && (k & 1)) ? grid - 1 - slot : slot;
+    load[static_cast<std::size_t>(cta)] += tile_cost(tiles - 1 - pos / batch, s_k, ratio);
+  }
+  const double mx = *std::max_element(load.begin(), load.end());
+  const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
+  return mean > 0 ? mx / mean : 1.0;
+}
+
 // The CTA policy under which `worst` (the max / mean per-CTA cost a schedule reaches) is lower;
 // the snake on a tie.
 int32_t best_policy(const LeanSchedule& s, const std::function<double(const LeanSchedule&)>& worst) {
@@ -273,32 +296,24 @@ int64_t LeanSchedule::tile_of_rank(int64_t r) const {
 std::vector<double> lean_tile_costs(int64_t s_q, int64_t s_k, int64_t ratio) {
   const int64_t tiles = s_q / LeanGeometry::kTokensPerTile;
   std::vector<double> c(static_cast<std::size_t>(tiles));
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t hi = Problem::causal_limit(0, (t + 1) * LeanGeometry::kTokensPerTile - 1, ratio, s_k);
-    c[static_cast<std::size_t>(t)] = static_cast<double>((hi + LeanGeometry::kKvRows - 1) / LeanGeometry::kKvRows) +
-                                     LeanGeometry::kTileOverhead;
-  }
+  for (int64_t t = 0; t < tiles; ++t) c[static_cast<std::size_t>(t)] = tile_cost(t, s_k, ratio);
   return c;
 }
 
 LeanSchedule lean_schedule(int64_t s_q, int64_t s_k) {
   LeanSchedule s;
-  s.tiles_per_batch = s_q / LeanGeometry::kTokensPerTile;
-  // Longest first; ties go to the later tile. The costs use the shape's own ratio, but any
-  // ratio gives the same order (see the header).
-  const std::vector<double> cost = lean_tile_costs(s_q, s_k, std::max<int64_t>(1, s_q / std::max<int64_t>(1, s_k)));
-  std::vector<int64_t> order(static_cast<std::size_t>(s.tiles_per_batch));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return cost[static_cast<std::size_t>(a)] != cost[static_cast<std::size_t>(b)] ? cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)]
-                                                                                  : a > b;
-  });
-  s.runs = runs_of(order);
+  const int64_t tiles = s.tiles_per_batch = s_q / LeanGeometry::kTokensPerTile;
+  // Longest first, ties to the later tile. A tile's cost never falls with its index (its window
+  // never shrinks, whatever the ratio), so that order is the tiles from the last down: one run,
+  // written directly (sorting a table of S_q / 8 costs cost 5 GB and 100 s near INT32_MAX).
+  if (tiles > 0) s.runs.push_back(dsa::LeanRun{static_cast<int32_t>(tiles - 1), -1, static_cast<int32_t>(tiles), 0});
+  if (tiles > kLeanMaxBalancedTiles) return s;  // the snake (see the header)
   // The policy that balances the planning profile (H100 SXM and H200: the same SM count) best
-  // over the batch sizes a key meets most.
+  // over the batch sizes a key meets most. The costs use the shape's own ratio.
+  const int64_t ratio = std::max<int64_t>(1, s_q / std::max<int64_t>(1, s_k));
   s.policy = best_policy(s, [&](const LeanSchedule& c) {
     double w = 0;
-    for (int64_t b : {1, 2, 4}) w = std::max(w, lean_balance(c, cost, b, DeviceInfo::h200().sm_count));
+    for (int64_t b : {1, 2, 4}) w = std::max(w, reversed_balance(c.policy, tiles, s_k, ratio, b, DeviceInfo::h200().sm_count));
     return w;
   });
   return s;

@@ -272,6 +272,14 @@ void DiskCache::degrade_locked(const std::string& why, bool untrusted) {
   }
 }
 
+std::string DiskCache::prepare_for_stores() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ensure_dir_locked();
+  }
+  return directory_problem();
+}
+
 bool DiskCache::ensure_dir_locked() {
   if (!writable_) return false;
   if (dir_ready_) return true;
@@ -319,6 +327,14 @@ std::optional<CacheEntry> DiskCache::load_from(const std::string& root, const st
     } else if (untrusted) {
       const std::string msg = fmt::format("ignoring the prebuilt kernel directory: {}", why);
       if (first_warning_for("prebuilt:" + root)) log_warning(msg); else log_info(msg);
+    } else if (!writable_root) {
+      // A missing or misspelt DSA_INDEXER_PREBUILT_DIR would otherwise look like an empty one.
+      struct stat rs {};
+      const int rc = ::stat(root.c_str(), &rs), err = rc != 0 ? errno : 0;
+      if ((rc != 0 || !S_ISDIR(rs.st_mode)) && first_warning_for("prebuilt:" + root))
+        log_warning(fmt::format("the prebuilt kernel directory {} (DSA_INDEXER_PREBUILT_DIR) {}: ignored", root,
+                                rc != 0 ? (err == ENOENT ? std::string("does not exist") : std::strerror(err))
+                                        : std::string("is not a directory")));
     }
     return std::nullopt;
   }

@@ -100,6 +100,9 @@ class DiskCache {
   // file, so that a full disk, a file-size limit or a read-only mount shows here as it would on
   // the next store.
   std::string directory_problem() const;
+  // Creates the directory as the first store would (mode 0700, missing parents too), then
+  // directory_problem(): what `warmup` checks before it compiles anything.
+  std::string prepare_for_stores();
   // Problems with the prebuilt directory ("" when unset or usable): missing, unreadable,
   // failing the ownership rules.
   std::string prebuilt_problem() const;

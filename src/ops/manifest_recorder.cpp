@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/util.hpp"
@@ -17,8 +19,8 @@ namespace {
 
 // fcntl locks belong to the process, so the threads of one process take turns here first.
 // Held across fork() (so that the child's copy is never locked by a thread it does not have).
-std::mutex& file_mutex() {
-  static auto* mu = new std::mutex();  // process lifetime: recording may happen during exit
+std::timed_mutex& file_mutex() {
+  static auto* mu = new std::timed_mutex();  // process lifetime: recording may happen during exit
   static std::once_flag once;
   std::call_once(once, [] {
     ::pthread_atfork([] { file_mutex().lock(); }, [] { file_mutex().unlock(); }, [] { file_mutex().unlock(); });
@@ -44,8 +46,11 @@ std::string errno_text(const char* what) { return fmt::format("{}: {}", what, st
 
 }  // namespace
 
-ManifestRecorder::ManifestRecorder(std::string path, DeviceInfo profile, Warn warn)
-    : path_(std::move(path)), profile_(std::move(profile)), warn_(warn ? std::move(warn) : Warn(log_warning)) {}
+ManifestRecorder::ManifestRecorder(std::string path, DeviceInfo profile, Warn warn, std::chrono::microseconds lock_wait)
+    : path_(std::move(path)),
+      profile_(std::move(profile)),
+      warn_(warn ? std::move(warn) : Warn(log_warning)),
+      lock_wait_(lock_wait) {}
 
 RecorderStats ManifestRecorder::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
@@ -66,14 +71,25 @@ void ManifestRecorder::record(const Problem& p, const DeviceInfo& dev, const Ker
       if (disabled_ || !seen_.insert(variant).second) return;
     }
     const std::string line = manifest_line(p, dev, spec, profile_);
-    std::lock_guard<std::mutex> file_lk(file_mutex());
+    // One deadline for both waits (this process's other recording threads, then the file lock),
+    // so a forward call is never held up longer than lock_wait_ by anyone.
+    const auto deadline = std::chrono::steady_clock::now() + lock_wait_;
+    std::unique_lock<std::timed_mutex> file_lk(file_mutex(), deadline);
+    if (!file_lk.owns_lock()) {
+      drop_busy(variant);
+      return;
+    }
     if (line.empty()) {
       std::lock_guard<std::mutex> lk(mu_);
       ++stats_.unexpressible;
       warn_once(&warned_unexpressible_, fmt::format("no manifest line implies exactly {} (not recorded)", variant));
       return;
     }
-    const Outcome o = append_unless_present(variant, line);
+    const Outcome o = append_unless_present(variant, line, deadline);
+    if (o == Outcome::busy) {
+      drop_busy(variant);
+      return;
+    }
     std::lock_guard<std::mutex> lk(mu_);
     if (o == Outcome::appended) ++stats_.recorded;
     if (o == Outcome::present) ++stats_.present;
@@ -83,10 +99,27 @@ void ManifestRecorder::record(const Problem& p, const DeviceInfo& dev, const Ker
   }
 }
 
-ManifestRecorder::Outcome ManifestRecorder::append_unless_present(const std::string& variant, const std::string& line) {
-  Fd fd(::open(path_.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644));
+void ManifestRecorder::drop_busy(const std::string& variant) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.dropped;
+  seen_.erase(variant);  // offered again if the process meets the variant again
+  warn_once(&warned_busy_, fmt::format("locked by another process (or thread) for more than {} us; this kernel key "
+                                       "and any other that finds it locked are not recorded",
+                                       lock_wait_.count()));
+}
+
+ManifestRecorder::Outcome ManifestRecorder::append_unless_present(const std::string& variant, const std::string& line,
+                                                                  std::chrono::steady_clock::time_point deadline) {
+  // Owner-only (whatever the umask), and never through a link: a planted link (dangling or not)
+  // would make a privileged job create or extend a file elsewhere. ELOOP is that link.
+  Fd fd(::open(path_.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW, 0600));
   if (fd.get() < 0) {
-    warn_once(&warned_io_, errno_text("cannot open it to record kernel keys"));
+    if (errno == ELOOP) {
+      warn_once(&warned_io_, "is a symbolic link, which the recorder does not follow: recording stops");
+      disabled_ = true;
+    } else {
+      warn_once(&warned_io_, errno_text("cannot open it to record kernel keys"));
+    }
     return Outcome::failed;
   }
   struct stat st {};
@@ -95,15 +128,31 @@ ManifestRecorder::Outcome ManifestRecorder::append_unless_present(const std::str
     disabled_ = true;
     return Outcome::failed;
   }
+  if (st.st_uid != ::geteuid()) {
+    // As the cache directory's trust rule (src/jit/cache_fs.cpp): another user's file is theirs
+    // to fill, read or lock.
+    warn_once(&warned_io_, fmt::format("is owned by uid {}, not by this user (uid {}); another user could control what "
+                                       "it holds: recording stops",
+                                       st.st_uid, ::geteuid()));
+    disabled_ = true;
+    return Outcome::failed;
+  }
+  // Whoever can read the file can hold a lock on it: F_SETLK polled up to the deadline, never
+  // F_SETLKW.
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;  // l_start 0, l_len 0: the whole file, however long it grows
-  int rc;
-  while ((rc = ::fcntl(fd.get(), F_SETLKW, &fl)) != 0 && errno == EINTR) {
-  }
-  if (rc != 0) {
-    warn_once(&warned_io_, errno_text("cannot lock it (fcntl F_SETLKW) to record kernel keys"));
-    return Outcome::failed;
+  for (auto pause = std::chrono::microseconds(50);;) {
+    if (::fcntl(fd.get(), F_SETLK, &fl) == 0) break;
+    if (errno == EINTR) continue;
+    if (errno != EACCES && errno != EAGAIN) {
+      warn_once(&warned_io_, errno_text("cannot lock it (fcntl F_SETLK) to record kernel keys"));
+      return Outcome::failed;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return Outcome::busy;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
   if (::fstat(fd.get(), &st) != 0) {  // again, under the lock: what other writers appended
     warn_once(&warned_io_, errno_text("fstat"));
@@ -127,6 +176,13 @@ ManifestRecorder::Outcome ManifestRecorder::append_unless_present(const std::str
   if (in_file_.count(variant)) return Outcome::present;
 
   const std::string text = (ends_without_newline_ ? "\n" : "") + line + "\n";
+  if (size + text.size() > kMaxManifestBytes) {
+    // Checked before the write: one line more would make `dsa-indexer warmup` reject the file.
+    warn_once(&warned_io_, fmt::format("one more line would pass the manifest limit of {} bytes: recording stops",
+                                       kMaxManifestBytes));
+    disabled_ = true;
+    return Outcome::failed;
+  }
   const ssize_t n = ::write(fd.get(), text.data(), text.size());
   if (n != static_cast<ssize_t>(text.size())) {
     const std::string why = n < 0 ? errno_text("write") : fmt::format("short write ({} of {} bytes)", n, text.size());

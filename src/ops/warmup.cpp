@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <cstring>
 #include <set>
+#include <unordered_set>
 #include <sstream>
 
 #include "jit/cache_fs.hpp"
@@ -17,6 +19,18 @@ namespace {
 // S_q, S_k (T_q, T_k) and the ratio: the public API's bound for each (validate.cpp).
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxManifestSms = 65535;
+// A token as messages show it: at most 80 bytes of it (a line may hold megabytes), and a UTF-8
+// byte order mark (invisible in a terminal) named.
+std::string quoted_token(const std::string& tok) {
+  constexpr std::size_t kShown = 80;
+  const bool bom = tok.rfind("\xEF\xBB\xBF", 0) == 0;
+  std::string t = bom ? tok.substr(3) : tok;
+  std::string out = fmt::format("'{}'", t.size() > kShown ? t.substr(0, kShown) + "..." : t);
+  if (t.size() > kShown) out += fmt::format(" ({} bytes)", t.size());
+  if (bom) out = "a UTF-8 byte order mark before " + out + " (save the file without one)";
+  return out;
+}
+
 }  // namespace
 
 std::string read_manifest_file(const std::string& path) {
@@ -33,10 +47,11 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
   std::istringstream toks(line);
   std::string tok;
   ManifestProblem p;
+  p.file = file;
   p.line = no;
   bool any = false, have_sq = false, have_sk = false;
   auto bad = [&](const std::string& what, const std::string& expected) {
-    fail_param<InvalidArgument>("manifest", fmt::format("{}:{}: {}", file, no, what), expected, fmt::format("'{}'", tok));
+    fail_param<InvalidArgument>("manifest", fmt::format("{}:{}: {}", file, no, what), expected, quoted_token(tok));
   };
   std::set<std::string> seen;
   while (toks >> tok) {
@@ -202,10 +217,11 @@ std::vector<KernelSpec> call_specs(const Problem& p, const DeviceInfo& dev, cons
 
 std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& problems, const DeviceInfo& profile) {
   std::vector<KernelSpec> specs;
+  std::unordered_set<std::string> seen;  // variant keys: a find() over specs made 100,000 lines quadratic
   auto add = [&](const KernelSpec& s) {
-    if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+    if (seen.insert(s.variant_key()).second) specs.push_back(s);
   };
-  for (const auto& m : problems) {
+  for (const auto& m : problems) try {
     std::vector<float> scales;
     if (m.scale != ManifestScale::one) scales.push_back(0.125f);
     if (m.scale != ManifestScale::any) scales.push_back(1.0f);
@@ -221,6 +237,12 @@ std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& probl
         add(make_plan(p, dev, choose_family(p, dev, m.family, true), PlanPurpose::spec_only).spec);
       add_inner_specs(f, p, dev, add);
     }
+  } catch (const UnsupportedConfig& e) {
+    // The dispatcher names the entry point a call came through; a manifest line came through none.
+    std::string msg = e.what();
+    for (const char* entry : {"indexer_forward: ", "indexer_topk: "})
+      if (msg.rfind(entry, 0) == 0) msg.erase(0, std::strlen(entry));
+    throw UnsupportedConfig(fmt::format("manifest {}:{}: {}", m.file.empty() ? "(text)" : m.file, m.line, msg));
   }
   return specs;
 }
@@ -272,9 +294,12 @@ WarmupSummary warmup(Runtime& rt, const std::vector<KernelSpec>& specs, const Wa
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
         if (!rt.disk().load(key)) {
           ++s.failed;
+          const std::string dir_problem = rt.disk().directory_problem();
           status = fmt::format("compiled in {:.2f} s but not stored: {}", sec,
-                               rt.disk().directory_problem().empty() ? std::string("cache directory unwritable")
-                                                                     : rt.disk().directory_problem());
+                               !dir_problem.empty() ? dir_problem
+                                                    : "the entry is not there after the store, though the cache directory "
+                                                      "is usable (removed by a concurrent `cache clear`, or something "
+                                                      "other than a file at its path; `dsa-indexer cache verify` shows it)");
           s.failures.push_back(fmt::format("{}: {}", spec.shape_key(), status));
         } else {
           ++s.compiled;

@@ -30,6 +30,7 @@ namespace dsa_indexer::detail {
 enum class ManifestScale { any, one, both };
 
 struct ManifestProblem {
+  std::string file;  // as messages name it, with the line
   int line = 0;
   Operation op = Operation::scores;
   int32_t k = kTopkMaxK;  // op=topk only
@@ -55,7 +56,9 @@ std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::
 // `out`; throws as parse_manifest does.
 bool parse_manifest_line(const std::string& text, int line, const std::string& file, ManifestProblem* out);
 
-// The distinct kernel variants the problems imply on `profile`, in first-seen order.
+// The distinct kernel variants the problems imply on `profile`, in first-seen order (linear: a
+// hash set of variant keys). A problem the profile cannot plan throws its UnsupportedConfig with
+// "manifest FILE:LINE:" in place of the entry point's name.
 std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& problems, const DeviceInfo& profile);
 
 // The manifest line of one variant a call used: `spec` planned for `p` on `dev`, as a line that

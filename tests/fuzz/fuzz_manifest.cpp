@@ -1,15 +1,20 @@
-// libFuzzer target over the warmup manifest parser and the planner it feeds (docs/RELIABILITY.md,
-// item 5), built with ASan + UBSan (-fno-sanitize-recover): any overflow in the parser's or the
-// planner's arithmetic for a manifest the parser accepts is a crash. Invariants: the parser
-// either accepts or throws InvalidArgument; every accepted problem plans on the H200 profile
-// (UnsupportedConfig is allowed, any other exception is not), op=topk lines included, whose
-// blocks' score problems (Family::inner_problems) are planned too.
+// libFuzzer target over the warmup manifest parser, the planner it feeds and every family's
+// renderer (docs/RELIABILITY.md, item 5 and round 3), built with ASan + UBSan
+// (-fno-sanitize-recover): any overflow in the parser's, the planner's or a renderer's arithmetic
+// for a manifest the parser accepts is a crash, and so is a renderer whose cost grows with the
+// shape (libFuzzer's -rss_limit_mb and -timeout). Invariants: the parser either accepts or throws
+// InvalidArgument; every accepted problem plans on the H200 profile (UnsupportedConfig is allowed,
+// any other exception is not) and every variant it implies renders. Families of another operation
+// than the manifest's (top-k) are planned and rendered for each line's shape as that operation;
+// op=topk lines plan their blocks' score problems too (Family::inner_problems).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "dispatch/family.hpp"
 #include "dsa_indexer/errors.hpp"
+#include "jit/codegen.hpp"
 #include "ops/warmup.hpp"
 
 using namespace dsa_indexer::detail;
@@ -38,12 +43,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   try {
-    const auto specs = manifest_specs(problems, DeviceInfo::h200());
-    (void)specs;
+    for (const KernelSpec& s : manifest_specs(problems, DeviceInfo::h200())) (void)render(s);
   } catch (const dsa_indexer::UnsupportedConfig&) {
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "manifest_specs threw: %s\n", e.what());
+    std::fprintf(stderr, "manifest_specs or render threw: %s\n", e.what());
     std::abort();
   }
+  // The families manifest lines do not name (another operation): each line's shape as their call.
+  for (const auto& m : problems)
+    for (const Family* f : families()) {
+      if (f->operation() == Operation::scores) continue;
+      Problem p;
+      p.op = f->operation();
+      p.layout = m.layout;
+      p.heads = m.heads;
+      p.head_dim = 128;
+      p.w_dtype = m.w;
+      p.ratio = m.ratio;
+      p.batch = m.batch;
+      p.s_q = p.t_q = m.sq;
+      p.s_k = p.t_k = m.sk;
+      p.rows = m.sq * m.batch;
+      p.out_cols = m.sk;
+      if (p.is_thd()) {
+        p.cu_q_host = {0, static_cast<int32_t>(m.sq)};
+        p.cu_k_host = {0, static_cast<int32_t>(m.sk)};
+      }
+      p.topk.k = 1;
+      try {
+        if (f->check(p, DeviceInfo::h200()).passed()) (void)render(make_plan(p, DeviceInfo::h200(), *f, PlanPurpose::spec_only).spec);
+      } catch (const dsa_indexer::UnsupportedConfig&) {
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "family %s threw: %s\n", f->name(), e.what());
+        std::abort();
+      }
+    }
   return 0;
 }

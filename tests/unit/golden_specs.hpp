@@ -59,4 +59,31 @@ inline std::vector<dsa_indexer::detail::KernelSpec> all_specs(const dsa_indexer:
   return v;
 }
 
+// The variants whose rendered source is pinned by digest (tests/golden/rendered_sources.sha256):
+// every variant of the default manifest, plus lean BSHD shapes around the schedule's edges (one
+// q-tile, one round of 132 CTAs and one more, odd tile counts, S_k past S_q and ratios 1 to 64,
+// up to 65,536 q-tiles, the last the planner balances by evaluation), each with both weight
+// dtypes and both scale variants.
+inline std::string digest_manifest_text() {
+  std::ifstream in(DSA_TEST_DEFAULT_MANIFEST);
+  std::stringstream text;
+  text << in.rdbuf();
+  text << "\n";
+  // {S_q, S_k, B}: B only where S_q / 8 alone is under the gate's 132 q-tiles.
+  const int64_t shapes[][3] = {{8, 8, 132},         {16, 64, 66},        {24, 2400, 44},      {1048, 524, 2},
+                               {1056, 1056, 1},     {1064, 17, 1},       {2000, 2000, 1},     {8000, 125, 1},
+                               {40000, 20000, 1},   {131072, 65536, 1},  {524288, 262144, 1}, {524288, 8192, 1},
+                               {524280, 1, 1}};
+  for (const auto& sh : shapes)
+    for (const char* w : {"bf16", "f32"})
+      text << "layout=bshd heads=64 family=lean scale=both w=" << w << " sq=" << sh[0] << " sk=" << sh[1]
+           << " batch=" << sh[2] << "\n";
+  return text.str();
+}
+
+inline std::vector<dsa_indexer::detail::KernelSpec> digest_specs() {
+  using namespace dsa_indexer::detail;
+  return manifest_specs(parse_manifest(digest_manifest_text(), "digest_manifest_text()"), DeviceInfo::h200());
+}
+
 }  // namespace dsa_test

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -229,4 +230,95 @@ TEST_CASE("hostcost: its command line, and exit 3 without a usable GPU", "[cli]"
   INFO(r.output);
   CHECK(r.code == 3);
   CHECK_THAT(r.output, Catch::Contains("needs a Hopper GPU"));
+}
+
+// Issue 24, class 4: an empty option value or an empty environment value is an error, never
+// "the default". The default cache here is the real one of a temporary HOME.
+namespace {
+dsa_test::ChildResult tool_in_home(const std::string& home, std::vector<std::string> args,
+                                   std::vector<std::pair<std::string, std::string>> env = {}) {
+  args.insert(args.begin(), DSA_TEST_TOOL);
+  return dsa_test::run_program(args, [home, env] {
+    ::alarm(120);
+    for (const char* v : {"DSA_INDEXER_CACHE_DIR", "XDG_CACHE_HOME", "DSA_INDEXER_PREBUILT_DIR"}) ::unsetenv(v);
+    ::setenv("HOME", home.c_str(), 1);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    return true;
+  });
+}
+}  // namespace
+
+TEST_CASE("empty values: an empty option value is refused and the default cache is untouched", "[empty_values]") {
+  dsa_test::TempDir t;
+  const std::string home = t.path() + "/home";
+  ::mkdir(home.c_str(), 0700);
+  ::mkdir((home + "/.cache").c_str(), 0700);
+  dsa_test::spit(t.path() + "/m.txt", "sq=64 sk=64 heads=16 family=reference\n");
+  // The user's real cache, as a default `warmup` fills it.
+  REQUIRE(tool_in_home(home, {"warmup", "--manifest", t.path() + "/m.txt"}).code == 0);
+  const std::string real = home + "/.cache/dsa_indexer";
+  REQUIRE(default_cache_intact(real));
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"cache", "clear", "--cache-dir", ""}, {"cache", "clear", "--cache-dir="},
+        {"cache", "ls", "--cache-dir", ""}, {"cache", "verify", "--prebuilt-dir", ""}, {"cache", "ls", "--prebuilt-dir="},
+        {"warmup", "--manifest", ""}, {"warmup", "--manifest", t.path() + "/m.txt", "--cache-dir", ""},
+        {"warmup", "--manifest", t.path() + "/m.txt", "--arch", ""}, {"demo", "--cache-dir", ""}, {"bench", "--json", ""},
+        {"bench", "--match", ""}, {"bench", "--family", ""}, {"bench", "--reps", ""}, {"jitcost", "--cache-dir", ""},
+        {"jitcost", "--json", ""}}) {
+    std::string line;
+    for (const auto& a : args) line += "'" + a + "' ";
+    INFO(line);
+    auto r = tool_in_home(home, args);
+    INFO(r.output);
+    REQUIRE(r.signal == 0);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, !Catch::Contains("removed") && !Catch::Contains("warmup:") && !Catch::Contains("jitcost:"));
+    CHECK(default_cache_intact(real));
+  }
+  auto r = tool_in_home(home, {"cache", "clear", "--cache-dir", ""});
+  CHECK_THAT(r.output, Catch::Contains("empty value"));
+}
+
+TEST_CASE("empty values: an empty or malformed environment value is refused, never the default", "[empty_values]") {
+  dsa_test::TempDir t;
+  const std::string home = t.path() + "/home";
+  ::mkdir(home.c_str(), 0700);
+  dsa_test::spit(t.path() + "/m.txt", "sq=64 sk=64 heads=16 family=reference\n");
+  REQUIRE(tool_in_home(home, {"warmup", "--manifest", t.path() + "/m.txt"}).code == 0);
+  const std::string real = home + "/.cache/dsa_indexer";
+  REQUIRE(default_cache_intact(real));
+  for (const std::pair<std::string, std::string>& kv :
+       std::vector<std::pair<std::string, std::string>>{{"DSA_INDEXER_CACHE_DIR", ""},
+                                                        {"DSA_INDEXER_LOG", ""},
+                                                        {"DSA_INDEXER_CACHE_CAPACITY", " 5"},
+                                                        {"DSA_INDEXER_CACHE_CAPACITY", "+5"},
+                                                        {"DSA_INDEXER_COMPILE_TIMEOUT", "+5"},
+                                                        {"DSA_INDEXER_DISABLE_LEAN", ""},
+                                                        {"HOME", "relative/home"}}) {
+    INFO(kv.first << "='" << kv.second << "'");
+    auto r = tool_in_home(home, {"cache", "clear"}, {kv});
+    INFO(r.output);
+    REQUIRE(r.signal == 0);
+    CHECK(r.code == 1);
+    CHECK_THAT(r.output, Catch::Contains(kv.first) && !Catch::Contains("removed"));
+    CHECK(default_cache_intact(real));
+  }
+  // Without them, `cache clear` clears the default cache (the test's control).
+  auto r = tool_in_home(home, {"cache", "clear"});
+  CHECK(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("removed 1 files"));
+}
+
+TEST_CASE("messages: warmup into an unusable directory says so before compiling anything", "[messages]") {
+  dsa_test::TempDir t;
+  dsa_test::spit(t.path() + "/file", "x");
+  dsa_test::spit(t.path() + "/m.txt", "sq=64 sk=64 heads=16 family=reference\nsq=64 sk=64 heads=32 family=reference\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = tool({"warmup", "--manifest", t.path() + "/m.txt", "--cache-dir", t.path() + "/file/cache"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.output, Catch::Contains("cannot store kernels in " + t.path() + "/file/cache"));
+  CHECK_THAT(r.output, !Catch::Contains("[1/2]") && !Catch::Contains("compiled in"));
+  CHECK(s < 5.0);  // two compiles took about 2 s each before
 }

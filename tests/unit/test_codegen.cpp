@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "core/sha256.hpp"
 #include "jit/codegen.hpp"
 #include "golden_specs.hpp"
 #include "core/util.hpp"
@@ -20,6 +22,26 @@ TEST_CASE("codegen matches the golden files", "[codegen]") {
     ss << f.rdbuf();
     CHECK(render(spec).text == ss.str());
   }
+}
+
+// Every variant of the default manifest and lean shapes around the schedule's edges, byte for
+// byte (by digest): the lean schedule is computed without tables since issue 24 (class 3) and
+// must emit what the sorted tables did.
+TEST_CASE("codegen: the rendered source of every pinned variant is unchanged", "[codegen]") {
+  std::ifstream f(std::string(DSA_TEST_GOLDEN_DIR) + "/rendered_sources.sha256");
+  REQUIRE(f.good());
+  std::map<std::string, std::string> pinned;
+  for (std::string digest, key; f >> digest >> key;) pinned[key] = digest;
+  const auto specs = dsa_test::digest_specs();
+  CHECK(specs.size() == pinned.size());
+  int lean = 0;
+  for (const KernelSpec& spec : specs) {
+    INFO(spec.variant_key() << " (regenerate with dsa_render_goldens after an intended change)");
+    REQUIRE(pinned.count(spec.variant_key()) == 1);
+    CHECK(sha256_hex(render(spec).text) == pinned[spec.variant_key()]);
+    lean += spec.family == &lean_family();
+  }
+  CHECK(lean >= 60);
 }
 
 TEST_CASE("codegen names every template parameter", "[codegen]") {

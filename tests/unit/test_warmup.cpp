@@ -13,6 +13,8 @@
 #include "call_cases.hpp"
 #include "ops/topk.hpp"
 #include "ops/warmup.hpp"
+#include "jit/disk_cache.hpp"
+#include "process_support.hpp"
 
 using namespace dsa_indexer::detail;
 using Catch::Contains;
@@ -315,4 +317,63 @@ TEST_CASE("manifest: the default manifest's scores lines keep their variants, it
     else CHECK(std::string(family_of(all[i]).option()) == "lean");
   }
   CHECK(topk_specs == 2);
+}
+
+// Issue 24, class 5: messages that name the cause and, for manifests, the file and line.
+TEST_CASE("messages: a manifest line the planner refuses names the file and line, not indexer_forward", "[messages]") {
+  const std::string text = "# shapes\nlayout=bshd heads=64 sq=8192 sk=4096\n\nsq=64 sk=64 family=lean\n";
+  try {
+    manifest_specs(parse_manifest(text, "shapes.txt"), DeviceInfo::h200());
+    FAIL("the lean gate should refuse line 4");
+  } catch (const dsa_indexer::UnsupportedConfig& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Contains("manifest shapes.txt:4:") && Contains("family lean") && Contains("grid saturation"));
+    CHECK_THAT(m, !Contains("indexer_forward"));
+  }
+}
+
+TEST_CASE("messages: a huge manifest token is shown truncated, a byte order mark named", "[messages]") {
+  const std::string huge = "sq=" + std::string(1 << 20, '9');
+  try {
+    parse_manifest(huge + " sk=64\n", "m.txt");
+    FAIL("refused");
+  } catch (const dsa_indexer::InvalidArgument& e) {
+    const std::string m = e.what();
+    CHECK(m.size() < 400);
+    CHECK_THAT(m, Contains("m.txt:1: sq") && Contains("...") && Contains("(1048579 bytes)"));
+  }
+  try {
+    parse_manifest("\xEF\xBB\xBFsq=64 sk=64\n", "bom.txt");
+    FAIL("refused");
+  } catch (const dsa_indexer::InvalidArgument& e) {
+    CHECK_THAT(std::string(e.what()), Contains("bom.txt:1:") && Contains("UTF-8 byte order mark") && Contains("'sq=64'"));
+  }
+}
+
+TEST_CASE("messages: manifest de-duplication is linear (100,000 lines)", "[messages][warmup]") {
+  std::string text;
+  // 100,000 distinct lean variants (S_q is in the key), then each of them again.
+  for (int i = 0; i < 200000; ++i) text += "layout=bshd heads=64 sq=" + std::to_string(1056 + 8 * (i % 100000)) + " sk=64 family=lean\n";
+  const auto problems = parse_manifest(text, "big.txt");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto specs = manifest_specs(problems, DeviceInfo::h200());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("manifest_specs of 200,000 lines (100,000 variants): %.2f s\n", s);
+  CHECK(specs.size() == 100000);
+  CHECK(specs[99999].values == manifest_specs(parse_manifest("sq=801048 sk=64 family=lean", "m"), DeviceInfo::h200())[0].values);
+  CHECK(s < 10.0);  // a find() per variant over those seen: about 35 s for the first 100,000
+}
+
+TEST_CASE("messages: a missing prebuilt directory is reported once", "[messages]") {
+  dsa_test::TempDir t;
+  const auto r = dsa_test::run_in_child([&] {
+    DiskCache d(t.path() + "/cache", t.path() + "/no/such/prebuilt", "13.0");
+    for (int i = 0; i < 3; ++i)
+      if (d.load(std::string(64, 'a'))) return 1;
+    return 0;
+  });
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(dsa_test::count_of(r.output, "does not exist") == 1);
+  CHECK_THAT(r.output, Contains("DSA_INDEXER_PREBUILT_DIR") && Contains("/no/such/prebuilt"));
 }
