@@ -9,7 +9,7 @@ against the two ways a user gets top-k indices today, in the same run on the sam
   version has it, which the notes say). seq_lens per row is max(the row's visible keys, k)
   (its kernel wants >= k valid columns; the columns past the window are our -inf), computed
   once per input set outside the timed call;
-- ``dsa_topk``: ``dsa_indexer.indexer_topk(q, k, w, topk=k, ratio=..., sm_scale=...,
+- ``dsa_topk``: ``dsa_indexer.indexer_topk(q, k, w, top_k=k, ratio=..., sm_scale=...,
   q_causal_offsets=..., ...)`` when the binding has it (branch topk-api); otherwise its cells say
   so, and the CLI's rows (``dsa-indexer bench --op topk``, passed with --topk-cli-json) carry the
   C++ path's times.
@@ -245,14 +245,14 @@ def load_dsa_topk():
         kw = _score_kwargs(c, x)
         if workspace is not None and "workspace" in params:
             kw["workspace"] = workspace
-        r = fn(x.q, x.k, x.w, topk=k, **kw)
+        r = fn(x.q, x.k, x.w, top_k=k, **kw)
         return r["indices"] if hasattr(r, "keys") else r[0] if isinstance(r, (tuple, list)) else r
 
     def workspace_bytes(c: TopkCase, x: Inputs, k: int):
         if ws_size is None:
             return None
         try:
-            return int(ws_size(x.q, x.k, x.w, topk=k, **_score_kwargs(c, x)))
+            return int(ws_size(x.q, x.k, x.w, top_k=k, **_score_kwargs(c, x)))
         except Exception:  # noqa: BLE001 (a binding whose size query differs: not counted, said so)
             return None
 
@@ -356,9 +356,13 @@ def measure_topk(args, peers) -> dict:
                         if p == "dsa_topk":
                             ref = got
                         run["peak_bytes"] = peak_bytes(fns[p][0])
-                        if p == "dsa_topk" and ws is None:
+                        if p == "dsa_topk":
+                            # The workspace is part of the path's memory whoever allocates it: the
+                            # caller's tensor made before the measured call, or the driver's pool.
                             wb = dsa_call.workspace_bytes(c, sets[0], k)
-                            run["workspace_outside_torch"] = wb
+                            run["workspace_bytes"] = wb
+                            if ws is None:
+                                run["workspace_outside_torch"] = wb
                             if wb:
                                 run["peak_bytes"] += wb
                         run.update(peers.time_calls(fns[p], warmup=3, budget_s=args.budget, min_reps=args.min_reps, max_reps=args.reps))

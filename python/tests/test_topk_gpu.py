@@ -252,12 +252,14 @@ def test_peak_memory_is_outputs_and_a_bounded_workspace():
 @needs_op
 def test_no_host_sync():
     q, k, w, kw = bshd_case(seed=21)
-    dsa_indexer.indexer_topk(q, k, w, 64, **kw)  # compiles outside the check
+    # Inputs are made (host-to-device copies synchronize) and both variants compiled outside the check.
+    q2, k2, w2, kw2, host = thd_case(seed=22)
+    dsa_indexer.indexer_topk(q, k, w, 64, **kw)
+    dsa_indexer.indexer_topk(q2, k2, w2, 64, **kw2, **host)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         dsa_indexer.indexer_topk(q, k, w, 64, **kw, return_values=True, return_softmax=True, return_lse=True)
-        q2, k2, w2, kw2, host = thd_case(seed=22)
         dsa_indexer.indexer_topk(q2, k2, w2, 64, **kw2, **host)  # THD with host mirrors
     finally:
         torch.cuda.set_sync_debug_mode("default")
