@@ -310,6 +310,10 @@ int run_jitcost(const Args& a) {
   const std::string tmp = scratch.path();
   cfg.cache_dir = tmp;
   cfg.disk_cache = true;
+  // The per-call stage below runs on the process-wide runtime (indexer_forward, Runtime::get()):
+  // it gets the private directory too, so that no stage reads or writes the user's cache.
+  if (!dd::Runtime::configure_process(cfg))
+    throw std::logic_error("jitcost: the process-wide runtime was made before its cache directory was set");
   dd::Runtime rt(cfg);
   std::vector<dd::KernelSpec> specs;
   for (int h : {16, 32, 64})

@@ -46,6 +46,7 @@ from .errors import (
     LibraryABIError,
     LibraryError,
     LibraryNotFoundError,
+    LibraryDependencyError,
     UnsupportedConfig,
 )
 
@@ -76,6 +77,7 @@ __all__ = [
     "InternalError",
     "LibraryError",
     "LibraryNotFoundError",
+    "LibraryDependencyError",
     "LibraryABIError",
     "DSA_BF16",
     "DSA_F16",

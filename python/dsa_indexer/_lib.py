@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 from pathlib import Path
 from typing import NamedTuple
@@ -34,6 +35,7 @@ from typing import NamedTuple
 from .errors import (
     STATUS_OK,
     LibraryABIError,
+    LibraryDependencyError,
     LibraryNotFoundError,
     error_for_status,
 )
@@ -276,6 +278,20 @@ def _preload_nvrtc() -> bool:
     return False
 
 
+_CANNOT_OPEN = re.compile(r"([^\s:/]+\.so[^\s:/]*): cannot open shared object file")
+
+
+def _missing_dependencies(tried: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(candidate, dependency, reason) for each candidate that exists but whose dlopen failed
+    because another library it needs could not be opened (glibc names the file that failed)."""
+    out = []
+    for path, why in tried:
+        m = _CANNOT_OPEN.search(why)
+        if m and m.group(1) != os.path.basename(path):
+            out.append((path, m.group(1), why))
+    return out
+
+
 def load_library(environ=None) -> tuple[ctypes.CDLL, str]:
     """Loads the first candidate that dlopen accepts and checks its ABI (uncached; most code
     wants `library()`). Raises LibraryNotFoundError listing every path tried and why."""
@@ -305,6 +321,21 @@ def load_library(environ=None) -> tuple[ctypes.CDLL, str]:
             continue
         check_abi(lib, path)
         return lib, path
+    missing = _missing_dependencies(tried)
+    if missing:
+        # The library itself was found; what failed is a library it needs. Say that, not
+        # "libdsa_indexer.so not found".
+        path, dep, why = missing[0]
+        fix = (
+            "install NVRTC 13 (the CUDA 13 toolkit, or the pip CUDA 13 NVRTC package PyTorch's wheels bring, "
+            "looked for under nvidia/cu13/lib and nvidia/cuda_nvrtc/lib) or add the directory holding it to LD_LIBRARY_PATH"
+            if dep.startswith("libnvrtc")
+            else "install it, or add the directory holding it to LD_LIBRARY_PATH"
+        )
+        lines = "\n".join(f"  {p}: {w}" for p, w in tried)
+        raise LibraryDependencyError(
+            f"{path} was found but does not load: the library it needs, {dep}, could not be loaded ({fix}); tried:\n{lines}",
+            tried, dep)
     how = (
         f"${ENV_LIBRARY} is set, so only it was tried"
         if env.get(ENV_LIBRARY)

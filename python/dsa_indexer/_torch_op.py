@@ -82,13 +82,16 @@ def candidate_paths(environ=None) -> list[str]:
 
 def _resolve(environ=None):
     env = os.environ if environ is None else environ
+    # The C library first, whichever backend results: "ctypes" is reported only once the library
+    # it calls has loaded (a loader error is raised, not hidden behind a backend name), and the
+    # operator's NEEDED entry resolves to this copy.
+    _lib.library()
     if env.get(ENV_TORCH_OP) == "0":
         return None, Backend(CTYPES, "", f"${ENV_TORCH_OP}=0")
     try:
         import torch
     except ImportError as e:
         return None, Backend(CTYPES, "", f"torch is not importable ({e})")
-    _lib.library()  # the C library first, so that the operator's NEEDED entry resolves to it
     tried = []
     for path in candidate_paths(env):
         if not os.path.exists(path):
@@ -129,7 +132,9 @@ def ops():
 
 
 def backend() -> Backend:
-    """Which implementation serves `dsa_indexer.indexer_forward` (loads the libraries)."""
+    """Which implementation serves `dsa_indexer.indexer_forward` (loads the libraries: the C
+    library always, so a backend is never reported for a library that did not load; raises the
+    loader's LibraryError when it does not)."""
     ops()
     return _state[1]
 

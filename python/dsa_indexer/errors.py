@@ -38,6 +38,7 @@ __all__ = [
     "InternalError",
     "LibraryError",
     "LibraryNotFoundError",
+    "LibraryDependencyError",
     "LibraryABIError",
     "STATUS_OK",
     "STATUS_NAMES",
@@ -139,6 +140,15 @@ class LibraryNotFoundError(LibraryError):
     def __init__(self, message: str, tried: list[tuple[str, str]]):
         super().__init__(message)
         self.tried = tried
+
+
+class LibraryDependencyError(LibraryNotFoundError):
+    """libdsa_indexer.so was found but a library it needs (NVRTC, usually) could not be loaded;
+    `.dependency` names it (e.g. "libnvrtc.so.13"), `.tried` as in LibraryNotFoundError."""
+
+    def __init__(self, message: str, tried: list[tuple[str, str]], dependency: str):
+        super().__init__(message, tried)
+        self.dependency = dependency
 
 
 class LibraryABIError(LibraryError):

@@ -184,6 +184,63 @@ def test_import_needs_neither_torch_nor_library(tmp_path):
     assert "LOADERR" in r.stdout and str(tmp_path / "missing.so") in r.stdout
 
 
+def test_missing_dependency_is_named(tmp_path, monkeypatch):
+    """A libdsa_indexer.so that exists but whose NVRTC cannot be loaded is reported as that (the
+    dependency named, how to fix it), not as "libdsa_indexer.so not found"."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in libraries")
+    dep = "libnvrtc-dsa-test-missing.so.13"  # a name no system provides (libnvrtc.so.13 may be installed)
+    (tmp_path / "dep.c").write_text("int dsa_test_dep(void) { return 1; }\n")
+    (tmp_path / "lib.c").write_text("int dsa_test_dep(void);\nint dsa_version(void) { return dsa_test_dep(); }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / dep), f"-Wl,-soname,{dep}", str(tmp_path / "dep.c")], check=True)
+    (tmp_path / "lib").mkdir()
+    fake = tmp_path / "lib" / "libdsa_indexer.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(fake), str(tmp_path / "lib.c"), "-Wl,--no-as-needed",
+                    str(tmp_path / dep)], check=True)
+    (tmp_path / dep).unlink()  # now the library exists and its dependency does not
+    monkeypatch.setattr(_lib, "_preload_nvrtc", lambda: False)  # no pip NVRTC copy either
+    for value in (str(fake), str(fake.parent)):  # the file, and its directory
+        with pytest.raises(errors.LibraryDependencyError) as ei:
+            _lib.load_library({_lib.ENV_LIBRARY: value})
+        msg = str(ei.value)
+        assert isinstance(ei.value, errors.LibraryNotFoundError)  # what callers already catch
+        assert ei.value.dependency == dep
+        assert "not found" not in msg.split(";")[0], msg
+        assert f"{fake} was found but does not load" in msg and dep in msg, msg
+        assert "NVRTC" in msg and "LD_LIBRARY_PATH" in msg, msg
+    # A library that is simply absent is still "not found", not a dependency error.
+    with pytest.raises(errors.LibraryNotFoundError) as ei:
+        _lib.load_library({_lib.ENV_LIBRARY: str(tmp_path / "nope.so")})
+    assert not isinstance(ei.value, errors.LibraryDependencyError)
+
+
+def test_backend_reports_only_a_loaded_library(tmp_path):
+    """backend() loads the C library before naming a backend: with the library missing it raises
+    the loader's error instead of reporting "ctypes" (which could serve no call)."""
+    code = textwrap.dedent(
+        """
+        import dsa_indexer
+        try:
+            b = dsa_indexer.backend()
+        except dsa_indexer.LibraryNotFoundError as e:
+            print("LOADERR", e)
+        else:
+            raise SystemExit(f"backend() reported {b} without a loadable library")
+        """
+    )
+    for op in ("0", None):  # the operator refused by the variable, and the default search (torch or not)
+        env = dict(os.environ, DSA_INDEXER_LIBRARY=str(tmp_path / "missing.so"), PYTHONPATH=str(PYTHON_DIR))
+        env.pop("DSA_INDEXER_TORCH_OP", None)
+        if op is not None:
+            env["DSA_INDEXER_TORCH_OP"] = op
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "LOADERR" in r.stdout and str(tmp_path / "missing.so") in r.stdout
+    b = dsa_indexer.backend()  # with the real library: a backend, and the library is loaded
+    assert b.name in ("ctypes", "torch.ops") and _lib._loaded is not None
+
+
 def test_abi_mismatch_is_reported():
     bigger = type("Bigger", (ctypes.Structure,), {"_fields_": _lib.DsaOptions._fields_ + [("extra", ctypes.c_int64)]})
     with pytest.raises(errors.LibraryABIError, match="struct_size"):

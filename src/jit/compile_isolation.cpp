@@ -244,11 +244,18 @@ Exchange talk(const std::string& helper, const std::string& request, const Compi
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t m = ::recv(sock[0], buf, sizeof buf, MSG_DONTWAIT);
       if (m > 0) {
-        x.reply.append(buf, static_cast<std::size_t>(m));
-        if (x.reply.size() > lim.max_reply) {
-          x.limit = fmt::format("the reply cap of {} bytes", lim.max_reply);
+        const std::size_t got = static_cast<std::size_t>(m);
+        if (x.reply.size() + got > lim.max_reply) {
+          x.limit = fmt::format("the reply cap of {} bytes ({} MiB; the reply buffer never grows past it, and a reply under it "
+                                "takes at most twice that in memory while it is parsed into a log and a cubin)",
+                                lim.max_reply, lim.max_reply >> 20);
           break;
         }
+        // Grow by doubling but never past the cap: std::string's own growth could reserve twice
+        // the cap (and hold both buffers while copying) for a reply one chunk over it.
+        if (x.reply.size() + got > x.reply.capacity())
+          x.reply.reserve(std::min(lim.max_reply, std::max(x.reply.capacity() * 2, x.reply.size() + got)));
+        x.reply.append(buf, got);
       } else if (m == 0 || (errno != EINTR && errno != EAGAIN)) {
         sock_open = sending = false;
       }
@@ -446,8 +453,8 @@ CompileOutput compile_in_subprocess(const CompileRequest& req, const std::string
                        x.err, req.options);
   if (x.reply[0] == 'E') throw CompileError(a, b, req.options);
   CompileOutput o;
-  o.log = a;
-  o.cubin = b;
+  o.log = std::move(a);  // moved, not copied: the reply plus one copy of its fields at most
+  o.cubin = std::move(b);
   std::size_t n = 0;
   if (!get_count(x.reply, pos, &n)) throw CompileError("isolated compile: truncated reply", o.log, req.options);
   for (std::size_t i = 0; i < n; ++i) {

@@ -51,7 +51,7 @@ class CompileCancel {
 
 struct CompileLimits {
   int timeout_s = 600;                           // DSA_INDEXER_COMPILE_TIMEOUT
-  std::size_t max_reply = std::size_t(512) << 20;  // a cubin is a few hundred KB
+  std::size_t max_reply = std::size_t(512) << 20;  // a cubin is a few hundred KB; memory: at most twice this
   std::size_t max_stderr = std::size_t(16) << 20;  // the last 64 KiB are kept as the log
   CompileCancel* cancel = nullptr;               // when given, another thread may end the compile
 };

@@ -1,6 +1,7 @@
 #include "jit/disk_cache.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "jit/cache_fs.hpp"
 #include "core/sha256.hpp"
@@ -41,21 +43,33 @@ bool has_suffix(const std::string& n, const char* suffix) {
 
 // mkdir -p with mode 0700 for every directory we create; EEXIST of a directory is success.
 bool make_dirs(const std::string& path, std::string* why) {
+  // A path the kernel cannot take whole is refused before anything is created: making its
+  // levels one by one would leave dozens of directories behind when the last ones fail.
+  if (path.size() >= PATH_MAX) {
+    *why = fmt::format("the cache directory path is {} bytes, past the system's limit of {} (PATH_MAX): nothing created",
+                       path.size(), PATH_MAX - 1);
+    return false;
+  }
+  std::vector<std::string> made;  // the levels this call created, removed again on failure
+  auto fail = [&](std::string reason) {
+    for (auto it = made.rbegin(); it != made.rend(); ++it) ::rmdir(it->c_str());  // only empty ones go
+    *why = std::move(reason);
+    return false;
+  };
   std::string cur;
   std::size_t pos = 0;
   while (pos != std::string::npos) {
     pos = path.find('/', pos + 1);
     cur = path.substr(0, pos);
     if (cur.empty()) continue;
-    if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) {
-      *why = fmt::format("cannot create {}: {}", cur, std::strerror(errno));
-      return false;
+    if (::mkdir(cur.c_str(), 0700) == 0) {
+      made.push_back(cur);
+    } else if (errno != EEXIST) {
+      return fail(fmt::format("cannot create {}: {}", cur, std::strerror(errno)));
     }
     struct stat st {};
-    if (::stat(cur.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      *why = fmt::format("{} exists and is not a directory", cur);
-      return false;
-    }
+    if (::stat(cur.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return fail(fmt::format("{} exists and is not a directory", cur));
   }
   return true;
 }
@@ -263,7 +277,12 @@ std::string DiskCache::entry_path(const std::string& root, const std::string& ke
 void DiskCache::degrade_locked(const std::string& why, bool untrusted) {
   writable_ = false;
   untrusted_ = untrusted_ || untrusted;
-  const std::string msg = fmt::format("kernel disk cache disabled, caching in memory only: {}", why);
+  // Untrusted: nothing is read from it either. Otherwise what is there is still read (load()
+  // reads a non-writable cache) and only stores stop: say read-only, not "disabled".
+  const std::string msg =
+      untrusted_ ? fmt::format("kernel disk cache {} disabled (not read, nothing stored), caching in memory only: {}", dir_, why)
+                 : fmt::format("kernel disk cache {} is read-only from now on (its entries are still read; new kernels are "
+                               "cached in memory only): {}", dir_, why);
   if (first_warning_for(dir_)) {
     g_warnings.fetch_add(1);
     log_warning(msg);

@@ -69,7 +69,7 @@ struct ClearReport {
 // Temp files younger than this are another process's publish in flight, not leftovers.
 inline constexpr int kInFlightSeconds = 600;
 
-// Test hook: how many "disk cache disabled" warnings this process has issued (counted whatever
+// Test hook: how many "disk cache read-only" / "disabled" warnings this process has issued (counted whatever
 // DSA_INDEXER_LOG says), so tests can assert "one warning per process" exactly.
 uint64_t disk_cache_warnings();
 

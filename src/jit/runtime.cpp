@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <mutex>
 
 #include "jit/compile_isolation.hpp"
 #include "jit/nvrtc_compiler.hpp"
@@ -49,14 +50,26 @@ PreparedSource prepare(const KernelSpec& spec, const TemplateSet& templates) {
 
 namespace {
 Runtime* g_process_runtime = nullptr;
+std::mutex g_process_config_mu;
+bool g_process_runtime_made = false;                    // under g_process_config_mu
+std::unique_ptr<EnvConfig> g_process_config_override;  // under g_process_config_mu
 }  // namespace
+
+bool Runtime::configure_process(const EnvConfig& cfg) {
+  std::lock_guard<std::mutex> lk(g_process_config_mu);
+  if (g_process_runtime_made) return false;
+  g_process_config_override = std::make_unique<EnvConfig>(cfg);
+  return true;
+}
 
 Runtime& Runtime::get() {
   // Never destroyed: at exit the driver may already be torn down (a Python interpreter
   // finalizing torch, say), and unloading modules then would crash. The driver releases
   // everything when the process ends.
   static Runtime* rt = [] {
-    g_process_runtime = new Runtime(env());
+    std::lock_guard<std::mutex> lk(g_process_config_mu);
+    g_process_runtime_made = true;
+    g_process_runtime = new Runtime(g_process_config_override ? *g_process_config_override : env());
     // A fork while another thread produces a module must leave the child a usable cache: the
     // lock is held across fork(), and the child forgets productions it has no thread for.
     ::pthread_atfork([] { g_process_runtime->lru_.fork_prepare(); }, [] { g_process_runtime->lru_.fork_parent(); },

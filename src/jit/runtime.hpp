@@ -64,6 +64,10 @@ struct BackgroundRoute {
 class Runtime {
  public:
   static Runtime& get();
+  // The configuration the process-wide runtime (get()) is made with instead of env(): for tools
+  // that must not touch the user's cache (`dsa-indexer jitcost`). Only before the first get();
+  // returns false (and changes nothing) once it has been made.
+  static bool configure_process(const EnvConfig& cfg);
   explicit Runtime(const EnvConfig& cfg);
 
   // The loaded kernel for (device, spec), produced at most once per key at a time. `produced`,

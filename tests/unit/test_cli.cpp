@@ -12,6 +12,9 @@
 #include <sstream>
 #include <vector>
 
+#include "core/env.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "jit/runtime.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 
@@ -74,6 +77,37 @@ TEST_CASE("temp paths: jitcost works in a private mkdtemp directory, never a fix
   CHECK(dsa_test::slurp(victim_file) == "another user's file");
   CHECK(count_entries(victim) == 6);           // nothing created in the link's target either
   CHECK(count_entries(t.path() + "/tmp") == 1);  // and its private directory is gone
+}
+
+TEST_CASE("temp paths: the process-wide runtime jitcost's per-call stage uses gets its private directory", "[temp_paths]") {
+  // jitcost (tools/dsa_indexer_cli.cpp) calls Runtime::configure_process with its private
+  // directory before any stage; before, the per-call stage ran on Runtime::get() made from env(),
+  // the user's default cache. Here the same calls in a child of its own (a fresh process runtime).
+  namespace dd = dsa_indexer::detail;
+  dsa_test::TempDir t;
+  const std::string priv = t.path() + "/private", other = t.path() + "/other";
+  REQUIRE(::mkdir(priv.c_str(), 0700) == 0);
+  const auto r = dsa_test::run_in_child([&]() -> int {
+    dd::EnvConfig cfg = dd::env();
+    cfg.cache_dir = priv;
+    cfg.disk_cache = true;
+    if (!dd::Runtime::configure_process(cfg)) return 2;
+    dd::Runtime& rt = dd::Runtime::get();
+    if (rt.config().cache_dir != priv) return 3;
+    dd::EnvConfig late = cfg;
+    late.cache_dir = other;
+    if (dd::Runtime::configure_process(late)) return 4;  // too late: refused
+    if (dd::Runtime::get().config().cache_dir != priv) return 5;
+    bool from_disk = false;
+    (void)rt.entry(dd::generic_spec(16, dsa_indexer::DType::bf16, false, dd::Layout::bshd), &from_disk);
+    return 0;
+  });
+  INFO(r.output);
+  REQUIRE(r.exited);
+  CHECK(r.code == 0);
+  CHECK(count_entries(priv) > 1);  // the compiled entry was stored there
+  struct stat st {};
+  CHECK(::lstat(other.c_str(), &st) != 0);
 }
 
 TEST_CASE("driver stub: a libcuda.so.1 that is the toolkit's stub gets a message saying so", "[driver_stub]") {

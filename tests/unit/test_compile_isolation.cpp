@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -237,6 +238,43 @@ TEST_CASE("isolation limits: a helper flooding its reply or its stderr hits a ca
   const std::string e = compile_error_of([&] { compile_in_subprocess(reference_request(), err, lim); });
   CHECK_THAT(e, Catch::Contains("stderr cap of 4194304 bytes"));
   CHECK(e.size() < (std::size_t(1) << 20));  // the log is the bounded tail, not the flood
+}
+
+namespace {
+// A field of /proc/self/status in KiB ("VmRSS", "VmHWM"), -1 where unreadable.
+long proc_status_kib(const std::string& field) {
+  std::istringstream in(dsa_test::slurp("/proc/self/status"));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::atol(line.c_str() + field.size() + 1);
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("isolation limits: the reply cap is the memory bound the message states", "[isolation_limits]") {
+  // Before, the reply string grew by std::string's doubling: a flood one chunk past a 64 MiB
+  // cap reserved 128 MiB and held both buffers, a peak of twice the cap the message named.
+  dsa_test::TempDir t;
+  const std::string out = script(t.path(), "flood_out.sh", "exec cat /dev/zero\n");
+  const std::size_t cap = std::size_t(64) << 20;
+  const auto r = dsa_test::run_in_child([&]() -> int {
+    CompileLimits lim;
+    lim.timeout_s = 60;
+    lim.max_reply = cap;
+    const long before = proc_status_kib("VmRSS");
+    const std::string msg = compile_error_of([&] { compile_in_subprocess(reference_request(), out, lim); });
+    const long peak = proc_status_kib("VmHWM");
+    std::printf("MSG %s\nRSS %ld HWM %ld\n", msg.c_str(), before, peak);
+    return before < 0 || peak < 0 ? 3 : 0;
+  });
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("reply cap of 67108864 bytes (64 MiB; the reply buffer never grows past it"));
+  long before = -1, peak = -1;
+  std::sscanf(r.output.c_str() + r.output.find("RSS "), "RSS %ld HWM %ld", &before, &peak);
+  const double grown_mib = (peak - before) / 1024.0;
+  INFO("peak growth " << grown_mib << " MiB for a 64 MiB cap");
+  CHECK(grown_mib < 64 * 1.25);
 }
 
 TEST_CASE("isolation limits: the runtime applies DSA_INDEXER_COMPILE_TIMEOUT from its config", "[isolation_limits]") {

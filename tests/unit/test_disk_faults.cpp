@@ -100,7 +100,10 @@ void check_degraded(const Outcome& o, const std::string& dir, const std::string&
   CHECK(o.writable == 0);
   CHECK(o.warnings == 1);   // one warning for the whole process, two runtimes, three stores
   if (env().log_level >= LogLevel::warn) {
-    CHECK(dsa_test::count_of(o.output, "kernel disk cache disabled") == 1);
+    CHECK(dsa_test::count_of(o.output, "kernel disk cache ") == 1);
+    // Read-only (still read) where only stores fail; disabled (not read) where it is not trusted.
+    CHECK(dsa_test::count_of(o.output, "is read-only from now on (its entries are still read") +
+              dsa_test::count_of(o.output, "disabled (not read, nothing stored)") == 1);
     CHECK_THAT(o.output, Catch::Contains(path_in_warning));
   }
   CHECK(temp_files(dir).empty());
@@ -209,4 +212,69 @@ TEST_CASE("bad disk: a full disk (RLIMIT_FSIZE below an entry's size)", "[disk_f
   auto v = verify(dir);
   INFO(v.output);
   CHECK(v.code == 0);
+}
+
+TEST_CASE("bad disk: a cache that can no longer store is reported read-only, and is still read", "[disk_faults]") {
+  // Before, the warning said "kernel disk cache disabled" while load() went on reading the
+  // directory; the message now says what happens: read-only, entries still read.
+  dsa_test::TempDir t;
+  const std::string dir = t.path() + "/cache";
+  Outcome first = run_library(dir);  // fills it: ref 16 and ref 32
+  INFO(first.output);
+  REQUIRE(first.code == 0);
+  REQUIRE(first.writable == 1);
+  auto r = dsa_test::run_in_child([&] {
+    if (!dsa_test::limit_file_size(4096)) return 101;  // no store can succeed
+    EnvConfig cfg;
+    cfg.cache_dir = dir;
+    Runtime rt(cfg);
+    bool d16 = false, d64 = false, again = false;
+    (void)rt.entry(ref_spec(16), &d16);  // on disk
+    (void)rt.entry(ref_spec(64), &d64);  // compiled, its store fails: read-only from now on
+    const bool writable = rt.disk().writable();
+    (void)rt.entry(ref_spec(32), &again);  // on disk, first asked for now: still read
+    std::printf("RESULT %d %d %d %d\n", d16 ? 1 : 0, d64 ? 1 : 0, again ? 1 : 0, writable ? 1 : 0);
+    return 0;
+  });
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("RESULT 1 0 1 0"));
+  if (env().log_level >= LogLevel::warn) {
+    CHECK(dsa_test::count_of(r.output, "kernel disk cache " + dir) == 1);
+    CHECK_THAT(r.output, Catch::Contains("is read-only from now on (its entries are still read"));
+    CHECK_THAT(r.output, !Catch::Contains("disabled"));
+  }
+}
+
+TEST_CASE("bad disk: a cache path past PATH_MAX creates nothing", "[disk_faults]") {
+  // Before, the levels were made one by one until mkdir failed with ENAMETOOLONG, leaving
+  // every level that fit (81 directories in the issue's case) behind.
+  dsa_test::TempDir t;
+  std::string dir = t.path() + "/long";
+  while (dir.size() < 5000) dir += "/" + std::string(60, 'd');
+  Outcome o = run_library(dir);
+  INFO("child output:\n" << o.output);
+  REQUIRE(o.code == 0);
+  CHECK(o.cubins_ok == 3);
+  CHECK(o.writable == 0);
+  struct stat st {};
+  CHECK(::lstat((t.path() + "/long").c_str(), &st) != 0);  // not even the first level
+  if (env().log_level >= LogLevel::warn) CHECK_THAT(o.output, Catch::Contains("(PATH_MAX): nothing created"));
+}
+
+TEST_CASE("bad disk: levels created before a failure are removed again", "[disk_faults]") {
+  // A regular file two levels down: the levels above it that this call made go away again.
+  dsa_test::TempDir t;
+  const std::string top = t.path() + "/a";
+  REQUIRE(::mkdir(top.c_str(), 0700) == 0);
+  // The path makes a/x, a/x/y and a/x/y/z, then walks back up to a/b/c, the file.
+  REQUIRE(::mkdir((top + "/b").c_str(), 0700) == 0);
+  spit(top + "/b/c", "a file in the way");
+  Outcome o = run_library(top + "/x/y/z/../../../b/c/d/e");
+  INFO("child output:\n" << o.output);
+  REQUIRE(o.code == 0);
+  CHECK(o.writable == 0);
+  struct stat st {};
+  CHECK(::lstat((top + "/x").c_str(), &st) != 0);  // x, x/y, x/y/z were made, then removed
+  CHECK(slurp(top + "/b/c") == "a file in the way");
 }
