@@ -19,13 +19,26 @@ namespace {
 
 // fcntl locks belong to the process, so the threads of one process take turns here first.
 // Held across fork() (so that the child's copy is never locked by a thread it does not have).
-std::timed_mutex& file_mutex() {
-  static auto* mu = new std::timed_mutex();  // process lifetime: recording may happen during exit
+// A plain mutex taken by polling against the deadline (lock_until below): std::timed_mutex's
+// timed wait is pthread_mutex_clocklock, which ThreadSanitizer's interceptors (GCC 12) do not
+// know, so every unlock after it was reported as the unlock of an unlocked mutex.
+std::mutex& file_mutex() {
+  static auto* mu = new std::mutex();  // process lifetime: recording may happen during exit
   static std::once_flag once;
   std::call_once(once, [] {
     ::pthread_atfork([] { file_mutex().lock(); }, [] { file_mutex().unlock(); }, [] { file_mutex().unlock(); });
   });
   return *mu;
+}
+
+// Takes `mu` before `deadline`, or returns an unlocked lock: try_lock every 50 us.
+std::unique_lock<std::mutex> lock_until(std::mutex& mu, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
+  while (!lk.owns_lock() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    lk.try_lock();
+  }
+  return lk;
 }
 
 class Fd {
@@ -74,7 +87,7 @@ void ManifestRecorder::record(const Problem& p, const DeviceInfo& dev, const Ker
     // One deadline for both waits (this process's other recording threads, then the file lock),
     // so a forward call is never held up longer than lock_wait_ by anyone.
     const auto deadline = std::chrono::steady_clock::now() + lock_wait_;
-    std::unique_lock<std::timed_mutex> file_lk(file_mutex(), deadline);
+    std::unique_lock<std::mutex> file_lk = lock_until(file_mutex(), deadline);
     if (!file_lk.owns_lock()) {
       drop_busy(variant);
       return;

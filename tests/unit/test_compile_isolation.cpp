@@ -274,7 +274,13 @@ TEST_CASE("isolation limits: the reply cap is the memory bound the message state
   std::sscanf(r.output.c_str() + r.output.find("RSS "), "RSS %ld HWM %ld", &before, &peak);
   const double grown_mib = (peak - before) / 1024.0;
   INFO("peak growth " << grown_mib << " MiB for a 64 MiB cap");
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  // A sanitizer's shadow memory multiplies resident memory (321 MiB for this case under TSan):
+  // the bound is measured by the plain build only; the message is checked above in both.
+  WARN("resident memory bound not measured under a sanitizer");
+#else
   CHECK(grown_mib < 64 * 1.25);
+#endif
 }
 
 TEST_CASE("isolation limits: the runtime applies DSA_INDEXER_COMPILE_TIMEOUT from its config", "[isolation_limits]") {
