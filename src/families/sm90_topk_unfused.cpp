@@ -1,7 +1,7 @@
 // Host side of the unfused top-k (templates/sm90_topk_unfused.cuh). Per block of rows: the rows
 // kernel writes each row's window, the dispatcher's score family writes the block's scores into
-// the workspace through explicit windows (the same cells, the same bits as indexer_forward), and
-// the selection kernel writes the block's outputs. Blocks are walked on the host in launch(), so
+// the workspace (a causal problem of its own, or explicit windows: block_scores_problem; the same
+// cells, the same bits as indexer_forward), and the selection kernel writes the block's outputs. Blocks are walked on the host in launch(), so
 // no table grows with S_q; the workspace holds one block.
 #include "families/sm90_topk_unfused.hpp"
 
@@ -96,7 +96,7 @@ void for_each_block(const Problem& p, const TopkBlocking& bl, F&& f, bool shapes
 }
 
 // The score problem of one block: a BSHD problem of one batch entry over the block's rows and
-// keys, with the rows' windows given explicitly (strides of extent-1 dimensions nested). What
+// keys (strides of extent-1 dimensions nested). What
 // launch() runs and what inner_problems() plans for warmup, so that the two cannot disagree.
 // A BSHD block is a causal problem of its own (the offset of its first row, saturated at
 // INT32_MAX: exact when S_k * ratio <= 2^31, since every row past the saturation then sees all
@@ -294,8 +294,7 @@ TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t bud
   // Enough rows for one q-tile of 8 rows on every SM, or as many as the budget holds.
   const int64_t min_rows = std::max<int64_t>(8, int64_t(dev.sm_count) * 8);
   const int64_t by_budget = static_cast<int64_t>(budget / (uint64_t(bl.width) * 4));
-  bl.rows = std::min<int64_t>(std::max<int64_t>(std::max<int64_t>(min_rows, by_budget / 8 * 8), 1),
-                              std::max<int64_t>(total_rows, 1));
+  bl.rows = std::min<int64_t>(std::max<int64_t>(min_rows, by_budget / 8 * 8), std::max<int64_t>(total_rows, 1));
   bl.scores_bytes = align256(uint64_t(bl.rows) * uint64_t(bl.width) * 4);
   bl.ks_offset = bl.scores_bytes;
   bl.ke_offset = bl.ks_offset + align256(uint64_t(bl.rows) * 4);
