@@ -226,7 +226,8 @@ __device__ __forceinline__ u32 topk_dynamic_smem_bytes() {
 
 // The last step of both kernels: the optional score order, then every output of one row in
 // slot order. On entry skey/scol hold the n_sel (<= k) selected (key, column) pairs in
-// ascending column order (kTopkMaxK entries of room), max_key is the row's largest key (always
+// ascending column order, or in any order when a.sort_by_score (the sort's result depends only
+// on the set), with kTopkMaxK entries of room; max_key is the row's largest key (always
 // selected: k >= 1; unused when n_sel is 0) and the index of column c is lo + c + bias. The
 // softmax sum runs over the slots in their final order with the thread assignment of T, so the
 // same selection, k and T give the same bits whichever kernel selected it. Args: the kernel's
