@@ -18,8 +18,8 @@
 // 20..10, 9..0 of the key, then the same digits of the inverted column) find the bin holding
 // the k-th largest composite; the levels stop at the first bin that is taken whole, so the
 // column levels run only when the k-th place falls inside a run of equal keys. A compaction
-// (atomic positions) puts the selected pairs in shared memory and a bitonic sort orders them by
-// column or by score. Composites are unique, so the sorted slots depend only on the selected
+// (warp-aggregated atomic positions) puts the selected pairs in shared memory and a bitonic sort
+// orders them by column or by score. Composites are unique, so the sorted slots depend only on the selected
 // set: no atomic's order reaches an output.
 #include "sm90_topk_candidates_args.cuh"
 #include "sm90_topk_common.cuh"
@@ -93,9 +93,10 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_candidates(const __grid
     const u32 max_key = topk_block_max<T>(s, mx);  // barrier: staging and histogram complete
     auto cand_at = [&](u32 i) { return staged ? stage[i] : __ldg(g + i); };
 
-    // 2. the threshold bin: the selection is every composite whose digits above `res` exceed
-    // prefix's, plus take_eq of those equal to it (the whole bin under the contract; only
-    // duplicated composites, outside it, leave some of the bin out, and those are equal).
+    // 2. the threshold bin: the selection is every composite whose bits from `res` up exceed
+    // prefix's, plus take_eq of those equal to it. With unique composites (the contract) that is
+    // the whole bin; a duplicated composite, which the contract rules out, can only leave out
+    // copies equal to the ones taken, so even then the output does not depend on the atomics.
     u64 prefix = 0u;
     int res = 0;
     u32 take_eq = 0u;
@@ -125,16 +126,31 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_candidates(const __grid
     }
 
     // 3. the selected pairs at positions [0, n_sel - take_eq) above the bin and the rest from
-    // the bin; the order within each group follows the atomics, the sort below removes it.
+    // the bin; a warp takes its positions with one atomic per group, the order within a group
+    // follows the atomics and the sort below removes it.
     const u64 pmatch = prefix >> res;
     const u32 n_gt = n_sel - take_eq;
-    for (u32 i = tid; i < n; i += T) {
-      const u64 c = cand_at(i);
+    const int lane = tid & 31;
+    const u32 lanes_below = (1u << lane) - 1u;
+    for (u32 i0 = static_cast<u32>(tid - lane); i0 < n; i0 += T) {  // trip count uniform per warp (the ballots)
+      const u32 i = i0 + static_cast<u32>(lane);
+      const u64 c = i < n ? cand_at(i) : 0u;
+      const bool gt = i < n && (!refine || (c >> res) > pmatch);
+      const bool eq = i < n && refine && (c >> res) == pmatch;
+      const u32 gt_lanes = __ballot_sync(0xffffffffu, gt);
+      const u32 eq_lanes = __ballot_sync(0xffffffffu, eq);
+      u32 gt_base = 0u, eq_base = 0u;
+      if (lane == 0) {
+        if (gt_lanes != 0u) gt_base = atomicAdd(&slot_count[0], static_cast<u32>(__popc(gt_lanes)));
+        if (eq_lanes != 0u) eq_base = atomicAdd(&slot_count[1], static_cast<u32>(__popc(eq_lanes)));
+      }
+      gt_base = __shfl_sync(0xffffffffu, gt_base, 0);
+      eq_base = __shfl_sync(0xffffffffu, eq_base, 0);
       u32 at = n_sel;  // not selected
-      if (!refine || (c >> res) > pmatch) {
-        at = atomicAdd(&slot_count[0], 1u);
-      } else if ((c >> res) == pmatch) {
-        const u32 e = atomicAdd(&slot_count[1], 1u);
+      if (gt) {
+        at = gt_base + static_cast<u32>(__popc(gt_lanes & lanes_below));
+      } else if (eq) {
+        const u32 e = eq_base + static_cast<u32>(__popc(eq_lanes & lanes_below));
         if (e < take_eq) at = n_gt + e;
       }
       if (at < n_sel) {
