@@ -65,7 +65,7 @@ struct LeanTraits {
   static_assert(kStages >= 2 && kStages <= 8, "sm90_indexer_lean: kKvStages must be in [2, 8]");
 };
 
-template <class Cfg>
+template <class Cfg, int kEpiBytes = 0>
 struct LeanSmem {
   using T = LeanTraits<Cfg>;
   static constexpr int kOffQ = 0;                                   // [consumer][D half][256 rows][128 B]
@@ -73,9 +73,10 @@ struct LeanSmem {
   static constexpr int kOffW = kOffKv + T::kStages * kKvBytes;      // [consumer][4 tokens][64 heads]
   static constexpr int kOffBar = kOffW + T::kConsumers * T::kWBytes;
   static constexpr int kNumBars = 3 * T::kConsumers + 2 * T::kStages;  // q full/empty, w full, kv full/empty
-  static constexpr int kBytes = kOffBar + kNumBars * 8;
+  static constexpr int kOffEpi = kOffBar + kNumBars * 8;              // the epilogue's own (top-k: row state)
+  static constexpr int kBytes = kOffEpi + kEpiBytes;
   static constexpr int kAlloc = kBytes + 1024;                      // slack to 1024-align the base
-  static_assert(kOffKv % 1024 == 0 && kOffW % 16 == 0 && kOffBar % 8 == 0,
+  static_assert(kOffKv % 1024 == 0 && kOffW % 16 == 0 && kOffBar % 8 == 0 && kOffEpi % 16 == 0,
                 "sm90_indexer_lean: shared-memory regions misaligned");
 };
 
@@ -177,6 +178,7 @@ __device__ __forceinline__ i32 lean_rel(i64 v, i64 kv_begin, i32 n_kv) {
 struct LeanLane {
   i32 n_kv, f_lo, f_hi, w_lo, w_hi, c_lo, c_hi;
   float* row;
+  i64 q_row0;  // output row of the consumer's first token (b * S_q + token; THD: the packed row)
 };
 
 // Weights of one consumer's 4 tokens for lane class c = lane & 3, in the order head_sum expects
@@ -222,13 +224,26 @@ struct LeanWeights<Cfg, true> {
   }
 };
 
-// The consumers' epilogue of the scores operation: one KV tile's head sums (this lane's 2 KV
-// rows of its token) to the row of scores, -inf outside the row's window, nothing outside the
-// row's columns. An epilogue of another output (top-k selection) takes the same call.
+// The consumers' epilogue: what a consumer does with one KV tile's head sums (this lane's 2 KV
+// rows of its token). An epilogue E provides
+//   E::Args                the launch arguments it reads (passed to the kernel after LeanArgs)
+//   E::kSmemBytes          its shared memory (after the barriers)
+//   E::kFillsScores        whether the filler warps write -inf outside the items' KV tiles
+//   E(args, smem, cg, warp_in_wg, lane)     per consumer thread, before the first item
+//   tile(part, it, ln, warp_in_wg, lane, sm_scale)  per KV tile
+//   after_tile(ln), end_item(ln)            after each tile's, and each item's, last tile
+// (end_item also for items without KV tiles).
+//
+// The scores operation: the tile to the row of scores, -inf outside the row's window, nothing
+// outside the row's columns.
 template <class Cfg>
 struct LeanScoresEpilogue {
-  static __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
-                                              float sm_scale) {
+  struct Args {};
+  static constexpr int kSmemBytes = 0;
+  static constexpr bool kFillsScores = true;
+  __device__ __forceinline__ LeanScoresEpilogue(const Args&, u8*, int, int, int) {}
+  __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
+                                       float sm_scale) const {
     // KV rows relative to the item's first: the tile's rows are [it * 64, it * 64 + 64)
     const i32 rel0 = it * kKvRows;
     const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
@@ -244,6 +259,8 @@ struct LeanScoresEpilogue {
       store_streaming(ln.row + rel, v);
     }
   }
+  __device__ __forceinline__ void after_tile(const LeanLane&) const {}
+  __device__ __forceinline__ void end_item(const LeanLane&) const {}
 };
 
 // Named barrier ids (0 is __syncthreads).
@@ -265,16 +282,17 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
 template <class Cfg, class Runs>
 __device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<Runs>& work, int lane);
 // A consumer warpgroup: the shared main loop over the item's KV tiles, then its epilogue.
-template <class Cfg, class Runs>
-__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<Runs>& work, const LeanCta& cta, int wg, int warp,
-                                              int lane);
+template <class Cfg, class Epi, class Runs>
+__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename Epi::Args& ea, const LeanWork<Runs>& work,
+                                              const LeanCta& cta, int wg, int warp, int lane);
 
 // The kernel body, for both layouts (the layout's differences are compile-time branches): the
 // barriers, then each warp takes its role.
-template <class Cfg, class Runs>
-__device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a, const Runs& runs) {
+template <class Cfg, class Epi, class Runs>
+__device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
+                                          const typename Epi::Args& ea, const Runs& runs) {
   using T = LeanTraits<Cfg>;
-  using L = LeanSmem<Cfg>;
+  using L = LeanSmem<Cfg, Epi::kSmemBytes>;
   static_assert(L::kAlloc == Cfg::kSmemBytes, "sm90_indexer_lean: host and template disagree on shared memory");
   constexpr bool kBshd = !T::kThd;
   extern __shared__ u8 smem_raw[];
@@ -314,12 +332,12 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
     setmaxnreg_dec<T::kProducerRegs>();
     const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
     if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, work, cta, lane);
-    else lean_fillers<Cfg>(a, work, lane);
+    else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
     return;
   }
   setmaxnreg_inc<T::kConsumerRegs>();
   const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
-  lean_consumer<Cfg>(a, work, cta, wg, warp, lane);
+  lean_consumer<Cfg, Epi>(a, ea, work, cta, wg, warp, lane);
 }
 
 template <class Cfg, class Runs>
@@ -422,11 +440,11 @@ __device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<R
   }
 }
 
-template <class Cfg, class Runs>
-__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<Runs>& work, const LeanCta& cta, int wg, int warp,
-                                              int lane) {
+template <class Cfg, class Epi, class Runs>
+__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename Epi::Args& ea, const LeanWork<Runs>& work,
+                                              const LeanCta& cta, int wg, int warp, int lane) {
   using T = LeanTraits<Cfg>;
-  using L = LeanSmem<Cfg>;
+  using L = LeanSmem<Cfg, Epi::kSmemBytes>;
   constexpr bool kBshd = !T::kThd;
   const i64 rounds = work.rounds();
   const int cg = wg - 1;
@@ -443,6 +461,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<
 
   float acc[128];
   LeanWeights<Cfg> wreg;
+  Epi epi(ea, cta.smem + L::kOffEpi, cg, warp_in_wg, lane);
   u32 stage = 0, phase = 0, q_uses = 0;
   // What this lane needs of item (tile, b). THD derives it from cu_seqlens (loads and warp
   // shuffles), so the consumers compute the next item's while their first product of the
@@ -462,6 +481,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<
       ln.c_lo = 0;
       ln.c_hi = static_cast<i32>(T::kSeqK);
       ln.row = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK;
+      ln.q_row0 = static_cast<i64>(b) * T::kSeqQ + tok_first;
     } else {
       const LeanThdRow w = lean_thd_row<Cfg>(a, tok0, lane);
       const LeanThdSpan sp = lean_thd_span(w);
@@ -478,6 +498,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<
       ln.c_lo = me.valid ? lean_rel(me.base, sp.kv_begin, sp.n_kv) : 0;
       ln.c_hi = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
       ln.row = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
+      ln.q_row0 = 0;  // no THD epilogue reads it
     }
     return ln;
   };
@@ -526,11 +547,13 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const LeanWork<
         }
         float part[2 * TPW];
         head_sum<T::kHeads, TPW>(acc, wreg, part, lane);
-        LeanScoresEpilogue<Cfg>::tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
+        epi.tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
+        epi.after_tile(ln);
       }
       if (Cfg::kWeightsF32) mbarrier_arrive(&cta.q_empty[cg]);
       ++q_uses;
     }
+    epi.end_item(ln);
     if (have_n && !ready_n) ln_n = lane_info(tile_n, b_n);
     ln = ln_n;
     k = k_n;
@@ -544,7 +567,7 @@ template <class Cfg, class Sched>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_indexer_lean(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the BSHD kernel of a THD variant");
-  lean_body<Cfg>(q_map, k_map, a, LeanStaticRuns<Sched>{});
+  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, {}, LeanStaticRuns<Sched>{});
 }
 
 // THD: the schedule of the call's packing is a launch parameter.
@@ -553,7 +576,7 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_indexer_lean_thd(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
                           const __grid_constant__ LeanThdSchedule sched) {
   static_assert(LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the THD kernel of a BSHD variant");
-  lean_body<Cfg>(q_map, k_map, a, LeanParamRuns{&sched});
+  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, {}, LeanParamRuns{&sched});
 }
 
 }  // namespace dsa

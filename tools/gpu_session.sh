@@ -2,7 +2,7 @@
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
-#                                [topk_bench|topk_peers]
+#                                [topk_bench|topk_peers|fused]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -40,6 +40,13 @@ if want tests; then
 fi
 if want topk; then
   run gpu_topk 300 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
+  run gpu_topk_fused 300 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
+fi
+# fused (not in all): the fused top-k's tests and timing alone.
+if [[ " $steps " == *" fused "* ]]; then
+  run gpu_topk_fused 300 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  run gpu_topk_select 120 $b/tests/dsa_gpu_tests "[topk_select]" --durations yes
   run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
 fi
 lib=$(ls $b/libdsa_indexer.so.*.*.* 2>/dev/null | head -1)

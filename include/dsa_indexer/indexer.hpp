@@ -34,7 +34,15 @@ enum class ThdColumns : int32_t { local = 0, global = 1 };
 // `reference` is the plain-CUDA oracle (slow, for tests). Those serve indexer_forward;
 // `topk_unfused` serves indexer_topk (dsa_indexer/topk.hpp). A family of another operation is
 // refused with UnsupportedConfig.
-enum class KernelFamily : int32_t { automatic = 0, generic = 1, reference = 2, lean = 3, topk_unfused = 4 };
+enum class KernelFamily : int32_t {
+  automatic = 0,
+  generic = 1,
+  reference = 2,
+  lean = 3,
+  topk_unfused = 4,
+  topk_fused = 5,
+  topk_fused_sweep = 6,  // internal: the fused top-k's score sweep (no public operation of its own)
+};
 
 struct IndexerOptions {
   int64_t ratio = 1;       // KV compression ratio, >= 1

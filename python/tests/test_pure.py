@@ -592,8 +592,8 @@ def test_raw_topk_valid_call_without_driver_is_runtime_error():
 
 
 def test_topk_family_names_come_from_the_library_registry():
-    assert _lib.families("topk") == {"auto": 0, "topk_unfused": 4}
-    with pytest.raises(ValueError, match=r"indexer_topk: family: expected one of 'auto', 'topk_unfused', got 'generic'"):
+    assert _lib.families("topk") == {"auto": 0, "topk_unfused": 4, "topk_fused": 5}
+    with pytest.raises(ValueError, match=r"indexer_topk: family: expected one of 'auto', 'topk_unfused', 'topk_fused', got 'generic'"):
         dsa_indexer.indexer_topk(None, None, None, family="generic")
 
 

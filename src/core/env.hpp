@@ -27,6 +27,7 @@ struct EnvConfig {
   std::string temp_dir = "/tmp";  // TMPDIR: where the tools make their private mkdtemp directories
   LeanCompile lean_compile = LeanCompile::sync;  // DSA_INDEXER_LEAN_COMPILE=sync|async
   std::string record_manifest;  // DSA_INDEXER_RECORD_MANIFEST: manifest file every new kernel key is appended to
+  long long topk_candidates = 0;  // DSA_INDEXER_TOPK_CANDIDATES: the fused top-k's candidate entries per row (0: planned)
 };
 
 using EnvGetter = std::function<const char*(const char*)>;

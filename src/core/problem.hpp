@@ -24,6 +24,16 @@ struct TopkOutputs {
   uint64_t workspace_bytes = 0;
 };
 
+// The fused top-k path's score sweep (Operation::topk_sweep): each row's candidates, as
+// composites (score key << 32 | ~column), into a bounded buffer per row.
+struct TopkSweepOutputs {
+  void* cand = nullptr;    // u64 rows x ld
+  void* count = nullptr;   // int32 rows
+  int64_t ld = 0;          // entries per row
+  int32_t k = 0;
+  int32_t refresh = 0;     // appends between threshold refreshes
+};
+
 struct Problem {
   Operation op = Operation::scores;
   Layout layout = Layout::bshd;
@@ -67,6 +77,8 @@ struct Problem {
   int64_t offsets_stride = 1;
 
   TopkOutputs topk;                   // Operation::topk only
+  TopkSweepOutputs sweep;             // Operation::topk_sweep only
+  const Problem* call = nullptr;      // Operation::topk_sweep: the top-k call whose block it is
 
   std::vector<int32_t> cu_q_host;     // THD: the validated cu_seqlens
   std::vector<int32_t> cu_k_host;

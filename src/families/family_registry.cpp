@@ -4,6 +4,7 @@
 #include "families/sm90_indexer_generic.hpp"
 #include "families/sm90_indexer_lean.hpp"
 #include "families/sm90_indexer_reference.hpp"
+#include "families/sm90_topk_fused.hpp"
 #include "families/sm90_topk_unfused.hpp"
 #include "core/util.hpp"
 
@@ -19,7 +20,8 @@ Gate Gate::fail(const char* gate, std::string expected, std::string actual) {
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {&reference_family(), &generic_family(), &lean_family(),
-                                                       &topk_unfused_family()};
+                                                       &topk_unfused_family(), &topk_fused_family(),
+                                                       &topk_fused_sweep_family()};
   return all;
 }
 

@@ -70,6 +70,120 @@ std::shared_ptr<const LeanThdPlan> thd_plan_for(const Problem& p, int64_t grid) 
   });
 }
 
+}  // namespace
+
+Gate lean_check(const Problem& p, const DeviceInfo& dev) {
+  if (dev.cc_major != 9 || dev.cc_minor != 0)
+    return Gate::fail("device compute capability", "9.0 (sm_90)", fmt::format("{}.{}", dev.cc_major, dev.cc_minor));
+  if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
+  if (p.head_dim != 128) return Gate::fail("head dim D", "128", std::to_string(p.head_dim));
+  if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");
+  if (p.has_windows) return Gate::fail("explicit windows ks/ke", "not given", "given");
+  if (!contiguous(p)) return Gate::fail("operand strides", "contiguous q, k, w and scores", "a strided operand");
+  for (const void* ptr : {p.q, p.k, p.w, static_cast<const void*>(p.out)})
+    if (!aligned16(ptr)) return Gate::fail("operand alignment", "16-byte-aligned q, k, w and scores", fmt::format("{}", ptr));
+  if (!p.is_thd() && p.s_q % kTile != 0)
+    return Gate::fail("S_q", fmt::format("a multiple of {} (the lean q-tile)", kTile), std::to_string(p.s_q));
+  if (p.is_thd() && !has_host_seqlens(p))
+    return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
+  if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
+    return Gate::fail("T_q", "< 2^31 - 8", std::to_string(p.t_q));
+  if (!saturated(p, dev))
+    return Gate::fail(p.is_thd() ? "grid saturation (q-tiles of T_q)" : "grid saturation (q-tiles x B)",
+                      fmt::format(">= the device's {} SMs", dev.sm_count), std::to_string(work_items(p)));
+  return Gate::pass();
+}
+
+std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
+  // Exactly what check() reads: never B itself (only whether it saturates the grid), never
+  // the exact sm_scale, never T_k or the THD boundaries.
+  std::string k = "cc";
+  k += std::to_string(dev.cc_major * 10 + dev.cc_minor);
+  k += layout_name(p.layout);
+  k += ".h" + std::to_string(p.heads) + ".d" + std::to_string(p.head_dim);
+  k += p.has_lse ? ".lse1" : ".lse0";
+  k += p.has_windows ? ".win1" : ".win0";
+  k += contiguous(p) ? ".c1" : ".c0";
+  k += aligned16(p.q) && aligned16(p.k) && aligned16(p.w) && aligned16(p.out) ? ".a1" : ".a0";
+  k += ".sq" + std::to_string(p.is_thd() ? round_to_tile(p.t_q) : p.s_q);
+  if (p.is_thd()) k += has_host_seqlens(p) ? ".cu1" : ".cu0";
+  k += saturated(p, dev) ? ".sat1" : ".sat0";
+  return k;
+}
+
+Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem) {
+  Plan plan;
+  plan.tokens_per_tile = static_cast<int32_t>(kTile);
+  if (p.is_thd()) {
+    plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout);
+    plan.tiles_per_batch = plan.num_tiles = work_items(p);
+  } else {
+    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f);
+    plan.tiles_per_batch = p.s_q / kTile;
+    plan.num_tiles = plan.tiles_per_batch * p.batch;
+  }
+  plan.spec.family = &family;
+  plan.spec.dynamic_smem += static_cast<uint32_t>(extra_smem);
+  KernelLaunch& l = plan.launches[plan.n_launches++];
+  l.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.num_tiles, dev.sm_count)));
+  l.block[0] = LeanGeometry::kThreads;
+  l.smem = plan.spec.dynamic_smem;
+  plan.empty = plan.num_tiles == 0;
+  if (p.is_thd() && !plan.empty && purpose == PlanPurpose::launch) plan.schedule = thd_plan_for(p, l.grid[0]);
+  return plan;
+}
+
+void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g) {
+  const LeanSchedule s = lean_schedule(spec.values[kSeqQ], spec.values[kSeqK]);
+  g.text += "\n// The planner's schedule: q-tiles by rank in runs {first, step, count, rank0} (longest\n"
+            "// first), and how work items go to CTAs.\n";
+  g.text += fmt::format("__constant__ dsa::LeanRun kDsaLeanRuns[{}] = {{", s.runs.size());
+  for (std::size_t i = 0; i < s.runs.size(); ++i)
+    g.text += fmt::format("{}{{{}, {}, {}, {}}}", i ? ", " : "", s.runs[i].first, s.runs[i].step, s.runs[i].count, s.runs[i].rank0);
+  g.text += "};\n";
+  g.text += "struct DsaLeanSchedule {\n";
+  g.text += fmt::format("  static constexpr int kPolicy = {};\n", kPolicyNames[s.policy]);
+  g.text += fmt::format("  static constexpr int kNumRuns = {};\n", s.runs.size());
+  g.text += fmt::format("  static constexpr long long kTilesPerBatch = {};\n", s.tiles_per_batch);
+  g.text += "  __device__ __forceinline__ static dsa::LeanRun run(int i) { return kDsaLeanRuns[i]; }\n";
+  g.text += "};\n";
+  g.text += "static_assert(DsaLeanSchedule::kTilesPerBatch == dsa::LeanTraits<DsaKernelConfig>::kTilesPerBatch,\n"
+            "              \"sm90_indexer_lean: the schedule covers another number of q-tiles\");\n";
+}
+
+void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what) {
+  dsa::LeanArgs args{};
+  args.w = reinterpret_cast<uintptr_t>(p.w);
+  args.out = reinterpret_cast<uintptr_t>(p.out);
+  args.offsets = reinterpret_cast<uintptr_t>(p.offsets);
+  args.cu_q = reinterpret_cast<uintptr_t>(p.cu_q);
+  args.cu_k = reinterpret_cast<uintptr_t>(p.cu_k);
+  args.batch = p.batch;
+  args.ratio = p.ratio;
+  args.num_items = plan.num_tiles;
+  args.offsets_stride = p.offsets_stride;
+  args.t_q = p.t_q;
+  args.t_k = p.t_k;
+  args.out_cols = p.out_cols;
+  args.sm_scale = p.sm_scale;
+  args.has_offsets = p.has_offsets ? 1 : 0;
+  thread_local TmaMemo q_memo, k_memo;
+  const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p, LeanGeometry::kTokensPerConsumer));
+  const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
+  if (!p.is_thd()) {
+    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra};
+    launch_one(k.functions[0], plan.launches[0], stream, params, what);
+    return;
+  }
+  // cuLaunchKernelEx copies the parameters, the schedule included, at the call.
+  const auto* thd = static_cast<const LeanThdPlan*>(plan.schedule.get());
+  void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args,
+                    const_cast<dsa::LeanThdSchedule*>(&thd->sched)};
+  launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean_thd)");
+}
+
+namespace {
+
 class LeanFamily final : public Family {
  public:
   const char* name() const override { return "sm90_indexer_lean"; }
@@ -90,118 +204,24 @@ class LeanFamily final : public Family {
     return p;
   }
 
-  Gate check(const Problem& p, const DeviceInfo& dev) const override {
-    if (dev.cc_major != 9 || dev.cc_minor != 0)
-      return Gate::fail("device compute capability", "9.0 (sm_90)", fmt::format("{}.{}", dev.cc_major, dev.cc_minor));
-    if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
-    if (p.head_dim != 128) return Gate::fail("head dim D", "128", std::to_string(p.head_dim));
-    if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");
-    if (p.has_windows) return Gate::fail("explicit windows ks/ke", "not given", "given");
-    if (!contiguous(p)) return Gate::fail("operand strides", "contiguous q, k, w and scores", "a strided operand");
-    for (const void* ptr : {p.q, p.k, p.w, static_cast<const void*>(p.out)})
-      if (!aligned16(ptr)) return Gate::fail("operand alignment", "16-byte-aligned q, k, w and scores", fmt::format("{}", ptr));
-    if (!p.is_thd() && p.s_q % kTile != 0)
-      return Gate::fail("S_q", fmt::format("a multiple of {} (the lean q-tile)", kTile), std::to_string(p.s_q));
-    if (p.is_thd() && !has_host_seqlens(p))
-      return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
-    if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
-      return Gate::fail("T_q", "< 2^31 - 8", std::to_string(p.t_q));
-    if (!saturated(p, dev))
-      return Gate::fail(p.is_thd() ? "grid saturation (q-tiles of T_q)" : "grid saturation (q-tiles x B)",
-                        fmt::format(">= the device's {} SMs", dev.sm_count), std::to_string(work_items(p)));
-    return Gate::pass();
-  }
-
-  std::string gate_key(const Problem& p, const DeviceInfo& dev) const override {
-    // Exactly what check() reads: never B itself (only whether it saturates the grid), never
-    // the exact sm_scale, never T_k or the THD boundaries.
-    std::string k = "cc";
-    k += std::to_string(dev.cc_major * 10 + dev.cc_minor);
-    k += layout_name(p.layout);
-    k += ".h" + std::to_string(p.heads) + ".d" + std::to_string(p.head_dim);
-    k += p.has_lse ? ".lse1" : ".lse0";
-    k += p.has_windows ? ".win1" : ".win0";
-    k += contiguous(p) ? ".c1" : ".c0";
-    k += aligned16(p.q) && aligned16(p.k) && aligned16(p.w) && aligned16(p.out) ? ".a1" : ".a0";
-    k += ".sq" + std::to_string(p.is_thd() ? round_to_tile(p.t_q) : p.s_q);
-    if (p.is_thd()) k += has_host_seqlens(p) ? ".cu1" : ".cu0";
-    k += saturated(p, dev) ? ".sat1" : ".sat0";
-    return k;
-  }
+  Gate check(const Problem& p, const DeviceInfo& dev) const override { return lean_check(p, dev); }
+  std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
 
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
-    Plan plan;
-    plan.tokens_per_tile = static_cast<int32_t>(kTile);
-    if (p.is_thd()) {
-      plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout);
-      plan.tiles_per_batch = plan.num_tiles = work_items(p);
-    } else {
-      plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f);
-      plan.tiles_per_batch = p.s_q / kTile;
-      plan.num_tiles = plan.tiles_per_batch * p.batch;
-    }
-    KernelLaunch& l = plan.launches[plan.n_launches++];
-    l.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.num_tiles, dev.sm_count)));
-    l.block[0] = LeanGeometry::kThreads;
-    l.smem = plan.spec.dynamic_smem;
-    plan.empty = plan.num_tiles == 0;
-    if (p.is_thd() && !plan.empty && purpose == PlanPurpose::launch) plan.schedule = thd_plan_for(p, l.grid[0]);
-    return plan;
+    return lean_plan(p, dev, purpose, lean_family(), 0);
   }
-
   void render(const KernelSpec& spec, GeneratedSource& g) const override {
     if (spec.values[kLayout] != layout_value(Layout::bshd)) {
       g.text += "\n// THD: the q-tile order is planned per packing and passed at launch (LeanThdSchedule).\n";
       g.kernels.push_back("dsa::sm90_indexer_lean_thd<DsaKernelConfig>");
       return;
     }
-    const LeanSchedule s = lean_schedule(spec.values[kSeqQ], spec.values[kSeqK]);
-    g.text += "\n// The planner's schedule: q-tiles by rank in runs {first, step, count, rank0} (longest\n"
-              "// first), and how work items go to CTAs.\n";
-    g.text += fmt::format("__constant__ dsa::LeanRun kDsaLeanRuns[{}] = {{", s.runs.size());
-    for (std::size_t i = 0; i < s.runs.size(); ++i)
-      g.text += fmt::format("{}{{{}, {}, {}, {}}}", i ? ", " : "", s.runs[i].first, s.runs[i].step, s.runs[i].count, s.runs[i].rank0);
-    g.text += "};\n";
-    g.text += "struct DsaLeanSchedule {\n";
-    g.text += fmt::format("  static constexpr int kPolicy = {};\n", kPolicyNames[s.policy]);
-    g.text += fmt::format("  static constexpr int kNumRuns = {};\n", s.runs.size());
-    g.text += fmt::format("  static constexpr long long kTilesPerBatch = {};\n", s.tiles_per_batch);
-    g.text += "  __device__ __forceinline__ static dsa::LeanRun run(int i) { return kDsaLeanRuns[i]; }\n";
-    g.text += "};\n";
-    g.text += "static_assert(DsaLeanSchedule::kTilesPerBatch == dsa::LeanTraits<DsaKernelConfig>::kTilesPerBatch,\n"
-              "              \"sm90_indexer_lean: the schedule covers another number of q-tiles\");\n";
+    lean_render_schedule(spec, g);
     g.kernels.push_back("dsa::sm90_indexer_lean<DsaKernelConfig, DsaLeanSchedule>");
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
-    dsa::LeanArgs args{};
-    args.w = reinterpret_cast<uintptr_t>(p.w);
-    args.out = reinterpret_cast<uintptr_t>(p.out);
-    args.offsets = reinterpret_cast<uintptr_t>(p.offsets);
-    args.cu_q = reinterpret_cast<uintptr_t>(p.cu_q);
-    args.cu_k = reinterpret_cast<uintptr_t>(p.cu_k);
-    args.batch = p.batch;
-    args.ratio = p.ratio;
-    args.num_items = plan.num_tiles;
-    args.offsets_stride = p.offsets_stride;
-    args.t_q = p.t_q;
-    args.t_k = p.t_k;
-    args.out_cols = p.out_cols;
-    args.sm_scale = p.sm_scale;
-    args.has_offsets = p.has_offsets ? 1 : 0;
-    thread_local TmaMemo q_memo, k_memo;
-    const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p, LeanGeometry::kTokensPerConsumer));
-    const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
-    if (!p.is_thd()) {
-      void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args};
-      launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean)");
-      return;
-    }
-    // cuLaunchKernelEx copies the parameters, the schedule included, at the call.
-    const auto* thd = static_cast<const LeanThdPlan*>(plan.schedule.get());
-    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args,
-                      const_cast<dsa::LeanThdSchedule*>(&thd->sched)};
-    launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean_thd)");
+    lean_launch(p, plan, k, stream, nullptr, "cuLaunchKernelEx(sm90_indexer_lean)");
   }
 };
 

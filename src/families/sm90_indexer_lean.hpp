@@ -70,6 +70,16 @@ LeanThdPlan lean_thd_plan(const std::vector<int32_t>& kv, int64_t grid, LeanThdO
 void set_lean_thd_order(LeanThdOrder order);
 
 const Family& lean_family();
+
+// The lean family's gate, plan, schedule and launch, for a family that runs the same sweep with
+// another epilogue (the fused top-k's sweep, sm90_topk_fused.cpp): plan.spec is made `family`'s,
+// with extra_smem bytes of shared memory for its epilogue; lean_launch passes `extra` as the
+// kernel's fourth parameter (BSHD; nullptr for the scores kernel).
+Gate lean_check(const Problem& p, const DeviceInfo& dev);
+std::string lean_gate_key(const Problem& p, const DeviceInfo& dev);
+Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem);
+void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
+void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what);
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd);
 

@@ -6,6 +6,7 @@
 #include "families/sm90_topk_unfused.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -22,7 +23,6 @@ namespace dsa_indexer::detail {
 namespace {
 
 enum Slot { kLayout };
-constexpr int kRowsThreads = 256;  // sm90_topk_rows' block
 // The selection's two block sizes, one CTA per row: 256 threads for short rows, 512 for long
 // ones (measured on the H200, docs/PERF_NOTES.md); no row cache in shared memory (it did not
 // pay: the sampled threshold reads a long row once), so several CTAs share an SM.
@@ -33,127 +33,6 @@ constexpr const char* kTopkLayoutChoices[] = {"bshd", "thd"};
 constexpr const char* kTopkLayoutLiterals[] = {"dsa::kLayoutBshd", "dsa::kLayoutThdLocal"};
 
 uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
-
-struct Block {
-  int64_t batch = 0, row0 = 0, n = 0;  // BSHD: batch and first row; THD: first packed row
-  int64_t k_base = 0, width = 0;       // the block's key rows [k_base, k_base + width)
-  int64_t out_row = 0;                 // the block's first output row
-};
-
-// Calls f(block) for every block of the call, in output-row order.
-// `shapes_only` (inner_problems): at least one block of every distinct (rows, width) shape,
-// skipping the blocks whose shape an earlier one already had (BSHD: the other batch entries and
-// the full blocks between the first and the last; THD: the further full blocks of a segment), so
-// that a line of 2^31 rows costs a few blocks, not 2^28.
-template <class F>
-void for_each_block(const Problem& p, const TopkBlocking& bl, F&& f, bool shapes_only = false) {
-  if (!p.is_thd()) {
-    const int64_t batches = shapes_only ? std::min<int64_t>(p.batch, 1) : p.batch;
-    const int64_t last_row0 = p.s_q > 0 ? (p.s_q - 1) / bl.rows * bl.rows : 0;
-    for (int64_t b = 0; b < batches; ++b)
-      for (int64_t i0 = 0; i0 < p.s_q; i0 += bl.rows) {
-        Block k;
-        k.batch = b;
-        k.row0 = i0;
-        k.n = std::min(bl.rows, p.s_q - i0);
-        k.k_base = 0;
-        k.width = p.s_k;
-        k.out_row = b * p.s_q + i0;
-        f(k);
-        if (shapes_only && i0 + bl.rows < last_row0) i0 = last_row0 - bl.rows;  // the next block is the last
-      }
-    return;
-  }
-  // THD: consecutive packed rows whose segments' keys fit the block's width; a segment longer
-  // than the block's rows is split (its keys alone never exceed the width: max_seqlen_k).
-  const auto& cq = p.cu_q_host;
-  const auto& ck = p.cu_k_host;
-  const int64_t n_seg = static_cast<int64_t>(cq.size()) - 1;
-  int64_t seg = 0;
-  int64_t r = 0;
-  while (r < p.t_q) {
-    while (seg < n_seg && cq[seg + 1] <= r) ++seg;  // the segment of row r (skips empty ones)
-    Block k;
-    k.row0 = r;
-    k.out_row = r;
-    k.k_base = ck[seg];
-    int64_t last = seg;  // the last segment the block touches
-    int64_t end = std::min<int64_t>(r + bl.rows, cq[seg + 1]);
-    while (end == cq[last + 1] && end < p.t_q && end - r < bl.rows) {
-      int64_t nxt = last + 1;
-      while (nxt < n_seg && cq[nxt + 1] == cq[nxt]) ++nxt;  // empty segments add no rows
-      if (nxt >= n_seg || ck[nxt + 1] - k.k_base > bl.width) break;
-      last = nxt;
-      end = std::min<int64_t>(r + bl.rows, cq[last + 1]);
-    }
-    k.n = end - r;
-    k.width = ck[last + 1] - k.k_base;
-    f(k);
-    // A full block inside one segment: the segment's further full blocks have its shape.
-    if (shapes_only && last == seg && k.n == bl.rows) end += (cq[seg + 1] - end) / bl.rows * bl.rows;
-    r = end;
-  }
-}
-
-// The score problem of one block: a BSHD problem of one batch entry over the block's rows and
-// keys (strides of extent-1 dimensions nested). What
-// launch() runs and what inner_problems() plans for warmup, so that the two cannot disagree.
-// A BSHD block is a causal problem of its own (the offset of its first row, saturated at
-// INT32_MAX: exact when S_k * ratio <= 2^31, since every row past the saturation then sees all
-// S_k keys either way), so that the fast score families serve it; otherwise (THD, or larger
-// products) its windows are given explicitly, which only the generic family takes.
-bool causal_blocks(const Problem& p) { return !p.is_thd() && p.s_k * p.ratio <= (int64_t(1) << 31); }
-
-Problem block_scores_problem(const Problem& p, const Block& b, void* scores, const int32_t* ks, const int32_t* ke,
-                             const int32_t* offset) {
-  const uint64_t esz_q = 2, esz_w = p.w_dtype == DType::f32 ? 4 : 2;
-  Problem s;
-  s.op = Operation::scores;
-  s.layout = Layout::bshd;
-  s.batch = 1;
-  s.rows = s.s_q = s.t_q = b.n;
-  s.s_k = s.t_k = s.out_cols = b.width;
-  s.heads = p.heads;
-  s.head_dim = p.head_dim;
-  s.qk_dtype = p.qk_dtype;
-  s.w_dtype = p.w_dtype;
-  s.ratio = p.ratio;
-  s.sm_scale = p.sm_scale;
-  s.device = p.device;
-  const int64_t qb = b.batch * p.q_stride[0] + b.row0 * p.q_stride[1];
-  const int64_t kb = b.batch * p.k_stride[0] + b.k_base * p.k_stride[1];
-  const int64_t wb = b.batch * p.w_stride[0] + b.row0 * p.w_stride[1];
-  // As integers: a manifest's problem has null operands, and an offset from null is undefined.
-  auto at = [](const void* base, int64_t elems, uint64_t esz) {
-    return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + static_cast<uint64_t>(elems) * esz);
-  };
-  s.q = at(p.q, qb, esz_q);
-  s.k = at(p.k, kb, esz_q);
-  s.w = at(p.w, wb, esz_w);
-  s.q_stride[0] = b.n * p.q_stride[1];
-  s.q_stride[1] = p.q_stride[1];
-  s.q_stride[2] = p.q_stride[2];
-  s.k_stride[0] = b.width * p.k_stride[1];
-  s.k_stride[1] = p.k_stride[1];
-  s.w_stride[0] = b.n * p.w_stride[1];
-  s.w_stride[1] = p.w_stride[1];
-  s.w_stride[2] = p.w_stride[2];
-  s.out = scores;
-  s.out_stride[0] = b.n * b.width;
-  s.out_stride[1] = b.width;
-  if (causal_blocks(p)) {
-    s.has_offsets = true;
-    s.offsets = offset;
-    s.offsets_stride = 1;
-  } else {
-    s.has_windows = true;
-    s.ks = ks;
-    s.ke = ke;
-    s.win_stride[0] = b.n;
-    s.win_stride[1] = 1;
-  }
-  return s;
-}
 
 class TopkUnfusedFamily final : public Family {
  public:
@@ -178,7 +57,7 @@ class TopkUnfusedFamily final : public Family {
     const TopkBlocking bl = topk_blocking(p, dev);
     plan.workspace_bytes = bl.total_bytes;
     KernelLaunch& rows = plan.launches[plan.n_launches++];
-    rows.block[0] = kRowsThreads;
+    rows.block[0] = kTopkRowsThreads;
     for (int threads : {kSelectThreadsShort, kSelectThreadsLong}) {
       KernelLaunch& sel = plan.launches[plan.n_launches++];
       sel.block[0] = static_cast<uint32_t>(threads);
@@ -191,8 +70,8 @@ class TopkUnfusedFamily final : public Family {
     std::vector<Problem> v;
     if (p.rows == 0) return v;  // an empty plan launches nothing
     std::set<std::pair<int64_t, int64_t>> shapes;
-    for_each_block(p, topk_blocking(p, dev), [&](const Block& b) {
-      if (b.width > 0 && shapes.insert({b.n, b.width}).second) v.push_back(block_scores_problem(p, b, nullptr, nullptr, nullptr, nullptr));
+    for_each_topk_block(p, topk_blocking(p, dev), [&](const TopkBlock& b) {
+      if (b.width > 0 && shapes.insert({b.n, b.width}).second) v.push_back(topk_block_problem(p, b, nullptr, nullptr, nullptr, nullptr));
     }, /*shapes_only=*/true);
     return v;
   }
@@ -207,26 +86,13 @@ class TopkUnfusedFamily final : public Family {
     const DeviceInfo& dev = device_info(p.device);
     const TopkBlocking bl = topk_blocking(p, dev);
     auto* ws = static_cast<unsigned char*>(p.topk.workspace);
-    dsa::TopkBlockArgs rb{};
-    rb.a = make_args(p);
-    rb.global = p.topk.global_indices ? 1 : 0;
-    rb.ks = reinterpret_cast<i32*>(ws + bl.ks_offset);
-    rb.ke = reinterpret_cast<i32*>(ws + bl.ke_offset);
-    rb.rows = reinterpret_cast<dsa::TopkRow*>(ws + bl.rows_offset);
-    rb.offset = causal_blocks(p) ? reinterpret_cast<i32*>(ws + bl.offset_offset) : nullptr;
+    dsa::TopkBlockArgs rb = topk_rows_args(p, bl, ws);
     const int64_t K = p.topk.k;
-    for_each_block(p, bl, [&](const Block& b) {
-      rb.row0 = b.row0;
-      rb.batch = b.batch;
-      rb.n_rows = b.n;
-      rb.k_base = b.k_base;
-      KernelLaunch rows = plan.launches[0];
-      rows.grid[0] = static_cast<uint32_t>((b.n + kRowsThreads - 1) / kRowsThreads);
-      void* rp[] = {&rb};
-      launch_one(k.functions[0], rows, stream, rp, "cuLaunchKernelEx(sm90_topk_rows)");
+    for_each_topk_block(p, bl, [&](const TopkBlock& b) {
+      launch_topk_rows(plan, k, rb, b, stream);
 
       if (b.width > 0) {
-        const Problem s = block_scores_problem(p, b, ws, rb.ks, rb.ke, rb.offset);
+        const Problem s = topk_block_problem(p, b, ws, rb.ks, rb.ke, rb.offset);
         const Family& f = choose_family(s, dev, KernelFamily::automatic, env().disable_lean);
         Plan sp = make_plan(s, dev, f);
         if (!sp.empty) {
@@ -263,10 +129,151 @@ class TopkUnfusedFamily final : public Family {
 
 }  // namespace
 
+// Calls f(block) for every block of the call, in output-row order.
+// `shapes_only` (inner_problems): at least one block of every distinct (rows, width) shape,
+// skipping the blocks whose shape an earlier one already had (BSHD: the other batch entries and
+// the full blocks between the first and the last; THD: the further full blocks of a segment), so
+// that a line of 2^31 rows costs a few blocks, not 2^28.
+void for_each_topk_block(const Problem& p, const TopkBlocking& bl, const std::function<void(const TopkBlock&)>& f,
+                         bool shapes_only) {
+  if (!p.is_thd()) {
+    const int64_t batches = shapes_only ? std::min<int64_t>(p.batch, 1) : p.batch;
+    const int64_t last_row0 = p.s_q > 0 ? (p.s_q - 1) / bl.rows * bl.rows : 0;
+    for (int64_t b = 0; b < batches; ++b)
+      for (int64_t i0 = 0; i0 < p.s_q; i0 += bl.rows) {
+        TopkBlock k;
+        k.batch = b;
+        k.row0 = i0;
+        k.n = std::min(bl.rows, p.s_q - i0);
+        k.k_base = 0;
+        k.width = p.s_k;
+        k.out_row = b * p.s_q + i0;
+        f(k);
+        if (shapes_only && i0 + bl.rows < last_row0) i0 = last_row0 - bl.rows;  // the next block is the last
+      }
+    return;
+  }
+  // THD: consecutive packed rows whose segments' keys fit the block's width; a segment longer
+  // than the block's rows is split (its keys alone never exceed the width: max_seqlen_k).
+  const auto& cq = p.cu_q_host;
+  const auto& ck = p.cu_k_host;
+  const int64_t n_seg = static_cast<int64_t>(cq.size()) - 1;
+  int64_t seg = 0;
+  int64_t r = 0;
+  while (r < p.t_q) {
+    while (seg < n_seg && cq[seg + 1] <= r) ++seg;  // the segment of row r (skips empty ones)
+    TopkBlock k;
+    k.row0 = r;
+    k.out_row = r;
+    k.k_base = ck[seg];
+    int64_t last = seg;  // the last segment the block touches
+    int64_t end = std::min<int64_t>(r + bl.rows, cq[seg + 1]);
+    while (end == cq[last + 1] && end < p.t_q && end - r < bl.rows) {
+      int64_t nxt = last + 1;
+      while (nxt < n_seg && cq[nxt + 1] == cq[nxt]) ++nxt;  // empty segments add no rows
+      if (nxt >= n_seg || ck[nxt + 1] - k.k_base > bl.width) break;
+      last = nxt;
+      end = std::min<int64_t>(r + bl.rows, cq[last + 1]);
+    }
+    k.n = end - r;
+    k.width = ck[last + 1] - k.k_base;
+    f(k);
+    // A full block inside one segment: the segment's further full blocks have its shape.
+    if (shapes_only && last == seg && k.n == bl.rows) end += (cq[seg + 1] - end) / bl.rows * bl.rows;
+    r = end;
+  }
+}
+
+// The score problem of one block: a BSHD problem of one batch entry over the block's rows and
+// keys (strides of extent-1 dimensions nested). What
+// launch() runs and what inner_problems() plans for warmup, so that the two cannot disagree.
+// A BSHD block is a causal problem of its own (the offset of its first row, saturated at
+// INT32_MAX: exact when S_k * ratio <= 2^31, since every row past the saturation then sees all
+// S_k keys either way), so that the fast score families serve it; otherwise (THD, or larger
+// products) its windows are given explicitly, which only the generic family takes.
+bool topk_causal_blocks(const Problem& p) { return !p.is_thd() && p.s_k * p.ratio <= (int64_t(1) << 31); }
+
+Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, const int32_t* ks, const int32_t* ke,
+                             const int32_t* offset) {
+  const uint64_t esz_q = 2, esz_w = p.w_dtype == DType::f32 ? 4 : 2;
+  Problem s;
+  s.op = Operation::scores;
+  s.layout = Layout::bshd;
+  s.batch = 1;
+  s.rows = s.s_q = s.t_q = b.n;
+  s.s_k = s.t_k = s.out_cols = b.width;
+  s.heads = p.heads;
+  s.head_dim = p.head_dim;
+  s.qk_dtype = p.qk_dtype;
+  s.w_dtype = p.w_dtype;
+  s.ratio = p.ratio;
+  s.sm_scale = p.sm_scale;
+  s.device = p.device;
+  const int64_t qb = b.batch * p.q_stride[0] + b.row0 * p.q_stride[1];
+  const int64_t kb = b.batch * p.k_stride[0] + b.k_base * p.k_stride[1];
+  const int64_t wb = b.batch * p.w_stride[0] + b.row0 * p.w_stride[1];
+  // As integers: a manifest's problem has null operands, and an offset from null is undefined.
+  auto at = [](const void* base, int64_t elems, uint64_t esz) {
+    return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + static_cast<uint64_t>(elems) * esz);
+  };
+  s.q = at(p.q, qb, esz_q);
+  s.k = at(p.k, kb, esz_q);
+  s.w = at(p.w, wb, esz_w);
+  s.q_stride[0] = b.n * p.q_stride[1];
+  s.q_stride[1] = p.q_stride[1];
+  s.q_stride[2] = p.q_stride[2];
+  s.k_stride[0] = b.width * p.k_stride[1];
+  s.k_stride[1] = p.k_stride[1];
+  s.w_stride[0] = b.n * p.w_stride[1];
+  s.w_stride[1] = p.w_stride[1];
+  s.w_stride[2] = p.w_stride[2];
+  s.out = scores;
+  s.out_stride[0] = b.n * b.width;
+  s.out_stride[1] = b.width;
+  if (topk_causal_blocks(p)) {
+    s.has_offsets = true;
+    s.offsets = offset;
+    s.offsets_stride = 1;
+  } else {
+    s.has_windows = true;
+    s.ks = ks;
+    s.ke = ke;
+    s.win_stride[0] = b.n;
+    s.win_stride[1] = 1;
+  }
+  return s;
+}
+
+dsa::TopkBlockArgs topk_rows_args(const Problem& p, const TopkBlocking& bl, unsigned char* ws) {
+  dsa::TopkBlockArgs rb{};
+  rb.a = make_args(p);
+  rb.global = p.topk.global_indices ? 1 : 0;
+  rb.ks = reinterpret_cast<i32*>(ws + bl.ks_offset);
+  rb.ke = reinterpret_cast<i32*>(ws + bl.ke_offset);
+  rb.rows = reinterpret_cast<dsa::TopkRow*>(ws + bl.rows_offset);
+  rb.offset = topk_causal_blocks(p) ? reinterpret_cast<i32*>(ws + bl.offset_offset) : nullptr;
+  return rb;
+}
+
+// The rows kernel is the first function of both top-k modules (the unfused one's and the
+// fused one's), with the plan's first launch.
+void launch_topk_rows(const Plan& plan, const LoadedKernel& k, dsa::TopkBlockArgs& rb, const TopkBlock& b, CUstream stream) {
+  rb.row0 = b.row0;
+  rb.batch = b.batch;
+  rb.n_rows = b.n;
+  rb.k_base = b.k_base;
+  KernelLaunch rows = plan.launches[0];
+  rows.grid[0] = static_cast<uint32_t>((b.n + kTopkRowsThreads - 1) / kTopkRowsThreads);
+  void* rp[] = {&rb};
+  launch_one(k.functions[0], rows, stream, rp, "cuLaunchKernelEx(sm90_topk_rows)");
+}
+
 const Family& topk_unfused_family() {
   static const TopkUnfusedFamily f;
   return f;
 }
+
+int topk_select_threads(int64_t width) { return width > kLongRow ? kSelectThreadsLong : kSelectThreadsShort; }
 
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream) {
   const int which = width > kLongRow ? 2 : 1;
@@ -285,7 +292,7 @@ KernelSpec topk_unfused_spec(Layout layout) {
   return s;
 }
 
-TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget) {
+TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget, uint64_t row_bytes) {
   if (budget == 0) budget = kTopkDefaultBudget;
   TopkBlocking bl;
   const int64_t total_rows = p.is_thd() ? p.t_q : p.s_q;  // rows of one block come from one batch entry
@@ -293,9 +300,15 @@ TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t bud
   bl.width = std::max<int64_t>(p.s_k, 1);
   // Enough rows for one q-tile of 8 rows on every SM, or as many as the budget holds.
   const int64_t min_rows = std::max<int64_t>(8, int64_t(dev.sm_count) * 8);
-  const int64_t by_budget = static_cast<int64_t>(budget / (uint64_t(bl.width) * 4));
-  bl.rows = std::min<int64_t>(std::max<int64_t>(min_rows, by_budget / 8 * 8), std::max<int64_t>(total_rows, 1));
-  bl.scores_bytes = align256(uint64_t(bl.rows) * uint64_t(bl.width) * 4);
+  if (row_bytes == 0) row_bytes = uint64_t(bl.width) * 4;
+  const int64_t by_budget = static_cast<int64_t>(budget / row_bytes);
+  const int64_t max_rows = std::max<int64_t>(min_rows, by_budget / 8 * 8);
+  // Blocks of about equal size (multiples of the 8-row q-tile), so that the last one is not a
+  // sliver: a block with fewer q-tiles than SMs is served by a slower family.
+  const int64_t n_blocks = (std::max<int64_t>(total_rows, 1) + max_rows - 1) / max_rows;
+  const int64_t even = (std::max<int64_t>(total_rows, 1) + n_blocks - 1) / n_blocks;
+  bl.rows = std::min<int64_t>(std::max<int64_t>(min_rows, (even + 7) / 8 * 8), std::max<int64_t>(total_rows, 1));
+  bl.scores_bytes = align256(uint64_t(bl.rows) * row_bytes);
   bl.ks_offset = bl.scores_bytes;
   bl.ke_offset = bl.ks_offset + align256(uint64_t(bl.rows) * 4);
   bl.rows_offset = bl.ke_offset + align256(uint64_t(bl.rows) * 4);

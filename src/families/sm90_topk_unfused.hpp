@@ -3,8 +3,11 @@
 // (by the score family the dispatcher picks for the block) followed by an exact radix selection
 // (templates/sm90_topk_unfused.cuh, sm90_topk_select.cuh). Serves every top-k call; the
 // reference the fused families must equal bit for bit.
+#include <functional>
+
 #include "dispatch/family.hpp"
 #include "sm90_topk_select_args.cuh"
+#include "sm90_topk_unfused_args.cuh"
 
 namespace dsa_indexer::detail {
 
@@ -16,6 +19,11 @@ KernelSpec topk_unfused_spec(Layout layout);
 // tool can time the selection alone on score rows it holds (dsa-indexer bench --op topk).
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream);
 
+inline constexpr int kTopkRowsThreads = 256;  // sm90_topk_rows' block
+// The selection's block size for rows of at most `width` columns (256 or 512). The softmax's
+// fixed summation order depends on it, so the fused path's selection takes the same.
+int topk_select_threads(int64_t width);
+
 // The workspace plan of one call, a pure function of the shapes and the device (exposed for tests).
 struct TopkBlocking {
   int64_t rows = 0;             // rows per block (at most)
@@ -26,8 +34,31 @@ struct TopkBlocking {
   uint64_t total_bytes = 0;
 };
 // budget: the bytes of block scores the planner aims for (the workspace may exceed it when one
-// wave of the device's SMs needs more rows); 0 takes the default.
-TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget = 0);
+// wave of the device's SMs needs more rows); 0 takes the default. row_bytes: the workspace bytes
+// of one row (0: a row of fp32 scores, width x 4; the fused top-k: its candidate buffer).
+TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget = 0, uint64_t row_bytes = 0);
 inline constexpr uint64_t kTopkDefaultBudget = uint64_t(256) << 20;
+
+// The blocks of rows both top-k paths walk (the fused one builds on the unfused one's).
+struct TopkBlock {
+  int64_t batch = 0, row0 = 0, n = 0;  // BSHD: batch and first row; THD: first packed row
+  int64_t k_base = 0, width = 0;       // the block's key rows [k_base, k_base + width)
+  int64_t out_row = 0;                 // the block's first output row
+};
+// Calls f(block) for every block of the call, in output-row order. `shapes_only`
+// (inner_problems): at least one block of every distinct (rows, width) shape, skipping the
+// blocks whose shape an earlier one already had, so that a line of 2^31 rows costs a few blocks.
+void for_each_topk_block(const Problem& p, const TopkBlocking& bl, const std::function<void(const TopkBlock&)>& f,
+                         bool shapes_only = false);
+// Whether a BSHD block is a causal problem of its own (then the fast score families serve it).
+bool topk_causal_blocks(const Problem& p);
+// The score problem of one block (a BSHD problem of one batch entry over the block's rows and
+// keys) writing into `scores`; windows from the rows kernel's ks/ke or the block's offset.
+Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, const int32_t* ks, const int32_t* ke,
+                           const int32_t* offset);
+// The rows kernel's arguments for a call (the per-row arrays in the workspace at `ws`), and its
+// launch for one block: every row's window, as ks/ke, the block's offset and TopkRow.
+dsa::TopkBlockArgs topk_rows_args(const Problem& p, const TopkBlocking& bl, unsigned char* ws);
+void launch_topk_rows(const Plan& plan, const LoadedKernel& k, dsa::TopkBlockArgs& rb, const TopkBlock& b, CUstream stream);
 
 }  // namespace dsa_indexer::detail

@@ -92,9 +92,22 @@ std::shared_ptr<LoadedKernel> kernel_for_call(const Problem& p, const DeviceInfo
   ManifestRecorder* rec = recorder();
   if (env().lean_compile == LeanCompile::async && requested == KernelFamily::automatic && family_of(plan.spec).fast_path()) {
     // Both uses come before anything else on this thread looks up a variant (see the helper).
-    const std::string& key = memory_key_of_last(plan.spec, p.device);
-    if (std::shared_ptr<LoadedKernel> k = rt.resident(key)) return k;
-    worker(plan.spec).offer(key, plan.spec, p.device);
+    const std::string key = memory_key_of_last(plan.spec, p.device);
+    std::shared_ptr<LoadedKernel> k = rt.resident(key);
+    // A fast path's inner kernels (the fused top-k's sweep of each block shape) are part of it:
+    // the call takes it only when every one is resident too.
+    bool ready = k != nullptr;
+    for (const Problem& s : family_of(plan.spec).inner_problems(p, dev)) {
+      const Family& f = choose_family(s, dev, KernelFamily::automatic, false);
+      if (!f.fast_path()) continue;
+      const KernelSpec inner = make_plan(s, dev, f, PlanPurpose::spec_only).spec;
+      const std::string inner_key = memory_key(inner, p.device);
+      if (rt.resident(inner_key)) continue;
+      ready = false;
+      worker(inner).offer(inner_key, inner, p.device);
+    }
+    if (ready) return k;
+    if (!k) worker(plan.spec).offer(key, plan.spec, p.device);
     g_fallbacks.fetch_add(1, std::memory_order_relaxed);
     if (rec) rec->record(p, dev, plan.spec);
     plan = make_plan(p, dev, choose_family(p, dev, KernelFamily::automatic, /*fast_paths_disabled=*/true));

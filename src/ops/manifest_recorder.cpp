@@ -1,5 +1,8 @@
 #include "ops/manifest_recorder.hpp"
 
+#include "dispatch/family.hpp"
+#include "dispatch/planner.hpp"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -83,7 +86,18 @@ void ManifestRecorder::record(const Problem& p, const DeviceInfo& dev, const Ker
       std::lock_guard<std::mutex> lk(mu_);
       if (disabled_ || !seen_.insert(variant).second) return;
     }
-    const std::string line = manifest_line(p, dev, spec, profile_);
+    // An internal problem (a fused top-k block's sweep) has no line of its own: the line of its
+    // call, the one that implies it, is recorded under its variant.
+    std::string line;
+    if (p.op == Operation::topk_sweep) {
+      if (!p.call) return;
+      const Problem& call = *p.call;
+      const KernelSpec call_spec =
+          make_plan(call, dev, choose_family(call, dev, KernelFamily::automatic, false), PlanPurpose::spec_only).spec;
+      line = manifest_line(call, dev, call_spec, profile_);
+    } else {
+      line = manifest_line(p, dev, spec, profile_);
+    }
     // One deadline for both waits (this process's other recording threads, then the file lock),
     // so a forward call is never held up longer than lock_wait_ by anyone.
     const auto deadline = std::chrono::steady_clock::now() + lock_wait_;

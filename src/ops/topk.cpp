@@ -123,7 +123,12 @@ std::size_t topk_workspace_size(const TensorDesc& q, const TensorDesc& k, const 
   Problem p = validate_topk(q, k, w, indices, opt, no_ws, device_reader(q.device, nullptr));
   const DeviceInfo& dev = device_info(p.device);
   const Family& family = choose_family(p, dev, opt.family, env().disable_lean);
-  return static_cast<std::size_t>(make_plan(p, dev, family, PlanPurpose::spec_only).workspace_bytes);
+  uint64_t bytes = make_plan(p, dev, family, PlanPurpose::spec_only).workspace_bytes;
+  // An automatic fast-path call may run the escape hatch's family instead (async compile mode):
+  // the size covers both.
+  if (opt.family == KernelFamily::automatic && family.fast_path())
+    bytes = std::max(bytes, make_plan(p, dev, choose_family(p, dev, opt.family, true), PlanPurpose::spec_only).workspace_bytes);
+  return static_cast<std::size_t>(bytes);
 }
 
 void topk(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, const TensorDesc& indices, const IndexerOptions& opt,
@@ -142,10 +147,10 @@ void topk(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, const T
   const Family& family = choose_family(p, dev, opt.family, env().disable_lean);
   Plan plan = make_plan(p, dev, family);
   if (plan.empty) return;
+  std::shared_ptr<LoadedKernel> kernel = kernel_for_call(p, dev, opt.family, plan);  // may take the hatch's plan
   if (p.topk.workspace && p.topk.workspace_bytes < plan.workspace_bytes)
     bad("topk.workspace_bytes", fmt::format(">= {} (indexer_topk_workspace_size)", plan.workspace_bytes),
         std::to_string(p.topk.workspace_bytes));
-  std::shared_ptr<LoadedKernel> kernel = kernel_for_call(p, dev, opt.family, plan);
   Driver& d = Driver::get();
   CUdeviceptr owned = 0;
   if (!p.topk.workspace && plan.workspace_bytes > 0) {

@@ -159,10 +159,6 @@ std::vector<ManifestProblem> parse_manifest(const std::string& text, const std::
   return out;
 }
 
-namespace {
-// The problem a manifest line describes, as validate() would produce it for contiguous,
-// aligned operands with the line's B (1 unless given; the device pointers are never
-// dereferenced by planning).
 Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
   Problem p;
   p.op = m.op;
@@ -197,13 +193,22 @@ Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
   return p;
 }
 
+namespace {
+// The problem a manifest line describes, as validate() would produce it for contiguous,
+// aligned operands with the line's B (1 unless given; the device pointers are never
+// dereferenced by planning).
+
 // The score variants the launch of `p` by `family` runs (Family::inner_problems), as the
 // dispatcher picks them with and without the escape hatch.
+// A fast-path family's inner problems have only fast-path families (the fused top-k's sweep):
+// with the hatch set the call never reaches them.
 template <class Add>
 void add_inner_specs(const Family& family, const Problem& p, const DeviceInfo& dev, Add&& add) {
   for (const Problem& s : family.inner_problems(p, dev))
-    for (bool hatch : {false, true})
+    for (bool hatch : {false, true}) {
+      if (hatch && family.fast_path()) continue;
       add(make_plan(s, dev, choose_family(s, dev, KernelFamily::automatic, hatch), PlanPurpose::spec_only).spec);
+    }
 }
 }  // namespace
 
@@ -233,9 +238,12 @@ std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& probl
       // hatch set, so that neither setting meets a compile.
       const Family& f = choose_family(p, dev, m.family, false);
       add(make_plan(p, dev, f, PlanPurpose::spec_only).spec);
-      if (m.family == KernelFamily::automatic)
-        add(make_plan(p, dev, choose_family(p, dev, m.family, true), PlanPurpose::spec_only).spec);
       add_inner_specs(f, p, dev, add);
+      if (m.family == KernelFamily::automatic) {
+        const Family& h = choose_family(p, dev, m.family, true);
+        add(make_plan(p, dev, h, PlanPurpose::spec_only).spec);
+        if (&h != &f) add_inner_specs(h, p, dev, add);
+      }
     }
   } catch (const UnsupportedConfig& e) {
     // The dispatcher names the entry point a call came through; a manifest line came through none.

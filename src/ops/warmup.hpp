@@ -60,6 +60,8 @@ bool parse_manifest_line(const std::string& text, int line, const std::string& f
 // hash set of variant keys). A problem the profile cannot plan throws its UnsupportedConfig with
 // "manifest FILE:LINE:" in place of the entry point's name.
 std::vector<KernelSpec> manifest_specs(const std::vector<ManifestProblem>& problems, const DeviceInfo& profile);
+// The problem one manifest line stands for, with this sm_scale (what manifest_specs plans).
+Problem manifest_problem(const ManifestProblem& m, float sm_scale);
 
 // The manifest line of one variant a call used: `spec` planned for `p` on `dev`, as a line that
 // parse_manifest + manifest_specs on `profile` map back to exactly call_specs(p, dev, spec)

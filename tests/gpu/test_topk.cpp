@@ -196,7 +196,7 @@ TEST_CASE("topk: a saturated shape, several row blocks", "[topk]") {
 TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
   struct Shape {
     int64_t sq, sk, ratio;
-  } shapes[] = {{8192, 16384, 1}, {8192, 65536, 1}, {4096, 131072, 1}, {16384, 4096, 4}};
+  } shapes[] = {{8192, 16384, 1}, {8192, 32768, 1}, {8192, 65536, 1}, {4096, 131072, 1}, {16384, 4096, 4}};
   auto& d = dsa_indexer::detail::Driver::get();
   dsa_indexer::detail::ScopedContext ctx(0);
   for (const Shape& s : shapes) {
@@ -231,17 +231,28 @@ TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
     t.k = k;
     t.values = dsa_indexer::TensorDesc::contiguous(val.get(), dsa_indexer::DType::f32, {1, s.sq, k});
     const auto ti = dsa_indexer::TensorDesc::contiguous(ind.get(), dsa_indexer::DType::i32, {1, s.sq, k});
-    const size_t ws_bytes = dsa_indexer::indexer_topk_workspace_size(dp.tq, dp.tk, dp.tw, ti, dp.opt, t);
-    ds::DeviceBuffer ws(ws_bytes);
-    t.workspace = ws.get();
-    t.workspace_bytes = ws_bytes;
-    const float t_topk = time([&] { dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, dp.opt, t, nullptr); });
+    // Each path with its own caller-owned workspace (sized for that path alone).
+    auto path = [&](KernelFamily fam, size_t* ws_out) {
+      dsa_indexer::IndexerOptions o = dp.opt;
+      o.family = fam;
+      dsa_indexer::TopkOptions tt = t;
+      const size_t ws_bytes = dsa_indexer::indexer_topk_workspace_size(dp.tq, dp.tk, dp.tw, ti, o, tt);
+      ds::DeviceBuffer ws(ws_bytes);
+      tt.workspace = ws.get();
+      tt.workspace_bytes = ws_bytes;
+      *ws_out = ws_bytes;
+      return time([&] { dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, tt, nullptr); });
+    };
+    size_t ws_unfused = 0, ws_fused = 0;
+    const float t_topk = path(KernelFamily::topk_unfused, &ws_unfused);
+    const float t_fused = path(KernelFamily::topk_fused, &ws_fused);
     const double scores_mib = double(s.sq) * s.sk * 4 / (1 << 20);
-    const double topk_mib = (double(ws_bytes) + 2.0 * s.sq * k * 4) / (1 << 20);
-    std::printf("topk_perf S_q %6lld S_k %6lld ratio %lld k %d: scores (auto) %.3f ms, topk unfused %.3f ms (%.2fx); "
-                "score matrix %.0f MiB, topk workspace + outputs %.0f MiB (%.2f)\n",
+    const double out_mib = 2.0 * s.sq * k * 4 / (1 << 20);
+    std::printf("topk_perf S_q %6lld S_k %6lld ratio %lld k %d: scores (auto) %.3f ms, unfused %.3f ms (%.3fx), fused %.3f ms "
+                "(%.3fx scores, %.3fx unfused); score matrix %.0f MiB, workspace unfused %.0f MiB, fused %.0f MiB, outputs %.0f MiB\n",
                 static_cast<long long>(s.sq), static_cast<long long>(s.sk), static_cast<long long>(s.ratio), k, t_scores, t_topk,
-                t_topk / t_scores, scores_mib, topk_mib, topk_mib / scores_mib);
+                t_topk / t_scores, t_fused, t_fused / t_scores, t_fused / t_topk, scores_mib, ws_unfused / 1048576.0,
+                ws_fused / 1048576.0, out_mib);
     d.cuEventDestroy(e0);
     d.cuEventDestroy(e1);
   }

@@ -175,10 +175,12 @@ int child_topk() {
     f();
     return stub_launches() - before;
   };
-  // BSHD, S_q 2304 over 65536 keys: the 256 MiB budget holds 1024 rows, so blocks of 1056 rows
-  // (one q-tile per SM): two served by lean, the last (192 rows) by generic.
+  // BSHD, S_q 2304 over 65536 keys, the unfused path by name: the 256 MiB budget holds 1024
+  // rows, so blocks of 1056 rows (one q-tile per SM): two served by lean, the last (192 rows)
+  // by generic.
   Bshd b(1, 2304, 65536);
   b.opt.ratio = 4;
+  b.opt.family = dsa_indexer::KernelFamily::topk_unfused;
   const int k = 512;
   TensorDesc idx = TensorDesc::contiguous(dalloc(std::size_t(2304) * k * 4), DType::i32, {1, 2304, k});
   dsa_indexer::TopkOptions t;
@@ -204,6 +206,16 @@ int child_topk() {
   } catch (const dsa_indexer::InvalidArgument& e) {
     expect(contains(e.what(), "workspace_bytes"), std::string("a short workspace: ") + e.what());
   }
+  // The same call, automatic: the fused path, one block of 2304 rows (2048 candidates of 8
+  // bytes per row), 3 launches (rows, sweep, candidates); its workspace is its own size.
+  b.opt.family = dsa_indexer::KernelFamily::automatic;
+  t.workspace = nullptr;
+  t.workspace_bytes = 0;
+  const unsigned long nf = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
+  expect(nf == 3, fmt::format("fused: 1 block x (rows, sweep, candidates) = 3 launches, stub saw {}", nf));
+  expect(contains(stub_last_kernel(), "sm90_topk_candidates"), "fused: the last launch selects: " + stub_last_kernel());
+  const std::size_t wsf = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
+  expect(wsf >= ws, fmt::format("fused: the queried size also covers the escape hatch's path ({} >= {})", wsf, ws));
   // THD with device-only cu_seqlens: segments 0 and 2 hold the rows; their keys (with segment 1's
   // between them) span 16 > max_seqlen_k 7 columns, so two blocks; generic with explicit windows.
   Thd thd({0, 5, 5, 12}, {0, 3, 10, 16});
@@ -323,7 +335,7 @@ TEST_CASE("stub: the top-k operation end to end on the stand-in driver", "[stub]
   INFO(r.output);
   CHECK(r.exited);
   CHECK(r.code == 0);
-  CHECK(dsa_test::count_of(r.output, "ok ") >= 5);
+  CHECK(dsa_test::count_of(r.output, "ok ") >= 8);
 }
 
 TEST_CASE("stub: async mode runs the fallback, then the background-compiled lean variant, and records it", "[stub]") {

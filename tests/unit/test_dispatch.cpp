@@ -216,5 +216,5 @@ TEST_CASE("dispatch: every family is in the registry under its own id and name",
   CHECK(family_by_option("fastest") == nullptr);
   CHECK_THROWS_AS(family_for(KernelFamily::automatic), dsa_indexer::InvalidArgument);
   CHECK_THROWS_AS(family_for(static_cast<KernelFamily>(9)), dsa_indexer::InvalidArgument);
-  CHECK(family_options() == "reference (2), generic (1), lean (3) or topk_unfused (4)");
+  CHECK(family_options() == "reference (2), generic (1), lean (3), topk_unfused (4), topk_fused (5) or topk_fused_sweep (6)");
 }

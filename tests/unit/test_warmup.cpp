@@ -9,6 +9,7 @@
 #include "families/sm90_indexer_generic.hpp"
 #include "families/sm90_indexer_lean.hpp"
 #include "families/sm90_indexer_reference.hpp"
+#include "families/sm90_topk_fused.hpp"
 #include "families/sm90_topk_unfused.hpp"
 #include "call_cases.hpp"
 #include "ops/topk.hpp"
@@ -200,7 +201,7 @@ TEST_CASE("manifest: op=topk lines and their keys", "[warmup][topk]") {
   CHECK_THROWS_WITH(parse_manifest("op=topk layout=thd_global sq=1 sk=1\n", "m.txt"), Contains("bshd or thd_local"));
   // A family serves one operation: the line says which and is refused when they disagree.
   CHECK_THROWS_WITH(parse_manifest("op=topk sq=1 sk=1 family=generic\n", "m.txt"),
-                    Contains("family=generic") && Contains("a family of operation topk (topk_unfused)"));
+                    Contains("family=generic") && Contains("a family of operation topk (topk_unfused, topk_fused)"));
   CHECK_THROWS_WITH(parse_manifest("sq=1 sk=1 family=topk_unfused\n", "m.txt"), Contains("a family of operation scores"));
   CHECK_THROWS_WITH(parse_manifest("op=topk op=topk sq=1 sk=1\n", "m.txt"), Contains("once"));
 }
@@ -209,19 +210,38 @@ TEST_CASE("manifest: a top-k line implies the top-k variant and the score varian
   using dsa_indexer::DType;
   const DeviceInfo h200 = DeviceInfo::h200();
   const KernelSpec gen_bf16 = generic_spec(64, DType::bf16, false, Layout::bshd);
-  // BSHD blocks are causal problems of their own: 1056-row blocks (one q-tile per SM) go lean,
-  // the 800-row tail (100 q-tiles) and the escape hatch generic.
-  CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=65536 ratio=1\n", "m"), h200) ==
-        std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16});
+  // BSHD blocks are causal problems of their own. The fused path (automatic): its own variant and
+  // the sweep of each distinct block shape. The escape hatch's unfused path: 1056-row blocks
+  // (one q-tile per SM) go lean, the 800-row tail (100 q-tiles) and the hatch generic.
+  // unfused[i]: the unfused path's variants for the line's i-th scale (0.125 first, then 1).
+  auto fused_then_unfused = [&](const std::string& line, const std::vector<std::vector<KernelSpec>>& unfused) {
+    const auto ml = parse_manifest(line, "m");
+    std::vector<KernelSpec> want;
+    auto add = [&](const KernelSpec& s) {
+      if (std::find(want.begin(), want.end(), s) == want.end()) want.push_back(s);
+    };
+    std::size_t pass = 0;
+    for (float scale : {0.125f, 1.0f}) {
+      if ((scale == 1.0f) == (ml[0].scale == ManifestScale::any) && ml[0].scale != ManifestScale::both) continue;
+      const Problem p = manifest_problem(ml[0], scale);
+      add(make_plan(p, h200, topk_fused_family(), PlanPurpose::spec_only).spec);
+      const auto inner = topk_fused_family().inner_problems(p, h200);
+      CHECK(inner.size() == 2);  // about equal blocks: two shapes at most
+      for (const Problem& s : inner) add(make_plan(s, h200, topk_fused_sweep_family(), PlanPurpose::spec_only).spec);
+      for (const KernelSpec& s : unfused.at(pass)) add(s);
+      ++pass;
+    }
+    CHECK(manifest_specs(ml, h200) == want);
+  };
+  fused_then_unfused("op=topk sq=8192 sk=65536 ratio=1\n",
+                     {{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16}});
   // THD blocks have explicit windows, which lean does not serve: generic, whichever the hatch.
   CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n", "m"), h200) ==
         std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)});
-  // The same variants as planning the line's problem through the family's own inner problems.
-  const auto lines = parse_manifest("op=topk sq=16384 sk=4096 ratio=4 scale=both\n", "m");
-  const auto specs = manifest_specs(lines, h200);
-  // one block of all 16384 rows (the 256 MiB budget holds them), lean in both scale variants
-  CHECK(specs == std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(16384, 4096, DType::bf16, false), gen_bf16,
-                                         lean_spec(16384, 4096, DType::bf16, true)});
+  // Both scale variants: one unfused block of all 16384 rows (the 256 MiB budget holds them).
+  fused_then_unfused("op=topk sq=16384 sk=4096 ratio=4 scale=both\n",
+                     {{topk_unfused_spec(Layout::bshd), lean_spec(16384, 4096, DType::bf16, false), gen_bf16},
+                      {lean_spec(16384, 4096, DType::bf16, true)}});
   // A scores line keeps its meaning whether or not it says op=scores.
   CHECK(manifest_specs(parse_manifest("op=scores sq=8192 sk=4096 ratio=2 scale=both\n", "m"), h200) ==
         manifest_specs(parse_manifest("sq=8192 sk=4096 ratio=2 scale=both\n", "m"), h200));
@@ -278,11 +298,15 @@ TEST_CASE("manifest_line round-trips top-k calls: the line implies the call's va
     INFO(c.what << ": '" << line << "'");
     REQUIRE_FALSE(line.empty());
     CHECK(line.rfind("op=topk ", 0) == 0);
-    CHECK_THAT(line, Contains(" family=topk_unfused k=") && Contains("# " + c.spec.variant_key()));
+    // The family that served the call (the fused path where its gates hold) and its inner
+    // variants: the scores of the unfused path's blocks, the sweeps of the fused path's.
+    const bool fused = std::string(family_of(c.spec).option()) == "topk_fused";
+    CHECK_THAT(line, Contains(fused ? " family=topk_fused k=" : " family=topk_unfused k=") && Contains("# " + c.spec.variant_key()));
     const std::vector<KernelSpec> want = call_specs(c.p, c.dev, c.spec);
     REQUIRE(want.size() >= 2);
     CHECK(want[0] == c.spec);
-    for (std::size_t i = 1; i < want.size(); ++i) CHECK(family_of(want[i]).operation() == Operation::scores);
+    for (std::size_t i = 1; i < want.size(); ++i)
+      CHECK(family_of(want[i]).operation() == (fused ? Operation::topk_sweep : Operation::scores));
     CHECK(manifest_specs(parse_manifest(line + "\n", "recorded"), DeviceInfo::h200()) == want);
   }
   CHECK_THAT(manifest_line(cases[1].p, cases[1].dev, cases[1].spec, DeviceInfo::h200()), Contains(" scale=1 ") && Contains(" batch=2 ") && Contains(" k=64"));
@@ -307,16 +331,17 @@ TEST_CASE("manifest: the default manifest's scores lines keep their variants, it
   const auto all = manifest_specs(parse_manifest(text.str(), "default"), DeviceInfo::h200());
   const auto before = manifest_specs(parse_manifest(scores_only, "default"), DeviceInfo::h200());
   // The top-k lines come last: the scores lines' variants first, in their order, then the top-k
-  // family's two variants and the lean variants of their BSHD blocks' shapes (the blocks'
-  // generic variants are among the scores lines' ones).
-  REQUIRE(all.size() > before.size() + 2);
+  // families' variants (the fused one for BSHD lines, the unfused ones for the escape hatch
+  // and THD), the sweeps of the fused path's block shapes and the lean variants of the unfused
+  // path's BSHD blocks (the blocks' generic variants are among the scores lines' ones).
+  REQUIRE(all.size() > before.size() + 3);
   CHECK(std::vector<KernelSpec>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(before.size())) == before);
   int topk_specs = 0;
   for (std::size_t i = before.size(); i < all.size(); ++i) {
     if (family_of(all[i]).operation() == Operation::topk) ++topk_specs;
-    else CHECK(std::string(family_of(all[i]).option()) == "lean");
+    else CHECK((std::string(family_of(all[i]).option()) == "lean" || std::string(family_of(all[i]).option()) == "topk_fused_sweep"));
   }
-  CHECK(topk_specs == 2);
+  CHECK(topk_specs == 3);
 }
 
 // Issue 24, class 5: messages that name the cause and, for manifests, the file and line.

@@ -1,0 +1,243 @@
+// Host side of the fused top-k (templates/sm90_topk_fused.cuh, sm90_topk_fused_sweep.cuh): the
+// outer family walks the unfused path's blocks of rows; per block the rows kernel writes each
+// row's window (TopkRow: the output index bias), the sweep family (dispatched per block, compiled
+// per block shape like the lean scores kernel it is) appends each row's candidates to its
+// buffer, and the candidates kernel writes the block's outputs. The workspace holds one block's
+// buffers: rows x entries x 8 bytes plus a count per row, independent of S_k past 4k entries.
+#include "families/sm90_topk_fused.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <utility>
+
+#include "core/env.hpp"
+#include "core/util.hpp"
+#include "cuda/launch.hpp"
+#include "families/sm90_indexer_lean.hpp"
+#include "families/sm90_topk_unfused.hpp"
+#include "jit/codegen.hpp"
+#include "jit/runtime.hpp"
+#include "ops/compile_mode.hpp"
+#include "sm90_topk_candidates_args.cuh"
+#include "sm90_topk_fused_args.cuh"
+
+namespace dsa_indexer::detail {
+namespace {
+
+enum Slot { kLayout };
+constexpr const char* kLayoutChoices[] = {"bshd"};
+constexpr const char* kLayoutLiterals[] = {"dsa::kLayoutBshd"};
+// The sweep's epilogue state: 4 rows per consumer, 2 consumers (LeanTopkRow).
+constexpr int kSweepSmem = 2 * 4 * dsa::kLeanTopkRowBytes;
+
+std::atomic<int64_t> g_candidates{0};
+
+TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
+  const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
+  return topk_blocking(p, dev, 0, uint64_t(ld) * 8 + 4);
+}
+
+struct Buffers {
+  uint64_t* cand;
+  int32_t* count;
+  int64_t ld;
+};
+Buffers buffers(const Problem& p, const TopkBlocking& bl, unsigned char* ws) {
+  const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
+  return Buffers{reinterpret_cast<uint64_t*>(ws), reinterpret_cast<int32_t*>(ws + uint64_t(bl.rows) * uint64_t(ld) * 8), ld};
+}
+
+// The sweep problem of one block: the block's score problem (its windows: the block's causal
+// offset), writing candidates instead of scores.
+Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, const int32_t* offset) {
+  Problem s = topk_block_problem(p, b, nullptr, nullptr, nullptr, offset);
+  s.op = Operation::topk_sweep;
+  s.sweep.cand = buf.cand;
+  s.sweep.count = buf.count;
+  s.sweep.ld = buf.ld;
+  s.sweep.k = p.topk.k;
+  s.sweep.refresh = kTopkFusedRefresh;
+  s.call = &p;
+  return s;
+}
+
+// The distinct sweep problems of a call (null pointers: planning and gates only).
+std::vector<Problem> sweep_shapes(const Problem& p, const DeviceInfo& dev) {
+  std::vector<Problem> v;
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  const Buffers none{nullptr, nullptr, topk_fused_candidates(p.topk.k, p.s_k)};
+  for_each_topk_block(p, fused_blocking(p, dev), [&](const TopkBlock& b) {
+    if (b.width > 0 && shapes.insert({b.n, b.width}).second) v.push_back(sweep_problem(p, b, none, nullptr));
+  }, /*shapes_only=*/true);
+  return v;
+}
+
+class TopkFusedSweepFamily final : public Family {
+ public:
+  const char* name() const override { return "sm90_topk_fused_sweep"; }
+  const char* option() const override { return "topk_fused_sweep"; }
+  KernelFamily id() const override { return KernelFamily::topk_fused_sweep; }
+  Operation operation() const override { return Operation::topk_sweep; }
+  DType input_dtype() const override { return DType::bf16; }
+  int auto_priority() const override { return 1; }
+  bool fast_path() const override { return true; }
+  const std::vector<ParamDesc>& params() const override { return lean_family().params(); }
+  Gate check(const Problem& p, const DeviceInfo& dev) const override {
+    if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
+    return lean_check(p, dev);
+  }
+  std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
+  Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
+    return lean_plan(p, dev, purpose, *this, kSweepSmem);
+  }
+  void render(const KernelSpec& spec, GeneratedSource& g) const override {
+    lean_render_schedule(spec, g);
+    g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule>");
+  }
+  void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
+    dsa::LeanTopkArgs t{};
+    t.cand = reinterpret_cast<uintptr_t>(p.sweep.cand);
+    t.count = reinterpret_cast<uintptr_t>(p.sweep.count);
+    t.cand_ld = p.sweep.ld;
+    t.k = p.sweep.k;
+    t.refresh = p.sweep.refresh;
+    lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)");
+  }
+};
+
+class TopkFusedFamily final : public Family {
+ public:
+  const char* name() const override { return "sm90_topk_fused"; }
+  const char* option() const override { return "topk_fused"; }
+  KernelFamily id() const override { return KernelFamily::topk_fused; }
+  Operation operation() const override { return Operation::topk; }
+  DType input_dtype() const override { return DType::bf16; }
+  int auto_priority() const override { return 2; }
+  bool fast_path() const override { return true; }
+  const std::vector<ParamDesc>& params() const override {
+    static const std::vector<ParamDesc> p = {{"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 1}};
+    return p;
+  }
+
+  Gate check(const Problem& p, const DeviceInfo& dev) const override {
+    if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
+    if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");
+    if (!topk_causal_blocks(p))
+      return Gate::fail("S_k x ratio", "<= 2^31 (blocks of rows are causal problems)", std::to_string(p.s_k * p.ratio));
+    if (p.rows == 0) return Gate::pass();
+    // Every block's sweep is the lean kernel's: its gate, block by distinct block.
+    for (const Problem& s : sweep_shapes(p, dev)) {
+      const Gate g = topk_fused_sweep_family().check(s, dev);
+      if (!g.passed()) return Gate::fail(g.failed, g.expected, fmt::format("{} (a block of {} rows)", g.actual, s.s_q));
+    }
+    return Gate::pass();
+  }
+  std::string gate_key(const Problem& p, const DeviceInfo& dev) const override {
+    std::string k = layout_name(p.layout);
+    k += p.has_lse ? ".lse1" : ".lse0";
+    k += topk_causal_blocks(p) ? ".cb1" : ".cb0";
+    k += ".r" + std::to_string(p.rows == 0 ? 0 : 1);
+    if (!p.is_thd() && p.rows > 0)
+      for (const Problem& s : sweep_shapes(p, dev)) k += "/" + topk_fused_sweep_family().gate_key(s, dev);
+    return k;
+  }
+
+  Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose) const override {
+    Plan plan;
+    plan.spec.family = this;
+    plan.spec.values[kLayout] = 0;
+    plan.spec.dynamic_smem = static_cast<uint32_t>(dsa::kTopkCandSmemBytes);
+    plan.empty = p.rows == 0;
+    plan.workspace_bytes = fused_blocking(p, dev).total_bytes;
+    KernelLaunch& rows = plan.launches[plan.n_launches++];
+    rows.block[0] = kTopkRowsThreads;
+    for (int threads : {256, 512}) {
+      KernelLaunch& sel = plan.launches[plan.n_launches++];
+      sel.block[0] = static_cast<uint32_t>(threads);
+      sel.smem = plan.spec.dynamic_smem;
+    }
+    return plan;
+  }
+
+  std::vector<Problem> inner_problems(const Problem& p, const DeviceInfo& dev) const override {
+    if (p.rows == 0) return {};
+    return sweep_shapes(p, dev);
+  }
+
+  void render(const KernelSpec&, GeneratedSource& g) const override {
+    g.kernels.push_back("dsa::sm90_topk_rows<DsaKernelConfig::kLayout>");
+    g.kernels.push_back("dsa::sm90_topk_candidates<256>");
+    g.kernels.push_back("dsa::sm90_topk_candidates<512>");
+  }
+
+  void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
+    const DeviceInfo& dev = device_info(p.device);
+    const TopkBlocking bl = fused_blocking(p, dev);
+    auto* ws = static_cast<unsigned char*>(p.topk.workspace);
+    const Buffers buf = buffers(p, bl, ws);
+    dsa::TopkBlockArgs rb = topk_rows_args(p, bl, ws);
+    const int64_t K = p.topk.k;
+    for_each_topk_block(p, bl, [&](const TopkBlock& b) {
+      launch_topk_rows(plan, k, rb, b, stream);
+      // The sweep is asked for by name: the call's gate held for every block, and an
+      // automatic request could be answered by the async mode's fallback, which has none.
+      Problem s = sweep_problem(p, b, buf, rb.offset);
+      Plan sp = make_plan(s, dev, topk_fused_sweep_family());
+      if (!sp.empty) {
+        std::shared_ptr<LoadedKernel> sk = kernel_for_call(s, dev, KernelFamily::topk_fused_sweep, sp);
+        launch_forward(s, sp, *sk, stream);
+      }
+      dsa::TopkCandArgs ca{};
+      ca.cand = buf.cand;
+      ca.cand_ld = buf.ld;
+      ca.count = buf.count;
+      ca.rows = rb.rows;
+      ca.n_rows = b.n;
+      ca.k = static_cast<i32>(K);
+      ca.sort_by_score = p.topk.sort_by_score ? 1 : 0;
+      ca.indices = static_cast<i32*>(p.topk.indices) + b.out_row * K;
+      ca.indices_ld = K;
+      if (p.topk.values) {
+        ca.values = static_cast<float*>(p.topk.values) + b.out_row * K;
+        ca.values_ld = K;
+      }
+      if (p.topk.softmax) {
+        ca.softmax = static_cast<float*>(p.topk.softmax) + b.out_row * K;
+        ca.softmax_ld = K;
+      }
+      // The unfused selection's block size for this width: the softmax sums in its order.
+      const int which = topk_select_threads(b.width) == 256 ? 1 : 2;
+      KernelLaunch sel = plan.launches[which];
+      sel.grid[0] = static_cast<uint32_t>(std::min<int64_t>(b.n, int64_t(1) << 30));
+      void* params[] = {&ca};
+      launch_one(k.functions[which], sel, stream, params, "cuLaunchKernelEx(sm90_topk_candidates)");
+    });
+  }
+};
+
+}  // namespace
+
+const Family& topk_fused_family() {
+  static const TopkFusedFamily f;
+  return f;
+}
+
+const Family& topk_fused_sweep_family() {
+  static const TopkFusedSweepFamily f;
+  return f;
+}
+
+int64_t topk_fused_candidates(int64_t k, int64_t s_k) {
+  const int64_t tile = dsa::kLeanTopkTileCols;
+  int64_t ld = std::min<int64_t>(std::max<int64_t>(4 * k, 1024), std::max<int64_t>(s_k, 1) + tile);
+  if (const int64_t forced = g_candidates.load(std::memory_order_relaxed); forced > 0) ld = forced;
+  else if (env().topk_candidates > 0) ld = env().topk_candidates;
+  ld = std::max<int64_t>(ld, k + tile);
+  ld = (ld + 3) / 4 * 4;
+  return std::min<int64_t>(ld, dsa::kLeanTopkMaxLd);
+}
+
+void set_topk_fused_candidates(int64_t entries) { g_candidates.store(entries, std::memory_order_relaxed); }
+
+}  // namespace dsa_indexer::detail

@@ -1,0 +1,28 @@
+#pragma once
+// sm90_topk_fused: the top-k operation without score rows in memory. Per block of rows (the
+// unfused path's blocks, sm90_topk_unfused.hpp): the rows kernel, then the lean sweep with a
+// selection epilogue (family sm90_topk_fused_sweep, Operation::topk_sweep, through the
+// dispatcher: templates/sm90_topk_fused_sweep.cuh) appends each row's candidates to a bounded
+// buffer, and the candidates kernel (sm90_topk_candidates.cuh) selects each row's top-k.
+// Bitwise equal to sm90_topk_unfused (indices, values, softmax); BSHD blocks the lean family
+// serves, without lse (the unfused path serves the rest).
+#include <cstdint>
+
+#include "dispatch/family.hpp"
+
+namespace dsa_indexer::detail {
+
+const Family& topk_fused_family();
+const Family& topk_fused_sweep_family();
+
+// Candidate entries per row of a call: min(max(4k, 1024), S_k + 64), at least k + 64 (one tile
+// past k, so that a compaction always has room), a multiple of 4; DSA_INDEXER_TOPK_CANDIDATES
+// or set_topk_fused_candidates (tests: a tiny buffer forces compactions) replace the planned
+// value, still at least k + 64.
+int64_t topk_fused_candidates(int64_t k, int64_t s_k);
+// Process-wide override of the planned value (0: none), for tests and measurements.
+void set_topk_fused_candidates(int64_t entries);
+// Appends to a row between refreshes of its threshold.
+inline constexpr int32_t kTopkFusedRefresh = 32;
+
+}  // namespace dsa_indexer::detail

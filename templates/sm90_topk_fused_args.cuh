@@ -1,0 +1,24 @@
+#pragma once
+// Launch arguments of the fused top-k's score sweep (sm90_topk_fused.cuh): the lean kernel with
+// a selection epilogue. Host and device see the same layout (fixed-width scalars only).
+#include "dsa_types.cuh"
+
+namespace dsa {
+
+// A row's candidates are composites (key << 32) | (0xffffffff - column): key the
+// order-preserving u32 of the score (topk_key), column the row's column (>= 0). Composites of
+// one row are distinct, and the k largest are the row's top-k by (score desc, column asc).
+struct LeanTopkArgs {
+  u64 cand;      // u64 [rows][cand_ld]: row r's candidates, in no particular order
+  u64 count;     // i32 [rows]: how many of row r's entries are written (<= cand_ld)
+  i64 cand_ld;   // entries per row: >= k + kLeanTopkTileCols, <= kLeanTopkMaxLd
+  i32 k;         // 1..kTopkMaxK
+  i32 refresh;   // appends to a row between refreshes of its threshold (>= 1)
+};
+
+constexpr i32 kLeanTopkTileCols = 64;     // one KV tile: the most a row gains between checks
+constexpr i64 kLeanTopkMaxLd = 16384;     // counts stay in 16 bits (packed histograms)
+// Shared memory of one row's state (LeanTopkRow in sm90_topk_fused_sweep.cuh, which asserts it).
+constexpr int kLeanTopkRowBytes = 1056;
+
+}  // namespace dsa

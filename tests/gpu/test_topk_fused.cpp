@@ -1,0 +1,160 @@
+// The fused top-k (family topk_fused) on the GPU: bitwise equal to the unfused path (indices,
+// values and softmax) on fresh random inputs with poisoned outputs, constructed ties (repeated
+// key rows: equal scores across columns; zero weights: all-zero rows; two alternating key rows:
+// two distinct values per row), short and empty rows (negative offsets), offsets near
+// INT32_MAX, ratio 1/2/4, B 1-3, several row blocks, bf16/fp32 W, sm_scale != 1, every k of the
+// contract's list, both slot orders and both index conventions; a tiny candidate buffer (k + 64
+// entries) forces a compaction every tile; run to run bitwise; and the automatic dispatch takes
+// the fused path where it applies. The unfused path itself is held against the CPU reference
+// selection in test_topk.cpp.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <climits>
+#include <cstring>
+
+#include "cuda/driver.hpp"
+#include "dsa_indexer/topk.hpp"
+#include "families/sm90_topk_fused.hpp"
+#include "gpu_cases.hpp"
+#include "gpu_runner.hpp"
+
+using namespace dsa_gpu_test;
+namespace ds = dsa_support;
+
+namespace {
+
+struct Out {
+  std::vector<int32_t> indices;
+  std::vector<float> values, softmax;
+};
+
+Out run(const HostProblem& p, ds::DeviceProblem& dp, KernelFamily family, int k, bool sorted, bool global) {
+  const int64_t rows = p.rows();
+  const size_t n = static_cast<size_t>(rows * k);
+  ds::DeviceBuffer ind(n * 4), val(n * 4), sm(n * 4);
+  ind.fill_u32(ds::kPoison);
+  val.fill_u32(ds::kPoison);
+  sm.fill_u32(ds::kPoison);
+  using dsa_indexer::DType;
+  using dsa_indexer::TensorDesc;
+  dsa_indexer::TopkOptions t;
+  t.k = k;
+  t.sort_by_score = sorted;
+  t.indices = global ? dsa_indexer::TopkIndices::global : dsa_indexer::TopkIndices::local;
+  t.values = TensorDesc::contiguous(val.get(), DType::f32, {p.batch, p.s_q, k});
+  t.softmax = TensorDesc::contiguous(sm.get(), DType::f32, {p.batch, p.s_q, k});
+  dsa_indexer::IndexerOptions o = dp.opt;
+  o.family = family;
+  const TensorDesc ti = TensorDesc::contiguous(ind.get(), DType::i32, {p.batch, p.s_q, k});
+  // A caller-owned workspace, poisoned: the fused path must not read what it did not write.
+  const size_t bytes = dsa_indexer::indexer_topk_workspace_size(dp.tq, dp.tk, dp.tw, ti, o, t);
+  ds::DeviceBuffer ws(bytes);
+  ws.fill_u32(ds::kPoison);
+  t.workspace = ws.get();
+  t.workspace_bytes = bytes;
+  dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
+  ds::sync_device();
+  Out r;
+  r.indices.resize(n);
+  r.values.resize(n);
+  r.softmax.resize(n);
+  ind.download(r.indices.data(), n * 4);
+  val.download(r.values.data(), n * 4);
+  sm.download(r.softmax.data(), n * 4);
+  return r;
+}
+
+enum class Ties { none, repeated_keys_and_zero_rows, two_values };
+
+void make_ties(HostProblem& p, Ties ties) {
+  const int64_t D = 128, kr = p.t_k();
+  if (ties == Ties::repeated_keys_and_zero_rows) {
+    for (int64_t j = 0; j + 3 < kr; j += 5) std::memcpy(&p.k[(j + 3) * D], &p.k[j * D], D * 2);
+    for (int64_t r = 0; r < p.rows(); r += 7)
+      for (int h = 0; h < p.heads; ++h) {
+        p.w_bf16[r * p.heads + h] = 0;
+        p.w_f32v[r * p.heads + h] = 0.0f;
+      }
+  } else if (ties == Ties::two_values) {
+    // Every key row is one of two: each row's scores take two values (per batch entry).
+    for (int64_t j = 2; j < kr; ++j) std::memcpy(&p.k[j * D], &p.k[(j % 2) * D], D * 2);
+  }
+}
+
+int64_t mismatches(const Out& a, const Out& b, std::string& first, int k) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.indices.size(); ++i) {
+    const bool same = a.indices[i] == b.indices[i] && std::memcmp(&a.values[i], &b.values[i], 4) == 0 &&
+                      std::memcmp(&a.softmax[i], &b.softmax[i], 4) == 0;
+    if (!same && bad++ == 0)
+      first = fmt::format("row {} slot {}: fused ({}, {}, {}) unfused ({}, {}, {})", i / k, i % k, a.indices[i], a.values[i],
+                          a.softmax[i], b.indices[i], b.values[i], b.softmax[i]);
+  }
+  return bad;
+}
+
+void check_fused(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties ties = Ties::none, int64_t entries = 0) {
+  ds::fill_random(p, seed);
+  make_ties(p, ties);
+  INFO(p.describe() << " ties " << static_cast<int>(ties) << " entries " << entries);
+  auto dp = ds::upload(p, 0, true);
+  for (int k : ks) {
+    dsa_indexer::detail::set_topk_fused_candidates(entries > 0 ? k + entries : 0);
+    for (bool sorted : {false, true})
+      for (bool global : {false, true}) {
+        INFO("k " << k << " sorted " << sorted << " global " << global);
+        const Out u = run(p, dp, KernelFamily::topk_unfused, k, sorted, global);
+        const Out f = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        std::string first;
+        const int64_t bad = mismatches(f, u, first, k);
+        INFO(first);
+        CHECK(bad == 0);
+        const Out again = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        CHECK(mismatches(again, f, first, k) == 0);
+      }
+  }
+  dsa_indexer::detail::set_topk_fused_candidates(0);
+  std::printf("topk fused case %-80s passed\n", p.describe().c_str());
+}
+
+}  // namespace
+
+TEST_CASE("topk fused: equal to the unfused path, every k, ratio 1/2/4", "[topk_fused]") {
+  check_fused(bshd(1, 1056, 4096, 64, 2), 201, {1, 7, 64, 512, 2048});
+  HostProblem a = bshd(1, 1056, 3000, 64, 1);
+  a.offsets = {3000 - 1056 - 1};
+  check_fused(a, 202, {7, 2048});
+  check_fused(bshd(2, 1056, 1500, 64, 4), 203, {64, 512});
+}
+
+TEST_CASE("topk fused: ties, two values, all-zero rows", "[topk_fused]") {
+  check_fused(bshd(1, 1056, 2500, 64, 1), 211, {1, 7, 64, 512}, Ties::repeated_keys_and_zero_rows);
+  check_fused(bshd(1, 1056, 2500, 64, 2), 212, {7, 64, 2048}, Ties::two_values);
+}
+
+TEST_CASE("topk fused: a tiny candidate buffer compacts every tile, still exact", "[topk_fused]") {
+  check_fused(bshd(1, 1056, 3000, 64, 1), 221, {1, 7, 64, 512}, Ties::none, /*entries=*/64);
+  check_fused(bshd(1, 1056, 2500, 64, 2), 222, {7, 64}, Ties::repeated_keys_and_zero_rows, 64);
+  check_fused(bshd(1, 1056, 2500, 64, 1), 223, {64, 2048}, Ties::two_values, 64);
+}
+
+TEST_CASE("topk fused: offsets, short and empty rows, B 3, fp32 W, sm_scale", "[topk_fused]") {
+  HostProblem a = bshd(3, 1056, 2000, 64, 1);
+  a.offsets = {INT32_MAX - 3000, -500, 700};
+  check_fused(a, 231, {7, 512});
+  HostProblem b = bshd(2, 1056, 1800, 64, 2);
+  b.w_f32 = true;
+  b.sm_scale = 0.0625f;
+  check_fused(b, 232, {64, 2048});
+  // Several row blocks: the planned buffer (4k entries) at k 2048 makes 4096-row blocks.
+  HostProblem c = bshd(1, 9216, 2048, 64, 4);
+  check_fused(c, 233, {2048});
+}
+
+TEST_CASE("topk fused: long rows compact and refresh (S_k 16384)", "[topk_fused]") {
+  HostProblem p = bshd(1, 1056, 16384, 64, 1);
+  p.offsets = {16384 - 1056 - 1};
+  check_fused(p, 241, {64, 2048});
+  check_fused(p, 242, {512}, Ties::none, /*entries=*/256);
+}

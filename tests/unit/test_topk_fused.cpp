@@ -1,0 +1,138 @@
+// The fused top-k without a GPU: the dispatcher's choice (fused where its gates hold, the
+// unfused path otherwise and under the escape hatch), the candidate-buffer and workspace
+// arithmetic, and every variant the default manifest's top-k lines produce compiled by NVRTC
+// without spills.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+
+#include "dispatch/family.hpp"
+#include "dispatch/planner.hpp"
+#include "dsa_indexer/errors.hpp"
+#include "dsa_indexer/topk.hpp"
+#include "families/sm90_topk_fused.hpp"
+#include "families/sm90_topk_unfused.hpp"
+#include "jit/codegen.hpp"
+#include "jit/nvrtc_compiler.hpp"
+#include "ops/topk.hpp"
+#include "ops/warmup.hpp"
+#include "problems.hpp"
+#include "sm90_topk_fused_args.cuh"
+
+using namespace dsa_indexer::detail;
+using namespace dsa_test;
+using dsa_indexer::KernelFamily;
+using dsa_indexer::TopkOptions;
+using Catch::Contains;
+
+namespace {
+
+constexpr uintptr_t kQ = uintptr_t(1) << 40, kK = uintptr_t(2) << 40, kW = uintptr_t(3) << 40, kIdx = uintptr_t(4) << 40,
+                    kLse = uintptr_t(6) << 40;
+
+Problem topk_problem(int64_t B, int64_t sq, int64_t sk, int k, int64_t ratio = 1, bool lse = false) {
+  Call c = bshd_call(B, sq, sk);
+  c.q.data = fake(kQ);
+  c.k.data = fake(kK);
+  c.w.data = fake(kW);
+  c.opt.ratio = ratio;
+  if (lse) c.opt.lse = TensorDesc::contiguous(fake(kLse), DType::f32, {B, sq});
+  const TensorDesc ind = TensorDesc::contiguous(fake(kIdx), DType::i32, {B, sq, k});
+  TopkOptions t;
+  t.k = k;
+  return validate_topk(c.q, c.k, c.w, ind, c.opt, t, nullptr);
+}
+
+std::size_t count_of(const std::string& log, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][dispatch]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const Problem p = topk_problem(1, 2048, 4096, 512);
+  CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_fused_family());
+  // the escape hatch: the unfused path
+  CHECK(&choose_family(p, dev, KernelFamily::automatic, true) == &topk_unfused_family());
+  CHECK(&choose_family(p, dev, KernelFamily::topk_unfused, false) == &topk_unfused_family());
+  // lse, an unsaturated block (fewer q-tiles than SMs), fp32... : the unfused path serves it
+  const Problem with_lse = topk_problem(1, 2048, 4096, 512, 1, true);
+  CHECK(&choose_family(with_lse, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+  CHECK_THROWS_WITH(choose_family(with_lse, dev, KernelFamily::topk_fused, false), Contains("family topk_fused: lse"));
+  const Problem small = topk_problem(4, 512, 4096, 64);
+  CHECK(&choose_family(small, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+  CHECK_THROWS_WITH(choose_family(small, dev, KernelFamily::topk_fused, false), Contains("grid saturation"));
+  // S_q not a multiple of the lean q-tile
+  CHECK(&choose_family(topk_problem(1, 2050, 4096, 64), dev, KernelFamily::automatic, false) == &topk_unfused_family());
+  // the sweep serves only its internal operation, and no top-k call by name
+  CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused_sweep, false),
+                    Contains("family topk_fused_sweep: operation: expected topk_sweep, got topk"));
+  // its inner problems are the sweeps of the distinct block shapes, which the sweep family serves
+  const std::vector<Problem> inner = topk_fused_family().inner_problems(p, dev);
+  REQUIRE(inner.size() == 1);
+  CHECK(inner[0].op == Operation::topk_sweep);
+  CHECK(&choose_family(inner[0], dev, KernelFamily::automatic, false) == &topk_fused_sweep_family());
+}
+
+TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const int64_t tile = dsa::kLeanTopkTileCols;
+  CHECK(topk_fused_candidates(2048, 65536) == 8192);   // 4k
+  CHECK(topk_fused_candidates(512, 65536) == 2048);
+  CHECK(topk_fused_candidates(1, 65536) == 1024);      // at least 1024
+  CHECK(topk_fused_candidates(64, 300) == 364);        // a row never holds more than S_k + one tile
+  CHECK(topk_fused_candidates(2048, 300) == 2048 + tile);  // but always k + one tile
+  for (int k : {1, 7, 64, 512, 2048})
+    for (int64_t sk : {int64_t(1), int64_t(100), int64_t(4096), int64_t(1) << 20}) {
+      const int64_t ld = topk_fused_candidates(k, sk);
+      CHECK(ld >= k + tile);
+      CHECK(ld % 4 == 0);
+      CHECK(ld <= dsa::kLeanTopkMaxLd);
+    }
+  set_topk_fused_candidates(100);
+  CHECK(topk_fused_candidates(7, 65536) == 100);
+  CHECK(topk_fused_candidates(512, 65536) == 512 + tile);  // a forced size still holds k + one tile
+  set_topk_fused_candidates(0);
+  // The workspace: one block of rows x candidates, independent of S_k once 4k entries fit.
+  const Problem a = topk_problem(1, 8192, 65536, 2048), b = topk_problem(1, 8192, 131072, 2048);
+  const uint64_t wa = make_plan(a, dev, topk_fused_family()).workspace_bytes;
+  CHECK(wa == make_plan(b, dev, topk_fused_family()).workspace_bytes);
+  CHECK(wa <= (uint64_t(256) << 20) + (uint64_t(1) << 20));
+  CHECK(wa >= uint64_t(2736) * 8192 * 8);  // three blocks of about 2736 rows of 8192 entries
+  // and bounded whatever S_q (blocks of at most the budget's rows)
+  for (int64_t sq : {int64_t(32768), int64_t(1) << 20})
+    CHECK(make_plan(topk_problem(1, sq, 65536, 2048), dev, topk_fused_family()).workspace_bytes <=
+          (uint64_t(256) << 20) + (uint64_t(1) << 20));
+}
+
+TEST_CASE("topk fused: every variant of the default manifest's top-k lines compiles without spills", "[topk][nvrtc]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  std::vector<ManifestProblem> lines = parse_manifest(
+      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048\n"
+      "op=topk layout=bshd heads=64 sq=8192  sk=65536  ratio=1 w=bf16 k=2048\n"
+      "op=topk layout=bshd heads=64 sq=16384 sk=4096   ratio=4 w=f32 k=2048 scale=both\n"
+      "op=topk layout=bshd heads=64 sq=8192  sk=2048   ratio=4 w=bf16 k=512\n",
+      "test");
+  std::set<std::string> seen;
+  int fused = 0, sweeps = 0;
+  for (const KernelSpec& spec : manifest_specs(lines, dev)) {
+    const std::string fam = spec.family->name();
+    if (fam != "sm90_topk_fused" && fam != "sm90_topk_fused_sweep") continue;
+    if (!seen.insert(spec.variant_key()).second) continue;
+    (fam == "sm90_topk_fused" ? fused : sweeps)++;
+    const GeneratedSource g = render(spec);
+    INFO(g.name);
+    const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
+    CHECK_FALSE(out.cubin.empty());
+    INFO(out.log);
+    CHECK(count_of(out.log, "bytes spill stores") == g.kernels.size());
+    CHECK(count_of(out.log, " 0 bytes spill stores, 0 bytes spill loads") == g.kernels.size());
+    CHECK(out.lowered_names.size() == g.kernels.size());
+  }
+  CHECK(fused == 1);
+  CHECK(sweeps >= 5);  // the block shapes of each line, bf16 and fp32 W, both scale variants
+}
