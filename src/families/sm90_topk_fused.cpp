@@ -113,7 +113,9 @@ class TopkFusedFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_fused; }
   Operation operation() const override { return Operation::topk; }
   DType input_dtype() const override { return DType::bf16; }
-  int auto_priority() const override { return 2; }
+  // By name only until a GPU run has held it bitwise against the unfused path
+  // (tests/gpu/test_topk_fused.cpp); then 2, above the unfused path.
+  int auto_priority() const override { return kTopkFusedAutomatic ? 2 : 0; }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {
     static const std::vector<ParamDesc> p = {{"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 1}};

@@ -22,6 +22,10 @@ const Family& topk_fused_sweep_family();
 int64_t topk_fused_candidates(int64_t k, int64_t s_k);
 // Process-wide override of the planned value (0: none), for tests and measurements.
 void set_topk_fused_candidates(int64_t entries);
+// Whether automatic top-k calls take the fused path where its gates hold. Off until the fused
+// kernels have run on a GPU (they compile and plan on the CPU; the device was not available
+// when they were written): until then the fused path serves calls that ask for it by name.
+inline constexpr bool kTopkFusedAutomatic = false;
 // Appends to a row between refreshes of its threshold.
 inline constexpr int32_t kTopkFusedRefresh = 32;
 

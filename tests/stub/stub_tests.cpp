@@ -206,16 +206,17 @@ int child_topk() {
   } catch (const dsa_indexer::InvalidArgument& e) {
     expect(contains(e.what(), "workspace_bytes"), std::string("a short workspace: ") + e.what());
   }
-  // The same call, automatic: the fused path, one block of 2304 rows (2048 candidates of 8
-  // bytes per row), 3 launches (rows, sweep, candidates); its workspace is its own size.
-  b.opt.family = dsa_indexer::KernelFamily::automatic;
+  // The same call by the fused path: one block of 2304 rows (2048 candidates of 8 bytes per
+  // row), 3 launches (rows, sweep, candidates).
+  b.opt.family = dsa_indexer::KernelFamily::topk_fused;
   t.workspace = nullptr;
   t.workspace_bytes = 0;
   const unsigned long nf = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
   expect(nf == 3, fmt::format("fused: 1 block x (rows, sweep, candidates) = 3 launches, stub saw {}", nf));
   expect(contains(stub_last_kernel(), "sm90_topk_candidates"), "fused: the last launch selects: " + stub_last_kernel());
   const std::size_t wsf = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
-  expect(wsf >= ws, fmt::format("fused: the queried size also covers the escape hatch's path ({} >= {})", wsf, ws));
+  expect(wsf >= std::size_t(2304) * 2048 * 8 && wsf < ws,
+         fmt::format("fused: the workspace holds 2304 rows of 2048 candidates ({} bytes), less than the unfused ({})", wsf, ws));
   // THD with device-only cu_seqlens: segments 0 and 2 hold the rows; their keys (with segment 1's
   // between them) span 16 > max_seqlen_k 7 columns, so two blocks; generic with explicit windows.
   Thd thd({0, 5, 5, 12}, {0, 3, 10, 16});

@@ -55,7 +55,10 @@ std::size_t count_of(const std::string& log, const std::string& needle) {
 TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][dispatch]") {
   const DeviceInfo dev = DeviceInfo::h200();
   const Problem p = topk_problem(1, 2048, 4096, 512);
-  CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_fused_family());
+  CHECK(&choose_family(p, dev, KernelFamily::automatic, false) ==
+        (kTopkFusedAutomatic ? &topk_fused_family() : &topk_unfused_family()));
+  CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+  CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, true), Contains("DSA_INDEXER_DISABLE_LEAN"));
   // the escape hatch: the unfused path
   CHECK(&choose_family(p, dev, KernelFamily::automatic, true) == &topk_unfused_family());
   CHECK(&choose_family(p, dev, KernelFamily::topk_unfused, false) == &topk_unfused_family());
@@ -109,13 +112,13 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
           (uint64_t(256) << 20) + (uint64_t(1) << 20));
 }
 
-TEST_CASE("topk fused: every variant of the default manifest's top-k lines compiles without spills", "[topk][nvrtc]") {
+TEST_CASE("topk fused: every variant of the default manifest's top-k shapes compiles without spills", "[topk][nvrtc]") {
   const DeviceInfo dev = DeviceInfo::h200();
   std::vector<ManifestProblem> lines = parse_manifest(
-      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048\n"
-      "op=topk layout=bshd heads=64 sq=8192  sk=65536  ratio=1 w=bf16 k=2048\n"
-      "op=topk layout=bshd heads=64 sq=16384 sk=4096   ratio=4 w=f32 k=2048 scale=both\n"
-      "op=topk layout=bshd heads=64 sq=8192  sk=2048   ratio=4 w=bf16 k=512\n",
+      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=8192  sk=65536  ratio=1 w=bf16 k=2048 family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=16384 sk=4096   ratio=4 w=f32 k=2048 scale=both family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=8192  sk=2048   ratio=4 w=bf16 k=512 family=topk_fused\n",
       "test");
   std::set<std::string> seen;
   int fused = 0, sweeps = 0;

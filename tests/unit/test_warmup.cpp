@@ -210,41 +210,48 @@ TEST_CASE("manifest: a top-k line implies the top-k variant and the score varian
   using dsa_indexer::DType;
   const DeviceInfo h200 = DeviceInfo::h200();
   const KernelSpec gen_bf16 = generic_spec(64, DType::bf16, false, Layout::bshd);
-  // BSHD blocks are causal problems of their own. The fused path (automatic): its own variant and
-  // the sweep of each distinct block shape. The escape hatch's unfused path: 1056-row blocks
-  // (one q-tile per SM) go lean, the 800-row tail (100 q-tiles) and the hatch generic.
-  // unfused[i]: the unfused path's variants for the line's i-th scale (0.125 first, then 1).
-  auto fused_then_unfused = [&](const std::string& line, const std::vector<std::vector<KernelSpec>>& unfused) {
+  // BSHD blocks are causal problems of their own: 1056-row blocks (one q-tile per SM) go lean,
+  // the 800-row tail (100 q-tiles) and the escape hatch generic.
+  CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=65536 ratio=1\n", "m"), h200) ==
+        std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16});
+  // THD blocks have explicit windows, which lean does not serve: generic, whichever the hatch.
+  CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n", "m"), h200) ==
+        std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)});
+  // The same variants as planning the line's problem through the family's own inner problems.
+  const auto lines = parse_manifest("op=topk sq=16384 sk=4096 ratio=4 scale=both\n", "m");
+  const auto specs = manifest_specs(lines, h200);
+  // one block of all 16384 rows (the 256 MiB budget holds them), lean in both scale variants
+  CHECK(specs == std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(16384, 4096, DType::bf16, false), gen_bf16,
+                                         lean_spec(16384, 4096, DType::bf16, true)});
+  // A scores line keeps its meaning whether or not it says op=scores.
+  CHECK(manifest_specs(parse_manifest("op=scores sq=8192 sk=4096 ratio=2 scale=both\n", "m"), h200) ==
+        manifest_specs(parse_manifest("sq=8192 sk=4096 ratio=2 scale=both\n", "m"), h200));
+}
+
+
+TEST_CASE("manifest: a family=topk_fused line implies the fused variant and its blocks' sweeps", "[warmup][topk]") {
+  const DeviceInfo h200 = DeviceInfo::h200();
+  for (const char* line : {"op=topk sq=8192 sk=65536 ratio=1 family=topk_fused\n",
+                           "op=topk sq=16384 sk=4096 ratio=4 scale=both family=topk_fused\n"}) {
+    INFO(line);
     const auto ml = parse_manifest(line, "m");
     std::vector<KernelSpec> want;
     auto add = [&](const KernelSpec& s) {
       if (std::find(want.begin(), want.end(), s) == want.end()) want.push_back(s);
     };
-    std::size_t pass = 0;
     for (float scale : {0.125f, 1.0f}) {
-      if ((scale == 1.0f) == (ml[0].scale == ManifestScale::any) && ml[0].scale != ManifestScale::both) continue;
+      if (scale == 1.0f && ml[0].scale == ManifestScale::any) continue;
       const Problem p = manifest_problem(ml[0], scale);
       add(make_plan(p, h200, topk_fused_family(), PlanPurpose::spec_only).spec);
       const auto inner = topk_fused_family().inner_problems(p, h200);
-      CHECK(inner.size() == 2);  // about equal blocks: two shapes at most
-      for (const Problem& s : inner) add(make_plan(s, h200, topk_fused_sweep_family(), PlanPurpose::spec_only).spec);
-      for (const KernelSpec& s : unfused.at(pass)) add(s);
-      ++pass;
+      CHECK(inner.size() == 2);  // blocks of about equal size: two shapes at most
+      for (const Problem& s : inner) {
+        CHECK(s.op == Operation::topk_sweep);
+        add(make_plan(s, h200, topk_fused_sweep_family(), PlanPurpose::spec_only).spec);
+      }
     }
     CHECK(manifest_specs(ml, h200) == want);
-  };
-  fused_then_unfused("op=topk sq=8192 sk=65536 ratio=1\n",
-                     {{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16}});
-  // THD blocks have explicit windows, which lean does not serve: generic, whichever the hatch.
-  CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n", "m"), h200) ==
-        std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)});
-  // Both scale variants: one unfused block of all 16384 rows (the 256 MiB budget holds them).
-  fused_then_unfused("op=topk sq=16384 sk=4096 ratio=4 scale=both\n",
-                     {{topk_unfused_spec(Layout::bshd), lean_spec(16384, 4096, DType::bf16, false), gen_bf16},
-                      {lean_spec(16384, 4096, DType::bf16, true)}});
-  // A scores line keeps its meaning whether or not it says op=scores.
-  CHECK(manifest_specs(parse_manifest("op=scores sq=8192 sk=4096 ratio=2 scale=both\n", "m"), h200) ==
-        manifest_specs(parse_manifest("sq=8192 sk=4096 ratio=2 scale=both\n", "m"), h200));
+  }
 }
 
 TEST_CASE("manifest: a top-k line's blocks are planned per distinct shape, not per block", "[warmup][topk][manifest_ranges]") {
@@ -331,17 +338,16 @@ TEST_CASE("manifest: the default manifest's scores lines keep their variants, it
   const auto all = manifest_specs(parse_manifest(text.str(), "default"), DeviceInfo::h200());
   const auto before = manifest_specs(parse_manifest(scores_only, "default"), DeviceInfo::h200());
   // The top-k lines come last: the scores lines' variants first, in their order, then the top-k
-  // families' variants (the fused one for BSHD lines, the unfused ones for the escape hatch
-  // and THD), the sweeps of the fused path's block shapes and the lean variants of the unfused
-  // path's BSHD blocks (the blocks' generic variants are among the scores lines' ones).
-  REQUIRE(all.size() > before.size() + 3);
+  // family's two variants and the lean variants of their BSHD blocks' shapes (the blocks'
+  // generic variants are among the scores lines' ones).
+  REQUIRE(all.size() > before.size() + 2);
   CHECK(std::vector<KernelSpec>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(before.size())) == before);
   int topk_specs = 0;
   for (std::size_t i = before.size(); i < all.size(); ++i) {
     if (family_of(all[i]).operation() == Operation::topk) ++topk_specs;
-    else CHECK((std::string(family_of(all[i]).option()) == "lean" || std::string(family_of(all[i]).option()) == "topk_fused_sweep"));
+    else CHECK(std::string(family_of(all[i]).option()) == "lean");
   }
-  CHECK(topk_specs == 3);
+  CHECK(topk_specs == 2);
 }
 
 // Issue 24, class 5: messages that name the cause and, for manifests, the file and line.
