@@ -44,8 +44,8 @@ TOPK_JSON = "peers_topk_results.json"
 TOPK_FORMAT = 1
 HEAD_DIM = 128
 SM_SCALE = 0.125
-PATHS = ("dsa_topk", "scores_torch", "scores_cudnn")
-LABELS = {"dsa_topk": "dsa-indexer indexer_topk", "scores_torch": "our scores + torch.topk",
+PATHS = ("dsa_topk", "scores_torch", "scores_cudnn", "dsa_topk_fused")
+LABELS = {"dsa_topk": "dsa-indexer indexer_topk", "dsa_topk_fused": "dsa-indexer indexer_topk, family=topk_fused", "scores_torch": "our scores + torch.topk",
           "scores_cudnn": "our scores + cuDNN-frontend top-k"}
 # issue 20's targets for the unfused path
 CUDNN_SLACK = 1.05  # no slower than scores + cuDNN-frontend's top-k, within 5 %
@@ -229,8 +229,9 @@ def load_cudnn_topk(wheel_dirs, site_dir: Path):
     return call, notes, ""
 
 
-def load_dsa_topk():
-    """(callable(c, x, k) or None, notes, reason): dsa_indexer.indexer_topk when the binding has it."""
+def load_dsa_topk(family=None):
+    """(callable(c, x, k) or None, notes, reason): dsa_indexer.indexer_topk when the binding has it
+    (family: a top-k family asked for by name, e.g. "topk_fused"; None: automatic)."""
     import dsa_indexer
 
     fn = getattr(dsa_indexer, "indexer_topk", None)
@@ -238,11 +239,16 @@ def load_dsa_topk():
         return None, [], ("this binding has no dsa_indexer.indexer_topk yet (branch topk-api); the C++ path's times are "
                           "the CLI's rows (dsa-indexer bench --op topk, --topk-cli-json)")
     params = inspect.signature(fn).parameters
+    if family is not None and "family" not in params:
+        return None, [], f"this binding's indexer_topk takes no family (wanted {family})"
+    if family is not None and family not in dsa_indexer._lib.families("topk"):
+        return None, [], f"this library has no top-k family {family}"
+    fam = {} if family is None else {"family": family}
     ws_size = getattr(dsa_indexer, "indexer_topk_workspace_size", None)
-    notes = [f"dsa_indexer.indexer_topk{inspect.signature(fn)}"]
+    notes = [f"dsa_indexer.indexer_topk{inspect.signature(fn)}" + (f" with family={family!r}" if family else "")]
 
     def call(c: TopkCase, x: Inputs, k: int, workspace=None):
-        kw = _score_kwargs(c, x)
+        kw = dict(_score_kwargs(c, x), **fam)
         if workspace is not None and "workspace" in params:
             kw["workspace"] = workspace
         r = fn(x.q, x.k, x.w, top_k=k, **kw)
@@ -252,7 +258,7 @@ def load_dsa_topk():
         if ws_size is None:
             return None
         try:
-            return int(ws_size(x.q, x.k, x.w, top_k=k, **_score_kwargs(c, x)))
+            return int(ws_size(x.q, x.k, x.w, top_k=k, **_score_kwargs(c, x), **fam))
         except Exception:  # noqa: BLE001 (a binding whose size query differs: not counted, said so)
             return None
 
@@ -304,6 +310,7 @@ def measure_topk(args, peers) -> dict:
     t_start = time.perf_counter()
     res = {"format": TOPK_FORMAT, "env": peers.environment(args), "cases": [], "paths": {}, "cli": None}
     dsa_call, dsa_notes, dsa_reason = load_dsa_topk()
+    fused_call, fused_notes, fused_reason = load_dsa_topk("topk_fused")
     cudnn_call, cudnn_notes, cudnn_reason = (None, [], "skipped (--skip cudnn)")
     if "cudnn" not in args.skip:
         cudnn_call, cudnn_notes, cudnn_reason = load_cudnn_topk(args.wheels, Path(args.site_dir or tempfile.mkdtemp(prefix="dsa_peers_site.")))
@@ -314,6 +321,8 @@ def measure_topk(args, peers) -> dict:
         "scores_torch": {"label": LABELS["scores_torch"], "available": True, "reason": "",
                          "notes": [f"dsa-indexer {dsa_indexer.version()} scores (automatic family) + torch.topk(sorted=False)"]},
         "scores_cudnn": {"label": LABELS["scores_cudnn"], "available": cudnn_call is not None, "reason": cudnn_reason, "notes": cudnn_notes},
+        "dsa_topk_fused": {"label": LABELS["dsa_topk_fused"], "available": fused_call is not None, "reason": fused_reason,
+                           "notes": fused_notes},
     }
     if args.topk_cli_json:
         res["cli"] = load_cli_rows(args.topk_cli_json)
@@ -341,6 +350,9 @@ def measure_topk(args, peers) -> dict:
                 if wb and dsa_call.takes_workspace:
                     ws = torch.empty(wb, dtype=torch.uint8, device="cuda")
                 fns["dsa_topk"] = [lambda x=x: dsa_call(c, x, k, ws) for x in sets]
+            if fused_call is not None:
+                # where the fused path's gates refuse the shape, the call raises: the cell says so
+                fns["dsa_topk_fused"] = [lambda x=x: fused_call(c, x, k) for x in sets]
             ref = None
             scores0 = _scores2d(c, sets[0])
             for p in PATHS:
@@ -523,9 +535,9 @@ def render_topk(r: dict) -> str:
              "(+ our workspace where it comes from the driver's pool); check = the selected sets of each path against "
              "indexer_topk's (else torch.topk's) on every row with >= k visible keys (ties at the k-th place counted apart).")
     L.append("")
-    L.append("| case | k | indexer_topk (cold / warm) | + torch.topk | + cuDNN top-k | vs cuDNN path | vs torch path | "
-             "select alone: ours / torch / cuDNN | peak: ours / scores paths | check |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("| case | k | indexer_topk (cold / warm) | + torch.topk | + cuDNN top-k | fused (cold / warm) | vs cuDNN path | "
+             "vs torch path | select alone: ours / torch / cuDNN | peak: ours / scores paths | check |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in r["cases"]:
         cells = []
         for p in PATHS:

@@ -104,9 +104,9 @@ dsa_indexer::TensorDesc indices_desc(const HostProblem& p, const DeviceBuffer& b
                  : TensorDesc::contiguous(b.get(), DType::i32, {p.batch, p.s_q, k});
 }
 
-dsa_indexer::IndexerOptions topk_options(const DeviceProblem& dp) {
+dsa_indexer::IndexerOptions topk_options(const DeviceProblem& dp, dsa_indexer::KernelFamily family = dsa_indexer::KernelFamily::automatic) {
   dsa_indexer::IndexerOptions o = dp.opt;
-  o.family = dsa_indexer::KernelFamily::automatic;
+  o.family = family;
   return o;
 }
 
@@ -191,13 +191,15 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const TopkCase& c) { return c.name.find(o.match) == std::string::npos; }),
                 cases.end());
   const dd::DeviceInfo& dev = dd::device_info(0);
-  fmt::print("\nbench --op topk: indexer_topk (unfused: block scores into a bounded workspace, then the exact selection; "
-             "indices only, caller-owned workspace) against the scores alone (automatic family) of the same shape; "
+  fmt::print("\nbench --op topk: indexer_topk (automatic: unfused = block scores into a bounded workspace, then the exact "
+             "selection; indices only, caller-owned workspace) against the scores alone (automatic family) of the same shape; "
              "x = topk / scores time; select = our selection kernel alone over the whole score matrix (warm); "
-             "memory = workspace + indices against the score matrix; check = sampled rows against a reference "
-             "selection of our own scores\n");
-  fmt::print("{:<36} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>6}  {}\n", "shape", "k", "scores c", "scores w",
-             "topk c", "topk w", "x c", "x w", "select", "topk MiB", "score MiB", "mem", "check");
+             "fused = family topk_fused by name where its gates hold (xf = fused / scores; its indices must equal the "
+             "unfused ones bitwise); memory = workspace + indices against the score matrix; check = sampled rows against a "
+             "reference selection of our own scores\n");
+  fmt::print("{:<36} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>6} {:>9}  {}\n", "shape", "k",
+             "scores c", "scores w", "topk c", "topk w", "x c", "x w", "select", "topk MiB", "score MiB", "mem", "fused c", "fused w",
+             "xf c", "fused MiB", "check");
   std::string json;
   for (auto& c : cases) {
     std::vector<DeviceProblem> sets = upload_sets(c.p, 42, 4);
@@ -261,22 +263,72 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
         sel_ind.download(b.data(), b.size() * 4);
         select_equal = a == b;
       }
+      // The fused path by name, where its gates hold: cold and warm, and its indices against the
+      // unfused path's (set 0) bitwise.
+      Timed fc, fw;
+      size_t ws_fused = 0;
+      bool fused_ran = false, fused_equal = false;
+      {
+        const dsa_indexer::IndexerOptions fo = topk_options(sets[0], dsa_indexer::KernelFamily::topk_fused);
+        const dd::Problem tp = dd::validate_topk(sets[0].tq, sets[0].tk, sets[0].tw, indices_desc(c.p, ind[0], k), fo, t, nullptr);
+        bool gate = true;
+        try {
+          dd::choose_family(tp, dev, dsa_indexer::KernelFamily::topk_fused, false);
+        } catch (const dsa_indexer::UnsupportedConfig&) {
+          gate = false;
+        }
+        if (gate) {
+          dsa_indexer::TopkOptions tf;
+          tf.k = k;
+          ws_fused = dsa_indexer::indexer_topk_workspace_size(sets[0].tq, sets[0].tk, sets[0].tw, indices_desc(c.p, ind[0], k), fo, tf);
+          DeviceBuffer wsf(ws_fused), fused_ind(static_cast<size_t>(rows * k) * 4);
+          tf.workspace = wsf.get();
+          tf.workspace_bytes = ws_fused;
+          auto fcall = [&](size_t i, CUstream st) {
+            const DeviceBuffer& out = i == 0 ? fused_ind : ind[i];
+            dsa_indexer::indexer_topk(sets[i].tq, sets[i].tk, sets[i].tw, indices_desc(c.p, out, k),
+                                      topk_options(sets[i], dsa_indexer::KernelFamily::topk_fused), tf, st);
+          };
+          {
+            dd::ScopedContext ctx(0);
+            for (int i = 0; i < 3; ++i) fcall(static_cast<size_t>(i) % sets.size(), nullptr);
+            fc = event_times(o.reps, nullptr, 1, [&](int i) { fcall(static_cast<size_t>(i) % sets.size(), nullptr); });
+          }
+          fw = graph_times(o.reps, 10, [&](CUstream st) { fcall(0, st); });
+          sync_device();
+          std::vector<int32_t> a(static_cast<size_t>(rows * k)), b(a.size());
+          ind[0].download(a.data(), a.size() * 4);
+          fused_ind.download(b.data(), b.size() * 4);
+          fused_equal = a == b;
+          fused_ran = true;
+        }
+      }
       const double topk_bytes = double(ws_bytes) + double(rows) * k * 4, score_bytes = double(rows) * cols * 4;
-      const std::string verdict = chk.mismatches == 0 && select_equal
-                                      ? fmt::format("ok ({} rows)", chk.rows)
-                                      : fmt::format("FAILED: {} of {} rows differ{}{}", chk.mismatches, chk.rows,
-                                                    select_equal ? "" : ", select alone != indexer_topk", chk.first.empty() ? "" : "; " + chk.first);
-      fmt::print("{:<36} {:>5} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} {:>9.1f} {:>9.0f} {:>9.0f} {:>6.3f}  {}\n", c.name, k,
-                 sc.median_us, sw.median_us, tc.median_us, tw.median_us, tc.median_us / sc.median_us, tw.median_us / sw.median_us,
-                 sel.median_us, mib(topk_bytes), mib(score_bytes), topk_bytes / score_bytes, verdict);
+      const double fused_bytes = double(ws_fused) + double(rows) * k * 4;
+      const bool ok = chk.mismatches == 0 && select_equal && (!fused_ran || fused_equal);
+      const std::string verdict = ok ? fmt::format("ok ({} rows)", chk.rows)
+                                     : fmt::format("FAILED: {} of {} rows differ{}{}{}", chk.mismatches, chk.rows,
+                                                   select_equal ? "" : ", select alone != indexer_topk",
+                                                   !fused_ran || fused_equal ? "" : ", fused != unfused",
+                                                   chk.first.empty() ? "" : "; " + chk.first);
+      auto opt_us = [&](const Timed& t) { return fused_ran ? fmt::format("{:.1f}", t.median_us) : std::string("-"); };
+      fmt::print("{:<36} {:>5} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} {:>9.1f} {:>9.0f} {:>9.0f} {:>6.3f} {:>9} {:>9} {:>6} "
+                 "{:>9}  {}\n",
+                 c.name, k, sc.median_us, sw.median_us, tc.median_us, tw.median_us, tc.median_us / sc.median_us,
+                 tw.median_us / sw.median_us, sel.median_us, mib(topk_bytes), mib(score_bytes), topk_bytes / score_bytes, opt_us(fc),
+                 opt_us(fw), fused_ran ? fmt::format("{:.3f}", fc.median_us / sc.median_us) : std::string("-"),
+                 fused_ran ? fmt::format("{:.0f}", mib(fused_bytes)) : std::string("-"), verdict);
       std::fflush(stdout);
       json += fmt::format("{}    {{\"name\": \"{}\", \"k\": {}, \"rows\": {}, \"cols\": {}, \"scores_cold_us\": {:.2f}, \"scores_warm_us\": {:.2f}, "
                           "\"topk_cold_us\": {:.2f}, \"topk_cold_min_us\": {:.2f}, \"topk_warm_us\": {:.2f}, \"select_us\": {:.2f}, "
                           "\"workspace_bytes\": {}, \"indices_bytes\": {}, \"scores_bytes\": {}, \"checked_rows\": {}, "
-                          "\"mismatched_rows\": {}, \"select_equal\": {}}}",
+                          "\"mismatched_rows\": {}, \"select_equal\": {}, \"fused_cold_us\": {}, \"fused_warm_us\": {}, "
+                          "\"fused_workspace_bytes\": {}, \"fused_equal\": {}}}",
                           json.empty() ? "" : ",\n", c.name, k, rows, cols, sc.median_us, sw.median_us, tc.median_us, tc.min_us,
                           tw.median_us, sel.median_us, ws_bytes, rows * k * 4, rows * cols * 4, chk.rows, chk.mismatches,
-                          select_equal ? "true" : "false");
+                          select_equal ? "true" : "false", fused_ran ? fmt::format("{:.2f}", fc.median_us) : "null",
+                          fused_ran ? fmt::format("{:.2f}", fw.median_us) : "null", ws_fused,
+                          fused_ran ? (fused_equal ? "true" : "false") : "null");
     }
   }
   return json;
