@@ -23,9 +23,16 @@ typedef enum dsa_status {
 } dsa_status;
 
 /* dtype codes: same values as dsa_indexer::DType */
-enum { DSA_BF16 = 0, DSA_F16 = 1, DSA_F32 = 2, DSA_I32 = 3, DSA_I64 = 4, DSA_F64 = 5 };
+enum { DSA_BF16 = 0, DSA_F16 = 1, DSA_F32 = 2, DSA_I32 = 3, DSA_I64 = 4, DSA_F64 = 5, DSA_E4M3 = 6, DSA_E5M2 = 7 };
 enum { DSA_THD_LOCAL = 0, DSA_THD_GLOBAL = 1 };
-enum { DSA_FAMILY_AUTO = 0, DSA_FAMILY_GENERIC = 1, DSA_FAMILY_REFERENCE = 2, DSA_FAMILY_LEAN = 3, DSA_FAMILY_TOPK_UNFUSED = 4 };
+enum {
+  DSA_FAMILY_AUTO = 0,
+  DSA_FAMILY_GENERIC = 1,
+  DSA_FAMILY_REFERENCE = 2,
+  DSA_FAMILY_LEAN = 3,
+  DSA_FAMILY_TOPK_UNFUSED = 4,
+  DSA_FAMILY_TOPK_FUSED = 5
+};
 
 /* rank 0 and data NULL: "not given". shape/strides in elements, outermost first. */
 typedef struct dsa_tensor {
@@ -53,6 +60,11 @@ typedef struct dsa_options {
   dsa_tensor ke;
   dsa_tensor lse;
   int32_t family;
+  /* Appended in 0.1.1 (FP8 inputs, e4m3 q and k): optional fp32 per-row scales, as the C++
+   * IndexerOptions::q_scale / k_scale. A caller built against the older, smaller struct (its
+   * struct_size ends before q_scale) gets them as not given. */
+  dsa_tensor q_scale;
+  dsa_tensor k_scale;
 } dsa_options;
 
 /* The top-k operation (dsa_indexer/topk.hpp): per query row, the k best keys of the scores

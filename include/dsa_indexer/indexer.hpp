@@ -75,6 +75,17 @@ struct IndexerOptions {
   // Optional fp32 (B, S_q) or (T_q,): lse = log sum_{visible j} exp(scores), -inf if empty.
   TensorDesc lse;
 
+  // FP8 inputs (q and k both e4m3): optional fp32 per-row scales, q_scale (B, S_q, H) / THD
+  // (T_q, H) and k_scale (B, S_k, 1) or (B, S_k) / THD (T_k, 1) or (T_k,); not given: 1. Then
+  //   scores = sm_scale * sum_h w[h] * relu(q_scale[h] * k_scale[j] * (q8[h,:] . k8[j,:]))
+  // with the fp8 products accumulated in fp32. The library computes it, in this fixed order, as
+  //   sm_scale * (k_scale[j] * sum_h (w[h] * q_scale[h]) * relu(q8[h,:] . k8[j,:]))
+  // which is equal when every scale is finite and > 0: the caller's duty (not checked on the
+  // device: a scale <= 0 or not finite gives unspecified scores, never a fault). Given with bf16
+  // q/k they are an InvalidArgument.
+  TensorDesc q_scale;
+  TensorDesc k_scale;
+
   KernelFamily family = KernelFamily::automatic;
 
   // Every operand's data pointer is checked with the driver (one cuPointerGetAttributes each:

@@ -9,7 +9,9 @@
 
 namespace dsa_indexer {
 
-enum class DType : int32_t { bf16 = 0, f16 = 1, f32 = 2, i32 = 3, i64 = 4, f64 = 5 };
+// e4m3: FP8 E4M3 (torch.float8_e4m3fn: no infinities, 0x7f / 0xff NaN); e5m2: FP8 E5M2, named so
+// that it is refused as what it is (no family computes from it).
+enum class DType : int32_t { bf16 = 0, f16 = 1, f32 = 2, i32 = 3, i64 = 4, f64 = 5, e4m3 = 6, e5m2 = 7 };
 
 DSA_INDEXER_API const char* dtype_name(DType t);
 DSA_INDEXER_API int64_t dtype_size(DType t);

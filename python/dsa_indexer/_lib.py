@@ -43,8 +43,9 @@ from .errors import (
 MAX_RANK = 4
 
 # dtype codes (enum DSA_BF16 ... in c_api.h, the same values as dsa_indexer::DType)
-DSA_BF16, DSA_F16, DSA_F32, DSA_I32, DSA_I64, DSA_F64 = range(6)
-DTYPE_NAMES = {DSA_BF16: "bf16", DSA_F16: "f16", DSA_F32: "f32", DSA_I32: "i32", DSA_I64: "i64", DSA_F64: "f64"}
+DSA_BF16, DSA_F16, DSA_F32, DSA_I32, DSA_I64, DSA_F64, DSA_E4M3, DSA_E5M2 = range(8)
+DTYPE_NAMES = {DSA_BF16: "bf16", DSA_F16: "f16", DSA_F32: "f32", DSA_I32: "i32", DSA_I64: "i64", DSA_F64: "f64",
+               DSA_E4M3: "e4m3", DSA_E5M2: "e5m2"}
 
 THD_COLUMNS = {"local": 0, "global": 1}
 
@@ -88,6 +89,8 @@ class DsaOptions(ctypes.Structure):
         ("ke", DsaTensor),
         ("lse", DsaTensor),
         ("family", ctypes.c_int32),
+        ("q_scale", DsaTensor),  # FP8 (0.1.1): optional fp32 per-row scales
+        ("k_scale", DsaTensor),
     ]
 
 

@@ -105,6 +105,8 @@ def test_dtype_codes_match_header():
         "DSA_I32": _lib.DSA_I32,
         "DSA_I64": _lib.DSA_I64,
         "DSA_F64": _lib.DSA_F64,
+        "DSA_E4M3": _lib.DSA_E4M3,
+        "DSA_E5M2": _lib.DSA_E5M2,
     }
 
 

@@ -58,9 +58,13 @@ dsa_status guarded(F f) {
 dsa_indexer::IndexerOptions to_options(const dsa_options* options, const char* where) {
   using dsa_indexer::InvalidArgument;
   if (!options) throw InvalidArgument(std::string(where) + ": options: expected a dsa_options (see dsa_options_init), got NULL");
-  if (options->struct_size != sizeof(dsa_options))
+  // The struct only grows: 0.1.0's ended before q_scale (its callers get no scales).
+  constexpr std::size_t kV1Size = offsetof(dsa_options, q_scale);
+  const bool v1 = options->struct_size == kV1Size;
+  if (options->struct_size != sizeof(dsa_options) && !v1)
     throw InvalidArgument(std::string(where) + ": options.struct_size: expected " + std::to_string(sizeof(dsa_options)) +
-                          " (call dsa_options_init), got " + std::to_string(options->struct_size));
+                          " (call dsa_options_init; " + std::to_string(kV1Size) + " from 0.1.0's header), got " +
+                          std::to_string(options->struct_size));
   dsa_indexer::IndexerOptions o;
   o.ratio = options->ratio;
   o.sm_scale = options->sm_scale;
@@ -76,6 +80,10 @@ dsa_indexer::IndexerOptions to_options(const dsa_options* options, const char* w
   o.ke = to_desc(options->ke);
   o.lse = to_desc(options->lse);
   o.family = static_cast<dsa_indexer::KernelFamily>(options->family);
+  if (!v1) {
+    o.q_scale = to_desc(options->q_scale);
+    o.k_scale = to_desc(options->k_scale);
+  }
   return o;
 }
 

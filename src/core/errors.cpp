@@ -28,6 +28,8 @@ const char* dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::f64: return "f64";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
   }
   return "unknown-dtype";
 }
@@ -40,6 +42,8 @@ int64_t dtype_size(DType t) {
     case DType::i32: return 4;
     case DType::i64:
     case DType::f64: return 8;
+    case DType::e4m3:
+    case DType::e5m2: return 1;
   }
   return 0;
 }

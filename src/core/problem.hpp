@@ -53,6 +53,8 @@ struct Problem {
   bool has_offsets = false;
   bool has_windows = false;
   bool has_lse = false;
+  bool has_q_scale = false;  // FP8: q_scale given (else 1)
+  bool has_k_scale = false;  // FP8: k_scale given (else 1)
   int32_t device = 0;
 
   const void* q = nullptr;
@@ -65,6 +67,8 @@ struct Problem {
   const void* cu_k = nullptr;
   const void* ks = nullptr;
   const void* ke = nullptr;
+  const void* q_scale = nullptr;      // fp32
+  const void* k_scale = nullptr;      // fp32
 
   // Strides in elements. Dimensions of extent 1 carry the nested (contiguous) stride so that
   // TMA descriptors built from them satisfy the driver's nesting rule.
@@ -75,6 +79,8 @@ struct Problem {
   int64_t lse_stride[2] = {0, 0};     // batch, row
   int64_t win_stride[2] = {0, 0};     // batch, row (ks and ke share strides)
   int64_t offsets_stride = 1;
+  int64_t q_scale_stride[3] = {0, 0, 0};  // batch, token, head (THD: batch stride 0)
+  int64_t k_scale_stride[2] = {0, 0};     // batch, token
 
   TopkOutputs topk;                   // Operation::topk only
   TopkSweepOutputs sweep;             // Operation::topk_sweep only

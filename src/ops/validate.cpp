@@ -47,7 +47,7 @@ void check_dim(const TensorDesc& t, const char* name, int dim, int64_t want, con
 void check_common(const TensorDesc& t, const char* name, int32_t device) {
   if (t.rank < 1 || t.rank > kMaxRank) bad(fmt::format("{}.rank", name), fmt::format("1..{}", kMaxRank), std::to_string(t.rank));
   int dt = static_cast<int>(t.dtype);
-  if (dt < 0 || dt > static_cast<int>(DType::f64)) bad(fmt::format("{}.dtype", name), "a valid DType code", std::to_string(dt));
+  if (dt < 0 || dt > static_cast<int>(DType::e5m2)) bad(fmt::format("{}.dtype", name), "a valid DType code", std::to_string(dt));
   for (int i = 0; i < t.rank; ++i) {
     if (t.shape[i] < 0) bad(fmt::format("{}.shape[{}]", name, i), ">= 0", std::to_string(t.shape[i]));
     if (t.strides[i] < 0) bad(fmt::format("{}.strides[{}]", name, i), ">= 0", std::to_string(t.strides[i]));
@@ -182,9 +182,15 @@ Problem validate_call(const char* where, const TensorDesc& q, const TensorDesc& 
   if (opt.family != KernelFamily::automatic && !family_known(opt.family))
     bad("family", fmt::format("automatic (0), {}", family_options()), std::to_string(static_cast<int>(opt.family)));
 
+  // ---- input precision: bf16, or FP8 E4M3 for both q and k ----
+  if (q.dtype == DType::e5m2) unsupported("q.dtype", "bf16 or e4m3 (float8_e4m3fn)", "e5m2 (no family computes from FP8 E5M2)");
+  if (q.dtype != DType::bf16 && q.dtype != DType::e4m3) bad("q.dtype", "bf16 or e4m3", dtype_name(q.dtype));
+  if (k.dtype != q.dtype) bad("k.dtype", fmt::format("{}, as q", dtype_name(q.dtype)), dtype_name(k.dtype));
+  p.qk_dtype = q.dtype;
+  const bool fp8 = q.dtype == DType::e4m3;
+  const int64_t tma_multiple = 16 / dtype_size(q.dtype);  // elements per 16 bytes
+
   // ---- q ----
-  check_dtype(q, "q", DType::bf16);
-  check_dtype(k, "k", DType::bf16);
   if (thd) {
     check_rank(q, "q", 3, "(T_q, H, D) for THD");
     check_rank(k, "k", 3, "(T_k, 1, D) for THD");
@@ -200,8 +206,8 @@ Problem validate_call(const char* where, const TensorDesc& q, const TensorDesc& 
   p.head_dim = static_cast<int32_t>(D);
 
   int64_t qs[4] = {0, 0, 0, 0}, ks_[4] = {0, 0, 0, 0};
-  nested_strides(q, "q", qs, 8);
-  nested_strides(k, "k", ks_, 8);
+  nested_strides(q, "q", qs, tma_multiple);
+  nested_strides(k, "k", ks_, tma_multiple);
   if (reinterpret_cast<uintptr_t>(q.data) % 16) bad("q.data", "16-byte aligned (TMA)", fmt::format("{:#x}", reinterpret_cast<uintptr_t>(q.data)));
   if (reinterpret_cast<uintptr_t>(k.data) % 16) bad("k.data", "16-byte aligned (TMA)", fmt::format("{:#x}", reinterpret_cast<uintptr_t>(k.data)));
   if (k.shape[hd] != 1) unsupported(fmt::format("k.shape[{}] (KV heads)", hd), "1 (MQA: one KV head)", std::to_string(k.shape[hd]));
@@ -283,6 +289,49 @@ Problem validate_call(const char* where, const TensorDesc& q, const TensorDesc& 
     check_dim(w, "w", 1, p.s_q, "S_q");
     check_dim(w, "w", 2, H, "H");
     p.w_stride[0] = w.strides[0]; p.w_stride[1] = w.strides[1]; p.w_stride[2] = w.strides[2];
+  }
+
+  // ---- FP8 scales ----
+  const bool has_qsc = opt.q_scale.present(), has_ksc = opt.k_scale.present();
+  if (!fp8 && (has_qsc || has_ksc))
+    bad(has_qsc ? "q_scale" : "k_scale", "not given for bf16 q/k (the scales apply to e4m3 inputs)", "given");
+  if (has_qsc) {
+    const TensorDesc& t = opt.q_scale;
+    check_common(t, "q_scale", dev);
+    check_dtype(t, "q_scale", DType::f32);
+    if (thd) {
+      check_rank(t, "q_scale", 2, "(T_q, H) for THD");
+      check_dim(t, "q_scale", 0, p.t_q, "T_q");
+      check_dim(t, "q_scale", 1, H, "H");
+      p.q_scale_stride[0] = 0; p.q_scale_stride[1] = t.strides[0]; p.q_scale_stride[2] = t.strides[1];
+    } else {
+      check_rank(t, "q_scale", 3, "(B, S_q, H) for BSHD");
+      check_dim(t, "q_scale", 0, p.batch, "B");
+      check_dim(t, "q_scale", 1, p.s_q, "S_q");
+      check_dim(t, "q_scale", 2, H, "H");
+      p.q_scale_stride[0] = t.strides[0]; p.q_scale_stride[1] = t.strides[1]; p.q_scale_stride[2] = t.strides[2];
+    }
+    p.has_q_scale = true;
+    p.q_scale = t.data;
+  }
+  if (has_ksc) {
+    const TensorDesc& t = opt.k_scale;
+    check_common(t, "k_scale", dev);
+    check_dtype(t, "k_scale", DType::f32);
+    if (thd) {
+      if (t.rank != 1 && t.rank != 2) check_rank(t, "k_scale", 1, "(T_k,) or (T_k, 1) for THD");
+      check_dim(t, "k_scale", 0, p.t_k, "T_k");
+      if (t.rank == 2) check_dim(t, "k_scale", 1, 1, "1 (one KV head)");
+      p.k_scale_stride[0] = 0; p.k_scale_stride[1] = t.strides[0];
+    } else {
+      if (t.rank != 2 && t.rank != 3) check_rank(t, "k_scale", 2, "(B, S_k) or (B, S_k, 1) for BSHD");
+      check_dim(t, "k_scale", 0, p.batch, "B");
+      check_dim(t, "k_scale", 1, p.s_k, "S_k");
+      if (t.rank == 3) check_dim(t, "k_scale", 2, 1, "1 (one KV head)");
+      p.k_scale_stride[0] = t.strides[0]; p.k_scale_stride[1] = t.strides[1];
+    }
+    p.has_k_scale = true;
+    p.k_scale = t.data;
   }
 
   outputs(p);

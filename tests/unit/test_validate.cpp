@@ -284,3 +284,100 @@ TEST_CASE("validate: device cu_seqlens are read in chunks, pointer checked befor
   CHECK(validate(n.q, n.k, n.w, n.out, n.opt, copy).cu_k_host[3] == 16);
   CHECK(reads == 2);
 }
+
+// FP8 inputs (issue 22): e4m3 q and k with optional fp32 per-row scales; every bad input a typed
+// error naming the parameter, raised before anything is compiled or launched.
+namespace {
+Call fp8_call(int64_t B = 2, int64_t sq = 256, int64_t sk = 128, int64_t H = 64) {
+  Call c = bshd_call(B, sq, sk, H);
+  c.q.dtype = DType::e4m3;
+  c.k.dtype = DType::e4m3;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("validate: FP8 E4M3 inputs and their scales", "[validate][fp8]") {
+  Call c = fp8_call();
+  Problem p = run(c);
+  CHECK(p.qk_dtype == DType::e4m3);
+  CHECK_FALSE(p.has_q_scale);
+  CHECK_FALSE(p.has_k_scale);
+  c.opt.q_scale = TensorDesc::contiguous(fake(0x700000), DType::f32, {2, 256, 64});
+  c.opt.k_scale = TensorDesc::contiguous(fake(0x800000), DType::f32, {2, 128, 1});
+  p = run(c);
+  CHECK(p.has_q_scale);
+  CHECK(p.has_k_scale);
+  CHECK(p.q_scale_stride[0] == 256 * 64);
+  CHECK(p.q_scale_stride[1] == 64);
+  CHECK(p.q_scale_stride[2] == 1);
+  CHECK(p.k_scale_stride[0] == 128);
+  CHECK(p.k_scale_stride[1] == 1);
+  c.opt.k_scale = TensorDesc::contiguous(fake(0x800000), DType::f32, {2, 128});  // (B, S_k) too
+  CHECK(run(c).k_scale_stride[1] == 1);
+  // THD: (T_q, H) and (T_k,) or (T_k, 1)
+  ThdCall t;
+  make_thd(t, 32);
+  t.q.dtype = t.k.dtype = DType::e4m3;
+  t.opt.q_scale = TensorDesc::contiguous(fake(0x700000), DType::f32, {12, 32});
+  t.opt.k_scale = TensorDesc::contiguous(fake(0x800000), DType::f32, {16});
+  p = run(t);
+  CHECK(p.q_scale_stride[1] == 32);
+  CHECK(p.k_scale_stride[1] == 1);
+  t.opt.k_scale = TensorDesc::contiguous(fake(0x800000), DType::f32, {16, 1});
+  CHECK_NOTHROW(run(t));
+}
+
+TEST_CASE("validate: FP8 bad input names the parameter", "[validate][fp8]") {
+  auto err = [](const Call& c) {
+    try {
+      run(c);
+    } catch (const dsa_indexer::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // fp8 q with bf16 k, and the reverse
+  Call a = fp8_call();
+  a.k.dtype = DType::bf16;
+  CHECK_THAT(err(a), Contains("k.dtype: expected e4m3, as q, got bf16"));
+  Call b = bshd_call();
+  b.k.dtype = DType::e4m3;
+  CHECK_THAT(err(b), Contains("k.dtype: expected bf16, as q, got e4m3"));
+  // E5M2: a format no family computes from
+  Call c = fp8_call();
+  c.q.dtype = c.k.dtype = DType::e5m2;
+  CHECK_THROWS_AS(run(c), UnsupportedConfig);
+  CHECK_THAT(err(c), Contains("q.dtype") && Contains("e5m2"));
+  // scales with bf16 inputs
+  Call d = bshd_call();
+  d.opt.q_scale = TensorDesc::contiguous(fake(0x700000), DType::f32, {2, 256, 64});
+  CHECK_THAT(err(d), Contains("q_scale: expected not given for bf16 q/k"));
+  Call d2 = bshd_call();
+  d2.opt.k_scale = TensorDesc::contiguous(fake(0x800000), DType::f32, {2, 128});
+  CHECK_THAT(err(d2), Contains("k_scale: expected not given for bf16 q/k"));
+  // wrong dtype, shape, rank, device
+  Call e = fp8_call();
+  e.opt.q_scale = TensorDesc::contiguous(fake(0x700000), DType::bf16, {2, 256, 64});
+  CHECK_THAT(err(e), Contains("q_scale.dtype: expected f32, got bf16"));
+  Call f = fp8_call();
+  f.opt.q_scale = TensorDesc::contiguous(fake(0x700000), DType::f32, {2, 256, 32});
+  CHECK_THAT(err(f), Contains("q_scale.shape[2]") && Contains("64"));
+  Call g = fp8_call();
+  g.opt.k_scale = TensorDesc::contiguous(fake(0x800000), DType::f32, {2, 128, 2});
+  CHECK_THAT(err(g), Contains("k_scale.shape[2]"));
+  Call h = fp8_call();
+  h.opt.k_scale = TensorDesc::contiguous(fake(0x800000), DType::f32, {256});
+  CHECK_THAT(err(h), Contains("k_scale") && Contains("rank"));
+  Call i = fp8_call();
+  i.opt.k_scale = TensorDesc::contiguous(fake(0x800000), DType::f32, {2, 64});
+  CHECK_THAT(err(i), Contains("k_scale.shape[1]") && Contains("128"));
+  Call j = fp8_call();
+  j.opt.q_scale = TensorDesc::contiguous(fake(0x700000), DType::f32, {2, 256, 64});
+  j.opt.q_scale.device = 1;
+  CHECK_THAT(err(j), Contains("q_scale"));
+  // TMA: an e4m3 row stride must be a multiple of 16 elements (16 bytes)
+  Call k = fp8_call();
+  k.q.strides[2] = 64 * 128 + 8;
+  k.q.strides[1] = k.q.strides[2];
+  CHECK_THAT(err(k), Contains("q.strides") && Contains("16 elements"));
+}
