@@ -31,6 +31,26 @@ struct DsaArgs {
   i32 pad_;
 };
 
+// FP8 inputs: the fp32 per-row scales (0 = not given: 1). A launch parameter of its own, after
+// the others, so that the bf16 variants' parameters keep their offsets (and their code its bits).
+struct DsaScales {
+  u64 q_scale, k_scale;
+  i64 q_scale_stride[3];  // batch, token, head
+  i64 k_scale_stride[2];  // batch, token
+};
+
+// The input precision of q and k: the variant's kInput, rendered only when not bf16 (variants
+// from before FP8 keep their sources), so it is read through InputOf.
+enum InputPrecision : i32 { kInputBf16 = 0, kInputE4m3 = 1 };
+template <class Cfg, class = void>
+struct InputOf {
+  static constexpr i32 value = kInputBf16;
+};
+template <class Cfg>
+struct InputOf<Cfg, decltype(void(Cfg::kInput))> {
+  static constexpr i32 value = Cfg::kInput;
+};
+
 // Persistent families: the extent of the static schedule (work items = q-tiles x batch).
 struct TileGrid {
   i64 num_tiles;

@@ -27,7 +27,7 @@ namespace dsa {
 template <class Cfg>
 struct GenericSmem {
   using T = GenericTraits<Cfg>;
-  static constexpr int kOffQ = 0;                                     // [consumer][D half][256 rows][128 B]
+  static constexpr int kOffQ = 0;                                     // [consumer][D box][256 rows][128 B]
   static constexpr int kOffKv = kOffQ + T::kConsumers * T::kQBytes;   // [stage][D half][64 rows][128 B]
   static constexpr int kOffW = kOffKv + T::kStages * T::kKvBytes;     // [2][kWFloats] fp32
   static constexpr int kOffInfo = kOffW + 2 * T::kWFloats * 4;        // [2] TileInfo
@@ -49,7 +49,7 @@ constexpr u32 kBarConsumer0 = 4;  // one consumer warpgroup (4 and 5)
 template <class Cfg>
 __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
     sm90_indexer_generic(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const DsaArgs a,
-                         const TileGrid grid) {
+                         const TileGrid grid, const DsaScales sc) {
   using T = GenericTraits<Cfg>;
   using L = GenericSmem<Cfg>;
   extern __shared__ u8 smem_raw[];
@@ -101,15 +101,15 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
         // The first KV tiles go out before Q so that they are in flight while the consumers
         // finish the previous q-tile (Q cannot be double-buffered: it is 128 KB).
         const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
-        for (i32 it = 0; it < pre; ++it) load_kv_tile<T::kStages, Cfg::kLayout == kLayoutBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, batch);
+        for (i32 it = 0; it < pre; ++it) load_kv_tile<T::kStages, Cfg::kLayout == kLayoutBshd, T::kFp8>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, batch);
         for (int g = 0; g < T::kConsumers; ++g) {
           mbarrier_wait(&q_empty[g], (q_uses & 1) ^ 1);
           mbarrier_arrive_expect_tx(&q_full[g], T::kQBytes);
-          load_q_rows<Cfg::kLayout == kLayoutBshd>(q_map, smem + L::kOffQ + g * T::kQBytes, &q_full[g],
+          load_q_rows<Cfg::kLayout == kLayoutBshd, T::kFp8>(q_map, smem + L::kOffQ + g * T::kQBytes, &q_full[g],
                                                    tok0 + g * T::kTokensPerConsumer, batch);
         }
         ++q_uses;
-        for (i32 it = pre; it < n_kv; ++it) load_kv_tile<T::kStages, Cfg::kLayout == kLayoutBshd>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, batch);
+        for (i32 it = pre; it < n_kv; ++it) load_kv_tile<T::kStages, Cfg::kLayout == kLayoutBshd, T::kFp8>(k_map, smem + L::kOffKv, kv_full, kv_empty, stage, phase, kv_begin, it, batch);
       }
       return;
     }
@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
       i32 batch, tok0;
       decode_tile<Cfg>(a, grid, lin, batch, tok0);
       if (warp == 1) compute_tile_info<Cfg>(a, info[wb], batch, tok0, lane);
-      load_tile_weights<Cfg>(a, w_s + wb * T::kWFloats, batch, tok0, ht);
+      if constexpr (T::kFp8) load_tile_weights<Cfg, true>(a, w_s + wb * T::kWFloats, batch, tok0, ht, sc.q_scale, sc.q_scale_stride);
+      else load_tile_weights<Cfg>(a, w_s + wb * T::kWFloats, batch, tok0, ht);
       named_barrier_sync(kBarHelpers, T::kHelperThreads);
       mbarrier_arrive(&w_full[wb]);
       fill_uncovered<Cfg>(a, info[wb], ht);
@@ -152,6 +153,13 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
     const int wb = static_cast<int>(iter & 1);
     mbarrier_wait(&w_full[wb], static_cast<u32>((iter >> 1) & 1));
     const TileInfo& ti = info[wb];
+    // FP8: the KV rows' scales of this q-tile's batch (BSHD) or of the packed K (THD); none: 1.
+    KScales k_scale;
+    if constexpr (T::kFp8) if (sc.k_scale != 0) {
+      k_scale.p = reinterpret_cast<const float*>(sc.k_scale) + (Cfg::kLayout == kLayoutBshd ? ti.batch * sc.k_scale_stride[0] : 0);
+      k_scale.stride = sc.k_scale_stride[1];
+      k_scale.k_rows = Cfg::kLayout == kLayoutBshd ? a.s_k : a.t_k;
+    }
     const i32 n_kv = ti.n_kv;
     const i64 kv_begin = ti.kv_begin, full_lo = ti.full_lo, full_hi = ti.full_hi;
     EpilogueRows<Cfg> rows;
@@ -174,7 +182,7 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
         mbarrier_wait(&kv_full[stage], phase);
         named_barrier_sync(my_bar, 256);
         const u32 kv_base = kv_base0 + stage * T::kKvBytes;
-        mma_kv_tile(acc, kv_base, q_base);
+        mma_tile<T::kFp8>(acc, kv_base, q_base);
         named_barrier_arrive(other_bar, 256);
         wgmma_wait_group<0>();
         wgmma_fence_operands(acc);
@@ -185,7 +193,10 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
         }
         const i64 kabs0 = kv_begin + static_cast<i64>(it) * T::kKvRows;
         const bool masked = !(kabs0 >= full_lo && kabs0 + T::kKvRows <= full_hi);
-        epilogue_tile<Cfg>(acc, w_cls, rows, kabs0, masked, a.sm_scale, out, a.out_cols, warp_in_wg, lane);
+        if constexpr (T::kFp8)
+          epilogue_tile<Cfg, true>(acc, w_cls, rows, kabs0, masked, a.sm_scale, out, a.out_cols, warp_in_wg, lane, k_scale);
+        else
+          epilogue_tile<Cfg>(acc, w_cls, rows, kabs0, masked, a.sm_scale, out, a.out_cols, warp_in_wg, lane);
       }
       if (lane == 0) mbarrier_arrive(&q_empty[cg]);
       ++q_uses;

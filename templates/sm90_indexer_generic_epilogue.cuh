@@ -45,21 +45,42 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
 // w_cls: shared address of this lane class's weights of the warpgroup's tokens.
 // acc: the m64n256 accumulators of one KV tile (rows = 64 KV rows, columns = this warpgroup's
 // 256 packed (token, head) rows). kabs0: absolute K row of the tile's row 0.
-template <class Cfg>
+// FP8 scales of KV rows: k_scale (null: no scales) is the batch's (BSHD) or the packed K's (THD)
+// row scales, row r at r * stride, rows [0, k_rows) (a tile's rows past them, zero-filled by
+// TMA and never stored, read nothing).
+struct KScales {
+  const float* p = nullptr;
+  i64 stride = 1, k_rows = 0;
+};
+
+// kKScaled (FP8): a cell is sm_scale * (k_scale * head sum), in that fixed order.
+template <class Cfg, bool kKScaled = false>
 __device__ __forceinline__ void epilogue_tile(const float (&acc)[128], u32 w_cls, EpilogueRows<Cfg>& rows,
                                               i64 kabs0, bool masked, float sm_scale, float* out, i64 out_cols,
-                                              int warp_in_wg, int lane) {
+                                              int warp_in_wg, int lane, KScales ks = KScales{}) {
   using T = GenericTraits<Cfg>;
   constexpr int H = T::kHeads, TPW = T::kTokensPerConsumer, P = 2 * TPW;
   float part[P];
   head_sum<H, TPW>(acc, SmemWeights<H>{w_cls}, part, lane);
   // (3) part[j]: token slot j >> 1, accumulator row 16 * warp + lane / 4 + 8 * (j & 1)
   const i64 kr = kabs0 + 16 * warp_in_wg + (lane >> 2);
+  float ksc[2] = {1.0f, 1.0f};
+  if constexpr (kKScaled) {
+    if (ks.p != nullptr) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const i64 kabs = kr + 8 * e;
+        if (kabs < ks.k_rows) ksc[e] = __ldg(ks.p + kabs * ks.stride);
+      }
+    }
+  }
 #pragma unroll
   for (int j = 0; j < P / 4; ++j) {
     const int slot = j >> 1;
     const i64 kabs = kr + 8 * (j & 1);
-    float v = part[j] * sm_scale;
+    float v;
+    if constexpr (kKScaled) v = (part[j] * ksc[j & 1]) * sm_scale;
+    else v = part[j] * sm_scale;
     const i64 col = kabs - rows.col0[slot];
     if (masked) {
       if (!rows.valid[slot] || col < 0 || col >= out_cols) continue;

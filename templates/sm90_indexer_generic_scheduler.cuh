@@ -22,10 +22,9 @@ struct GenericTraits {
   static constexpr int kTokensPerTile = kConsumers * kTokensPerConsumer;
   static constexpr int kKvRows = dsa::kKvRows;              // wgmma M: one KV tile
   static constexpr int kStages = Cfg::kKvStages;
-  static constexpr int kHalfBytesQ = dsa::kHalfBytesQ;      // one 64-wide D half of a consumer's Q
-  static constexpr int kQBytes = dsa::kQBytes;              // 64 KB per consumer
-  static constexpr int kHalfBytesKv = dsa::kHalfBytesKv;
-  static constexpr int kKvBytes = dsa::kKvBytes;            // 16 KB per stage
+  static constexpr bool kFp8 = InputOf<Cfg>::value == kInputE4m3;  // q and k E4M3 (else bf16)
+  static constexpr int kQBytes = InputTiles<kFp8>::kQBytes;    // 64 KB per consumer (FP8: 32 KB)
+  static constexpr int kKvBytes = InputTiles<kFp8>::kKvBytes;  // 16 KB per stage (FP8: 8 KB)
   // Weights as fp32, permuted so that lane class c = lane & 3 reads its H/4 weights per token as
   // float4s: [c][token][h/8][h&1]; classes are padded by 4 floats so the four classes of a warp
   // hit different banks.
@@ -127,8 +126,12 @@ __device__ __forceinline__ void compute_tile_info(const DsaArgs& a, TileInfo& ti
 }
 
 // All helpers: the tile's weights as fp32 in the permuted layout, 0 for rows past the end.
-template <class Cfg>
-__device__ __forceinline__ void load_tile_weights(const DsaArgs& a, float* w_s, i32 batch, i32 tok0, int ht) {
+// FP8 (kQScaled): the row's q scale folds into its weight (ReLU commutes with a positive scale),
+// one fp32 product per (token, head), so the head sum is w[h] * q_scale[h] * relu(q8 . k8);
+// q_scale 0: not given.
+template <class Cfg, bool kQScaled = false>
+__device__ __forceinline__ void load_tile_weights(const DsaArgs& a, float* w_s, i32 batch, i32 tok0, int ht, u64 q_scale = 0,
+                                                  const i64* q_scale_stride = nullptr) {
   using T = GenericTraits<Cfg>;
   constexpr int H = T::kHeads;
 #pragma unroll 1
@@ -141,6 +144,13 @@ __device__ __forceinline__ void load_tile_weights(const DsaArgs& a, float* w_s, 
       const i64 off = (Cfg::kLayout == kLayoutBshd ? batch * a.w_stride[0] : 0) + tok * a.w_stride[1] + h * a.w_stride[2];
       if (Cfg::kWeightsF32) v = __ldg(reinterpret_cast<const float*>(a.w) + off);
       else v = bf16_bits_to_float(__ldg(reinterpret_cast<const u16*>(a.w) + off));
+      if constexpr (kQScaled) {
+        if (q_scale != 0) {
+          const i64 so = (Cfg::kLayout == kLayoutBshd ? batch * q_scale_stride[0] : 0) + tok * q_scale_stride[1] +
+                         h * q_scale_stride[2];
+          v *= __ldg(reinterpret_cast<const float*>(q_scale) + so);
+        }
+      }
     }
     const int c = (h & 7) >> 1;
     w_s[c * T::kWClassStride + r * (H / 4) + (h >> 3) * 2 + (h & 1)] = v;

@@ -19,22 +19,35 @@ constexpr int kHalfBytesQ = kPackedRows * 128;
 constexpr int kQBytes = 2 * kHalfBytesQ;       // 64 KB per consumer
 constexpr int kHalfBytesKv = kKvRows * 128;
 constexpr int kKvBytes = 2 * kHalfBytesKv;     // 16 KB per stage
+// FP8 (E4M3): a 128-byte swizzled row holds all 128 columns of D, so a tile is one box.
+constexpr int kQBytesFp8 = kPackedRows * 128;  // 32 KB per consumer
+constexpr int kKvBytesFp8 = kKvRows * 128;     // 8 KB per stage
+template <bool kFp8>
+struct InputTiles {
+  static constexpr int kBoxes = kFp8 ? 1 : 2;  // 128-byte boxes per row of D
+  static constexpr int kBoxCols = kFp8 ? 128 : 64;
+  static constexpr int kQBytes = kFp8 ? kQBytesFp8 : dsa::kQBytes;
+  static constexpr int kKvBytes = kFp8 ? kKvBytesFp8 : dsa::kKvBytes;
+  static constexpr int kBoxBytesQ = kQBytes / kBoxes;
+  static constexpr int kBoxBytesKv = kKvBytes / kBoxes;
+};
 
 // Producer: KV tile `it` of a range starting at absolute K row `kv_begin` into ring slot
 // `stage` (waits for the slot, arms its full barrier, advances stage/phase).
-template <int kStages, bool kBshd>
+template <int kStages, bool kBshd, bool kFp8 = false>
 __device__ __forceinline__ void load_kv_tile(const TmaDesc& k_map, u8* kv_smem, u64* kv_full, u64* kv_empty, u32& stage,
                                              u32& phase, i64 kv_begin, i32 it, i32 batch) {
+  using I = InputTiles<kFp8>;
   mbarrier_wait(&kv_empty[stage], phase ^ 1);
-  mbarrier_arrive_expect_tx(&kv_full[stage], kKvBytes);
-  u8* dst = kv_smem + stage * kKvBytes;
+  mbarrier_arrive_expect_tx(&kv_full[stage], I::kKvBytes);
+  u8* dst = kv_smem + stage * I::kKvBytes;
   const i32 row = static_cast<i32>(kv_begin + static_cast<i64>(it) * kKvRows);
 #pragma unroll
-  for (int hd = 0; hd < 2; ++hd) {
+  for (int hd = 0; hd < I::kBoxes; ++hd) {
     if (kBshd)
-      tma_load_3d(dst + hd * kHalfBytesKv, &k_map, &kv_full[stage], hd * 64, row, batch, kL2EvictNormal);
+      tma_load_3d(dst + hd * I::kBoxBytesKv, &k_map, &kv_full[stage], hd * I::kBoxCols, row, batch, kL2EvictNormal);
     else
-      tma_load_2d(dst + hd * kHalfBytesKv, &k_map, &kv_full[stage], hd * 64, row, kL2EvictNormal);
+      tma_load_2d(dst + hd * I::kBoxBytesKv, &k_map, &kv_full[stage], hd * I::kBoxCols, row, kL2EvictNormal);
   }
   if (++stage == kStages) {
     stage = 0;
@@ -43,14 +56,15 @@ __device__ __forceinline__ void load_kv_tile(const TmaDesc& k_map, u8* kv_smem, 
 }
 
 // Producer: one consumer's Q rows (tokens_per_consumer tokens x H heads, both D halves).
-template <bool kBshd>
+template <bool kBshd, bool kFp8 = false>
 __device__ __forceinline__ void load_q_rows(const TmaDesc& q_map, u8* dst, u64* bar, i32 tok0, i32 batch) {
+  using I = InputTiles<kFp8>;
 #pragma unroll
-  for (int hd = 0; hd < 2; ++hd) {
+  for (int hd = 0; hd < I::kBoxes; ++hd) {
     if (kBshd)
-      tma_load_4d(dst + hd * kHalfBytesQ, &q_map, bar, hd * 64, 0, tok0, batch, kL2EvictFirst);
+      tma_load_4d(dst + hd * I::kBoxBytesQ, &q_map, bar, hd * I::kBoxCols, 0, tok0, batch, kL2EvictFirst);
     else
-      tma_load_3d(dst + hd * kHalfBytesQ, &q_map, bar, hd * 64, 0, tok0, kL2EvictFirst);
+      tma_load_3d(dst + hd * I::kBoxBytesQ, &q_map, bar, hd * I::kBoxCols, 0, tok0, kL2EvictFirst);
   }
 }
 
@@ -65,6 +79,25 @@ __device__ __forceinline__ void mma_kv_tile(float (&acc)[128], u32 kv_base, u32 
     wgmma_m64n256k16_bf16_ss(acc, da, db, kk > 0 ? 1 : 0);
   }
   wgmma_commit_group();
+}
+
+// FP8: the same product over D = 128 in four k32 steps; each step's 32 columns are 32 bytes of
+// the one 128-byte swizzled row (the descriptor advances as BF16's k16 steps do within a half).
+__device__ __forceinline__ void mma_kv_tile_fp8(float (&acc)[128], u32 kv_base, u32 q_base) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const u64 da = gmma_desc_sw128(kv_base + kk * 32);
+    const u64 db = gmma_desc_sw128(q_base + kk * 32);
+    wgmma_m64n256k32_e4m3_ss(acc, da, db, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit_group();
+}
+
+template <bool kFp8>
+__device__ __forceinline__ void mma_tile(float (&acc)[128], u32 kv_base, u32 q_base) {
+  if (kFp8) mma_kv_tile_fp8(acc, kv_base, q_base);
+  else mma_kv_tile(acc, kv_base, q_base);
 }
 
 }  // namespace dsa

@@ -427,8 +427,8 @@ int run_jitcost(const Args& a) {
                         kg = dd::k_tma_geometry(prob);
   add("tma", "2 cuTensorMapEncodeTiled",
       per_call_us(batches, per_batch, [&] {
-        dd::encode_tma_bf16(&qm, prob.q, qg.rank, qg.dims, qg.strides_bytes, qg.box);
-        dd::encode_tma_bf16(&km, prob.k, kg.rank, kg.dims, kg.strides_bytes, kg.box);
+        dd::encode_tma(&qm, prob.q, qg.rank, qg.dims, qg.strides_bytes, qg.box, qg.elem_bytes);
+        dd::encode_tma(&km, prob.k, kg.rank, kg.dims, kg.strides_bytes, kg.box, kg.elem_bytes);
       }, nothing));
   add("launch", "arguments + tensor maps (memoized) + cuLaunchKernelEx",
       per_call_us(batches, per_batch, [&] { dd::launch_forward(prob, plan, *kernel, nullptr); }, sync));
@@ -436,7 +436,8 @@ int run_jitcost(const Args& a) {
     // The driver's own share: cuLaunchKernelEx alone, same function, grid and parameters.
     dsa::DsaArgs args = dd::make_args(prob);
     dsa::TileGrid grid{plan.num_tiles, plan.tiles_per_batch};
-    void* params[] = {&qm, &km, &args, &grid};
+    dsa::DsaScales scales = dd::make_scales(prob);
+    void* params[] = {&qm, &km, &args, &grid, &scales};
     add("driver", "cuLaunchKernelEx alone (the driver's share of launch)",
         per_call_us(batches, per_batch, [&] {
           dd::launch_one(kernel->functions[0], plan.launches[0], nullptr, params, "cuLaunchKernelEx");

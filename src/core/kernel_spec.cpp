@@ -9,7 +9,7 @@ std::string KernelSpec::shape_key() const {
   const auto& ps = family->params();
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const ParamDesc& d = ps[i];
-    if (!d.key) continue;
+    if (!d.key || (d.omit_zero && values[i] == 0)) continue;
     if (!k.empty()) k += '.';
     k += d.key;
     const int64_t v = values[i];

@@ -29,6 +29,10 @@ struct ParamDesc {
   const char* const* choices = nullptr;   // choice: the key token of each value ("bf16", "f32")
   const char* const* literals = nullptr;  // choice: the C++ literal of each value
   int n_choices = 0;
+  // A parameter added to a family after its first variants shipped: value 0 is neither rendered
+  // nor in the key, so those variants keep their sources and keys byte for byte (the template
+  // reads the member with a default, e.g. dsa::InputOf<Cfg>).
+  bool omit_zero = false;
 };
 
 constexpr int kMaxSpecParams = 8;

@@ -180,8 +180,8 @@ const DeviceInfo& device_info(int ordinal) {
   return infos->emplace(ordinal, info).first->second;
 }
 
-void encode_tma_bf16(TmaDescBytes* out, const void* base, int rank, const uint64_t* dims, const uint64_t* strides_bytes,
-                     const uint32_t* box) {
+void encode_tma(TmaDescBytes* out, const void* base, int rank, const uint64_t* dims, const uint64_t* strides_bytes,
+                const uint32_t* box, int elem_bytes) {
   cuuint64_t gdim[5], gstride[4];
   cuuint32_t bdim[5], estride[5];
   for (int i = 0; i < rank; ++i) {
@@ -191,7 +191,8 @@ void encode_tma_bf16(TmaDescBytes* out, const void* base, int rank, const uint64
     if (i + 1 < rank) gstride[i] = strides_bytes[i];
   }
   Driver& d = Driver::get();
-  CUresult r = d.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(out->bytes), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+  const CUtensorMapDataType type = elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  CUresult r = d.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(out->bytes), type,
                                         static_cast<cuuint32_t>(rank), const_cast<void*>(base), gdim, gstride, bdim, estride,
                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -86,7 +86,7 @@ int device_count();
 struct TmaDescBytes {
   alignas(64) unsigned char bytes[128];
 };
-void encode_tma_bf16(TmaDescBytes* out, const void* base, int rank, const uint64_t* dims,
-                     const uint64_t* strides_bytes, const uint32_t* box);
+void encode_tma(TmaDescBytes* out, const void* base, int rank, const uint64_t* dims, const uint64_t* strides_bytes,
+                const uint32_t* box, int elem_bytes);
 
 }  // namespace dsa_indexer::detail

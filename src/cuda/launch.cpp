@@ -8,13 +8,13 @@ namespace dsa_indexer::detail {
 
 bool TmaGeometry::operator==(const TmaGeometry& o) const {
   return rank == o.rank && std::equal(dims, dims + 5, o.dims) && std::equal(strides_bytes, strides_bytes + 4, o.strides_bytes) &&
-         std::equal(box, box + 5, o.box);
+         std::equal(box, box + 5, o.box) && elem_bytes == o.elem_bytes;
 }
 
 const TmaDescBytes& TmaMemo::get(const void* base, const TmaGeometry& g) {
   if (!valid_ || base != base_ || !(g == geometry_)) {
     valid_ = false;  // stays invalid if encoding throws
-    encode_tma_bf16(&map_, base, g.rank, g.dims, g.strides_bytes, g.box);
+    encode_tma(&map_, base, g.rank, g.dims, g.strides_bytes, g.box, g.elem_bytes);
     base_ = base;
     geometry_ = g;
     valid_ = true;

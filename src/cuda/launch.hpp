@@ -13,6 +13,7 @@ struct TmaGeometry {
   uint64_t dims[5] = {};
   uint64_t strides_bytes[4] = {};
   uint32_t box[5] = {};
+  int elem_bytes = 2;  // 2: bf16 elements; 1: FP8 (encoded as bytes: the kernel reads them as e4m3)
   bool operator==(const TmaGeometry& o) const;
 };
 

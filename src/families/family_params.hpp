@@ -14,6 +14,15 @@ inline constexpr const char* kLayoutLiterals[] = {"dsa::kLayoutBshd", "dsa::kLay
 inline ParamDesc heads_param() { return {"kHeads", ParamDesc::integer, "int", "h"}; }
 inline ParamDesc weights_param() { return {"kWeightsF32", ParamDesc::choice, "bool", "w", kWeightChoices, kWeightLiterals, 2}; }
 inline ParamDesc lse_param() { return {"kWithLse", ParamDesc::boolean, "bool", "lse"}; }
+inline constexpr const char* kInputChoices[] = {"bf16", "e4m3"};
+inline constexpr const char* kInputLiterals[] = {"dsa::kInputBf16", "dsa::kInputE4m3"};
+// The input precision of q and k; bf16 (0) is omitted from sources and keys (see omit_zero).
+inline ParamDesc input_param() {
+  ParamDesc d{"kInput", ParamDesc::choice, "int", "in", kInputChoices, kInputLiterals, 2};
+  d.omit_zero = true;
+  return d;
+}
+inline int64_t input_value(DType qk) { return qk == DType::e4m3 ? 1 : 0; }
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }

@@ -18,6 +18,13 @@ Gate Gate::fail(const char* gate, std::string expected, std::string actual) {
   return g;
 }
 
+std::string Family::input_dtypes() const {
+  std::string s;
+  for (DType d : {DType::bf16, DType::e4m3})
+    if (serves_input(d, false)) s += std::string(s.empty() ? "" : " or ") + dtype_name(d);
+  return s;
+}
+
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {&reference_family(), &generic_family(), &lean_family(),
                                                        &topk_unfused_family(), &topk_fused_family(),

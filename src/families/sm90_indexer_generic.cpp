@@ -14,7 +14,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kHeads, kWeights, kLse, kLayout, kStages };
+enum Slot { kHeads, kWeights, kLse, kLayout, kStages, kInput };
 
 class GenericFamily final : public Family {
  public:
@@ -23,10 +23,13 @@ class GenericFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::generic; }
   Operation operation() const override { return Operation::scores; }
   DType input_dtype() const override { return DType::bf16; }
+  bool serves_input(DType d, bool automatic) const override {
+    return d == DType::bf16 || (d == DType::e4m3 && (!automatic || kGenericFp8Automatic));
+  }
   int auto_priority() const override { return 1; }
   const std::vector<ParamDesc>& params() const override {
     static const std::vector<ParamDesc> p = {heads_param(), weights_param(), lse_param(), layout_param(),
-                                             {"kKvStages", ParamDesc::integer, "int", "s"}};
+                                             {"kKvStages", ParamDesc::integer, "int", "s"}, input_param()};
     return p;
   }
   // validate() admits exactly what this family serves.
@@ -35,7 +38,7 @@ class GenericFamily final : public Family {
 
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose) const override {
     Plan plan;
-    plan.spec = generic_spec(p.heads, p.w_dtype, p.has_lse, p.layout);
+    plan.spec = generic_spec(p.heads, p.w_dtype, p.has_lse, p.layout, GenericGeometry::kDefaultKvStages, p.qk_dtype);
     plan.tokens_per_tile = GenericGeometry::tokens_per_cta(p.heads);
     const int64_t rows = p.layout == Layout::bshd ? p.s_q : p.t_q;
     plan.tiles_per_batch = (rows + plan.tokens_per_tile - 1) / plan.tokens_per_tile;
@@ -63,19 +66,21 @@ class GenericFamily final : public Family {
     const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p, GenericGeometry::tokens_per_consumer(p.heads)));
     const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
     // cuLaunchKernelEx copies the parameters at the call, so the memo's bytes may change later.
-    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, &grid};
+    dsa::DsaScales scales = make_scales(p);
+    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, &grid, &scales};
     launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_generic)");
   }
 };
 
 }  // namespace
 
-int GenericGeometry::smem_bytes(int heads, int kv_stages) {
+int GenericGeometry::smem_bytes(int heads, int kv_stages, DType qk) {
   // Mirrors GenericSmem in templates/sm90_indexer_generic.cuh; the generated source
-  // static_asserts that both agree.
+  // static_asserts that both agree. A row of D is two 128-byte boxes of bf16, one of FP8.
   const int tpw = tokens_per_consumer(heads);
-  const int q = kConsumers * 2 * kPackedRowsPerConsumer * 128;
-  const int kv = kv_stages * 2 * kKvRows * 128;
+  const int boxes = qk == DType::e4m3 ? 1 : 2;
+  const int q = kConsumers * boxes * kPackedRowsPerConsumer * 128;
+  const int kv = kv_stages * boxes * kKvRows * 128;
   const int w = 2 * 4 * (tokens_per_cta(heads) * heads / 4 + 4) * 4;
   const int info = 2 * (40 + 32 * 48);
   const int lse = kConsumers * 4 * tpw * 2 * 4;
@@ -88,7 +93,7 @@ const Family& generic_family() {
   return f;
 }
 
-KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stages) {
+KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stages, DType qk) {
   KernelSpec s;
   s.family = &generic_family();
   s.values[kHeads] = heads;
@@ -96,7 +101,8 @@ KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stag
   s.values[kLse] = lse ? 1 : 0;
   s.values[kLayout] = layout_value(layout);
   s.values[kStages] = kv_stages;
-  s.dynamic_smem = static_cast<uint32_t>(GenericGeometry::smem_bytes(heads, kv_stages));
+  s.values[kInput] = input_value(qk);
+  s.dynamic_smem = static_cast<uint32_t>(GenericGeometry::smem_bytes(heads, kv_stages, qk));
   return s;
 }
 

@@ -15,11 +15,16 @@ struct GenericGeometry {
   static constexpr int kDefaultKvStages = 5;
   static int tokens_per_consumer(int heads) { return kPackedRowsPerConsumer / heads; }
   static int tokens_per_cta(int heads) { return kConsumers * tokens_per_consumer(heads); }
-  static int smem_bytes(int heads, int kv_stages);
+  static int smem_bytes(int heads, int kv_stages, DType qk = DType::bf16);
 };
 
 const Family& generic_family();
-KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stages = GenericGeometry::kDefaultKvStages);
+KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stages = GenericGeometry::kDefaultKvStages,
+                        DType qk = DType::bf16);
+// Whether automatic FP8 (e4m3) calls take the generic family. Off until its FP8 main loop has
+// run on a GPU against the fp64 reference (it compiles and plans on the CPU; the device was not
+// lent when it was written): until then FP8 calls name the family (family=generic).
+inline constexpr bool kGenericFp8Automatic = false;
 
 // Tiles CTA `cta` of a generic plan runs, in order (the same arithmetic as the kernel): linear
 // ids cta, cta + G, ...; linear id L runs tile num_tiles - 1 - L.

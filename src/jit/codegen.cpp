@@ -42,7 +42,8 @@ GeneratedSource render(const KernelSpec& spec) {
   g.text += "  static constexpr int kHeadDim = 128;\n";
   const auto& ps = f.params();
   for (std::size_t i = 0; i < ps.size(); ++i)
-    g.text += fmt::format("  static constexpr {} {} = {};\n", ps[i].type, ps[i].member, literal(ps[i], spec.values[i]));
+    if (!(ps[i].omit_zero && spec.values[i] == 0))
+      g.text += fmt::format("  static constexpr {} {} = {};\n", ps[i].type, ps[i].member, literal(ps[i], spec.values[i]));
   if (spec.dynamic_smem > 0) g.text += fmt::format("  static constexpr int kSmemBytes = {};\n", spec.dynamic_smem);
   g.text += "};\n";
   f.render(spec, g);

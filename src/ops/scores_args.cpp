@@ -41,22 +41,35 @@ dsa::DsaArgs make_args(const Problem& p) {
   return a;
 }
 
+dsa::DsaScales make_scales(const Problem& p) {
+  dsa::DsaScales s{};
+  s.q_scale = p.has_q_scale ? static_cast<u64>(reinterpret_cast<uintptr_t>(p.q_scale)) : 0;
+  s.k_scale = p.has_k_scale ? static_cast<u64>(reinterpret_cast<uintptr_t>(p.k_scale)) : 0;
+  for (int i = 0; i < 3; ++i) s.q_scale_stride[i] = p.q_scale_stride[i];
+  for (int i = 0; i < 2; ++i) s.k_scale_stride[i] = p.k_scale_stride[i];
+  return s;
+}
+
+// bf16: two 64-column (128-byte) boxes per row of D; FP8: one 128-column (128-byte) box.
 TmaGeometry q_tma_geometry(const Problem& p, int tokens_per_box) {
   TmaGeometry g;
   const uint32_t tpw = static_cast<uint32_t>(tokens_per_box);
+  const uint64_t e = p.qk_dtype == DType::e4m3 ? 1 : 2;
+  const uint32_t inner = static_cast<uint32_t>(128 / e);
+  g.elem_bytes = static_cast<int>(e);
   if (p.layout == Layout::bshd) {
     g.rank = 4;
     const uint64_t d[4] = {128, uint64_t(p.heads), uint64_t(p.s_q), uint64_t(p.batch)};
-    const uint64_t s[3] = {uint64_t(p.q_stride[2]) * 2, uint64_t(p.q_stride[1]) * 2, uint64_t(p.q_stride[0]) * 2};
-    const uint32_t b[4] = {64, uint32_t(p.heads), tpw, 1};
+    const uint64_t s[3] = {uint64_t(p.q_stride[2]) * e, uint64_t(p.q_stride[1]) * e, uint64_t(p.q_stride[0]) * e};
+    const uint32_t b[4] = {inner, uint32_t(p.heads), tpw, 1};
     std::copy(d, d + 4, g.dims);
     std::copy(s, s + 3, g.strides_bytes);
     std::copy(b, b + 4, g.box);
   } else {
     g.rank = 3;
     const uint64_t d[3] = {128, uint64_t(p.heads), uint64_t(std::max<int64_t>(p.t_q, 1))};
-    const uint64_t s[2] = {uint64_t(p.q_stride[2]) * 2, uint64_t(p.q_stride[1]) * 2};
-    const uint32_t b[3] = {64, uint32_t(p.heads), tpw};
+    const uint64_t s[2] = {uint64_t(p.q_stride[2]) * e, uint64_t(p.q_stride[1]) * e};
+    const uint32_t b[3] = {inner, uint32_t(p.heads), tpw};
     std::copy(d, d + 3, g.dims);
     std::copy(s, s + 2, g.strides_bytes);
     std::copy(b, b + 3, g.box);
@@ -66,11 +79,14 @@ TmaGeometry q_tma_geometry(const Problem& p, int tokens_per_box) {
 
 TmaGeometry k_tma_geometry(const Problem& p) {
   TmaGeometry g;
+  const uint64_t e = p.qk_dtype == DType::e4m3 ? 1 : 2;
+  const uint32_t inner = static_cast<uint32_t>(128 / e);
+  g.elem_bytes = static_cast<int>(e);
   if (p.layout == Layout::bshd) {
     g.rank = 3;
     const uint64_t d[3] = {128, uint64_t(p.s_k), uint64_t(p.batch)};
-    const uint64_t s[2] = {uint64_t(p.k_stride[1]) * 2, uint64_t(p.k_stride[0]) * 2};
-    const uint32_t b[3] = {64, 64, 1};
+    const uint64_t s[2] = {uint64_t(p.k_stride[1]) * e, uint64_t(p.k_stride[0]) * e};
+    const uint32_t b[3] = {inner, 64, 1};
     std::copy(d, d + 3, g.dims);
     std::copy(s, s + 2, g.strides_bytes);
     std::copy(b, b + 3, g.box);
@@ -78,8 +94,8 @@ TmaGeometry k_tma_geometry(const Problem& p) {
     g.rank = 2;
     // T_k == 0: every window is empty and no K tile is ever loaded; the map only has to encode.
     const uint64_t d[2] = {128, uint64_t(std::max<int64_t>(p.t_k, 1))};
-    const uint64_t s[1] = {uint64_t(p.k_stride[1]) * 2};
-    const uint32_t b[2] = {64, 64};
+    const uint64_t s[1] = {uint64_t(p.k_stride[1]) * e};
+    const uint32_t b[2] = {inner, 64};
     std::copy(d, d + 2, g.dims);
     std::copy(s, s + 1, g.strides_bytes);
     std::copy(b, b + 2, g.box);

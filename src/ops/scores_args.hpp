@@ -8,6 +8,8 @@
 namespace dsa_indexer::detail {
 
 dsa::DsaArgs make_args(const Problem& p);
+// The FP8 scales of a call (zero addresses when not given), the generic kernel's last parameter.
+dsa::DsaScales make_scales(const Problem& p);
 
 // Q as (D, H, tokens[, B]) with a box of 64 D x H heads x `tokens_per_box` tokens; K as
 // (D, S_k[, B]) with a box of 64 D x 64 rows. Both 128-byte swizzled.

@@ -18,7 +18,8 @@ inline std::vector<std::pair<std::string, dsa_indexer::detail::KernelSpec>> gold
   return {{"generic_h64_wbf16_bshd", generic_spec(64, DType::bf16, false, Layout::bshd)},
           {"generic_h32_wf32_lse_thd_local", generic_spec(32, DType::f32, true, Layout::thd_local)},
           {"reference_h16_wbf16_lse_thd_global", reference_spec(16, DType::bf16, true, Layout::thd_global)},
-          {"lean_sq2048_sk1024_wbf16_scale1", lean_spec(2048, 1024, DType::bf16, true)}};
+          {"lean_sq2048_sk1024_wbf16_scale1", lean_spec(2048, 1024, DType::bf16, true)},
+          {"generic_h64_wbf16_e4m3_bshd", generic_spec(64, DType::bf16, false, Layout::bshd, 5, DType::e4m3)}};
 }
 
 // One variant of a family whose parameters are H x W dtype x lse x layout, with those values.
@@ -56,6 +57,9 @@ inline std::vector<dsa_indexer::detail::KernelSpec> all_specs(const dsa_indexer:
     return v;
   }
   for (const SpecCase& c : grid_specs(f)) v.push_back(c.spec);
+  // generic's FP8 (e4m3) main loop, over the same grid
+  if (&f == &generic_family())
+    for (const SpecCase& c : grid_specs(f)) v.push_back(generic_spec(c.heads, c.w, c.lse, c.layout, 5, dsa_indexer::DType::e4m3));
   return v;
 }
 

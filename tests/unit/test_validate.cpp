@@ -7,6 +7,10 @@
 #include "dsa_indexer/errors.hpp"
 #include "problems.hpp"
 #include "ops/validate.hpp"
+#include "dispatch/family.hpp"
+#include "dispatch/planner.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "jit/codegen.hpp"
 
 using namespace dsa_indexer::detail;
 using namespace dsa_test;
@@ -380,4 +384,31 @@ TEST_CASE("validate: FP8 bad input names the parameter", "[validate][fp8]") {
   k.q.strides[2] = 64 * 128 + 8;
   k.q.strides[1] = k.q.strides[2];
   CHECK_THAT(err(k), Contains("q.strides") && Contains("16 elements"));
+}
+
+TEST_CASE("dispatch: FP8 calls take the generic family by name until validated on a GPU", "[dispatch][fp8]") {
+  using dsa_indexer::KernelFamily;
+  const DeviceInfo dev = DeviceInfo::h200();
+  Call c = fp8_call(1, 8192, 4096, 64);
+  const Problem p = run(c);
+  if (!kGenericFp8Automatic)
+    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::automatic, false),
+                      Contains("one named for e4m3 inputs") && Contains("family generic serves them by name only"));
+  const Family& g = choose_family(p, dev, KernelFamily::generic, false);
+  CHECK(&g == &generic_family());
+  const Plan plan = make_plan(p, dev, g);
+  CHECK(plan.spec.shape_key() == "h64.wbf16.lse0.bshd.s5.ine4m3");
+  // one 128-byte box per row of D: 64 KB of Q and 5 x 8 KB of KV less than the bf16 variant
+  CHECK(plan.spec.dynamic_smem + 64 * 1024 + 5 * 8 * 1024 == generic_spec(64, DType::bf16, false, Layout::bshd).dynamic_smem);
+  // bf16 variants keep their keys and sources (the input parameter is omitted at its default)
+  CHECK(generic_spec(64, DType::bf16, false, Layout::bshd).shape_key() == "h64.wbf16.lse0.bshd.s5");
+  CHECK(render(generic_spec(64, DType::bf16, false, Layout::bshd)).text.find("kInput") == std::string::npos);
+  CHECK(render(plan.spec).text.find("static constexpr int kInput = dsa::kInputE4m3;") != std::string::npos);
+  // the other families refuse e4m3, naming what they compute from
+  CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::lean, false), Contains("family lean: q/k dtype: expected bf16, got e4m3"));
+  CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::reference, false), Contains("q/k dtype: expected bf16, got e4m3"));
+  // generic names both precisions it computes from
+  Problem f16 = p;
+  f16.qk_dtype = DType::f16;
+  CHECK_THROWS_WITH(choose_family(f16, dev, KernelFamily::generic, false), Contains("expected bf16 or e4m3, got f16"));
 }
