@@ -22,6 +22,7 @@
 //                 every KV tile, ping-ponging on the tensor cores. bf16 weights of an item stay
 //                 in registers for all its KV tiles, and Q is then released right after the
 //                 last product so the next item's Q loads under the last epilogue.
+#include "dsa_args.cuh"
 #include "dsa_types.cuh"
 #include "dsa_window.cuh"
 #include "ptx/mbarrier.cuh"
@@ -47,7 +48,13 @@ struct LeanTraits {
   static constexpr i64 kSeqK = Cfg::kSeqK;  // BSHD S_k; THD 0 (T_k is a launch argument)
   static constexpr bool kThd = Cfg::kLayout != kLayoutBshd;
   static constexpr i64 kTilesPerBatch = kSeqQ / kTokensPerTile;
-  static constexpr int kWBytes = kTokensPerConsumer * kHeads * (Cfg::kWeightsF32 ? 4 : 2);  // per consumer
+  // FP8 (q and k E4M3): a row of D is one 128-byte box, and the weights are fp32 in shared
+  // memory whatever W's dtype (each is w * q_scale, folded by the producer).
+  static constexpr bool kFp8 = InputOf<Cfg>::value == kInputE4m3;
+  static constexpr int kQBytes = InputTiles<kFp8>::kQBytes;    // per consumer: 64 KB (FP8: 32 KB)
+  static constexpr int kKvBytes = InputTiles<kFp8>::kKvBytes;  // per stage: 16 KB (FP8: 8 KB)
+  static constexpr bool kWF32 = Cfg::kWeightsF32 || kFp8;       // the weights' shared-memory copy is fp32
+  static constexpr int kWBytes = kTokensPerConsumer * kHeads * (kWF32 ? 4 : 2);  // per consumer
   static constexpr int kFillThreads = 96;                                  // warps 1..3
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
   // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
@@ -69,8 +76,8 @@ template <class Cfg, int kEpiBytes = 0>
 struct LeanSmem {
   using T = LeanTraits<Cfg>;
   static constexpr int kOffQ = 0;                                   // [consumer][D half][256 rows][128 B]
-  static constexpr int kOffKv = kOffQ + T::kConsumers * kQBytes;    // [stage][D half][64 rows][128 B]
-  static constexpr int kOffW = kOffKv + T::kStages * kKvBytes;      // [consumer][4 tokens][64 heads]
+  static constexpr int kOffKv = kOffQ + T::kConsumers * T::kQBytes;    // [stage][D box][64 rows][128 B]
+  static constexpr int kOffW = kOffKv + T::kStages * T::kKvBytes;      // [consumer][4 tokens][64 heads]
   static constexpr int kOffBar = kOffW + T::kConsumers * T::kWBytes;
   static constexpr int kNumBars = 3 * T::kConsumers + 2 * T::kStages;  // q full/empty, w full, kv full/empty
   static constexpr int kOffEpi = kOffBar + kNumBars * 8;              // the epilogue's own (top-k: row state)
@@ -181,11 +188,44 @@ struct LeanLane {
   i64 q_row0;  // output row of the consumer's first token (b * S_q + token; THD: the packed row)
 };
 
+// FP8: the k scales of an item's KV rows: p is the scale of its first KV row, rows [0, rows)
+// readable at stride `stride`; p null: no scales.
+struct LeanKScales {
+  const float* p = nullptr;
+  i64 rows = 0, stride = 1;
+};
+
+// FP8: the weights of one consumer's 4 tokens as fp32 w * q_scale (one product, as the generic
+// family folds them), [token][head], zero past T_q (THD), by the producer warp.
+template <class Cfg>
+__device__ __forceinline__ void lean_fp8_weights(const LeanArgs& a, const DsaScales& sc, float* dst, i64 row0, i32 t0, i32 b,
+                                                 int lane) {
+  using T = LeanTraits<Cfg>;
+  constexpr int H = T::kHeads;
+  const bool bshd = !T::kThd;
+#pragma unroll 1
+  for (int e = lane; e < T::kTokensPerConsumer * H; e += 32) {
+    const int tl = e / H, h = e % H;
+    float v = 0.0f;
+    if (bshd || t0 + tl < a.t_q) {
+      const i64 off = (row0 + tl) * H + h;
+      v = Cfg::kWeightsF32 ? __ldg(reinterpret_cast<const float*>(a.w) + off)
+                           : bf16_bits_to_float(__ldg(reinterpret_cast<const u16*>(a.w) + off));
+      if (sc.q_scale != 0) {
+        const i64 so = (bshd ? b * sc.q_scale_stride[0] : 0) + static_cast<i64>(t0 + tl) * sc.q_scale_stride[1] +
+                       h * sc.q_scale_stride[2];
+        v *= __ldg(reinterpret_cast<const float*>(sc.q_scale) + so);
+      }
+    }
+    dst[e] = v;
+  }
+}
+
 // Weights of one consumer's 4 tokens for lane class c = lane & 3, in the order head_sum expects
 // (weight_head). bf16 weights stay in registers for a whole item (32 registers of packed
 // pairs, widened exactly at use); fp32 weights would need 64 registers beside the 128
 // accumulators, which spills, so they are read from the item's shared-memory copy per tile.
-template <class Cfg, bool kF32 = Cfg::kWeightsF32>
+template <class Cfg, bool kF32 = LeanTraits<Cfg>::kWF32>
 struct LeanWeights;
 
 template <class Cfg>
@@ -277,20 +317,20 @@ struct LeanCta {
 // and its weights (the whole warp, ordinary loads and shared stores).
 template <class Cfg, class Runs>
 __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
-                                              const LeanWork<Runs>& work, const LeanCta& cta, int lane);
+                                              const DsaScales& sc, const LeanWork<Runs>& work, const LeanCta& cta, int lane);
 // The filler warps: -inf over every column outside the item's KV tiles.
 template <class Cfg, class Runs>
 __device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<Runs>& work, int lane);
 // A consumer warpgroup: the shared main loop over the item's KV tiles, then its epilogue.
 template <class Cfg, class Epi, class Runs>
-__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename Epi::Args& ea, const LeanWork<Runs>& work,
-                                              const LeanCta& cta, int wg, int warp, int lane);
+__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales& sc, const typename Epi::Args& ea,
+                                              const LeanWork<Runs>& work, const LeanCta& cta, int wg, int warp, int lane);
 
 // The kernel body, for both layouts (the layout's differences are compile-time branches): the
 // barriers, then each warp takes its role.
 template <class Cfg, class Epi, class Runs>
 __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
-                                          const typename Epi::Args& ea, const Runs& runs) {
+                                          const DsaScales& sc, const typename Epi::Args& ea, const Runs& runs) {
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg, Epi::kSmemBytes>;
   static_assert(L::kAlloc == Cfg::kSmemBytes, "sm90_indexer_lean: host and template disagree on shared memory");
@@ -331,18 +371,18 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
   if (wg == 0) {
     setmaxnreg_dec<T::kProducerRegs>();
     const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
-    if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, work, cta, lane);
+    if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, sc, work, cta, lane);
     else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
     return;
   }
   setmaxnreg_inc<T::kConsumerRegs>();
   const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
-  lean_consumer<Cfg, Epi>(a, ea, work, cta, wg, warp, lane);
+  lean_consumer<Cfg, Epi>(a, sc, ea, work, cta, wg, warp, lane);
 }
 
 template <class Cfg, class Runs>
 __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
-                                              const LeanWork<Runs>& work, const LeanCta& cta, int lane) {
+                                              const DsaScales& sc, const LeanWork<Runs>& work, const LeanCta& cta, int lane) {
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg>;
   constexpr bool kBshd = !T::kThd;
@@ -372,18 +412,23 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
     if (lane == 0)
       for (i32 it = 0; it < pre; ++it)
-        load_kv_tile<T::kStages, kBshd>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin, it, b);
+        load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin, it, b);
     for (int g = 0; g < T::kConsumers; ++g) {
       mbarrier_wait(&cta.q_empty[g], (q_uses & 1) ^ 1);
       const i32 t0 = tok0 + g * T::kTokensPerConsumer;
       if (lane == 0) {
-        mbarrier_arrive_expect_tx(&cta.q_full[g], kQBytes);
-        load_q_rows<kBshd>(q_map, cta.smem + L::kOffQ + g * kQBytes, &cta.q_full[g], t0, b);
+        mbarrier_arrive_expect_tx(&cta.q_full[g], T::kQBytes);
+        load_q_rows<kBshd, T::kFp8>(q_map, cta.smem + L::kOffQ + g * T::kQBytes, &cta.q_full[g], t0, b);
       }
       // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate);
       // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
-      constexpr int kChunksPerToken = T::kWBytes / T::kTokensPerConsumer / 16;
       const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
+      if constexpr (T::kFp8) {
+        lean_fp8_weights<Cfg>(a, sc, reinterpret_cast<float*>(cta.smem + L::kOffW + g * T::kWBytes), row0, t0, b, lane);
+        mbarrier_arrive(&cta.w_full[g]);
+        continue;
+      }
+      constexpr int kChunksPerToken = T::kWBytes / T::kTokensPerConsumer / 16;
       const uint4* w_src = reinterpret_cast<const uint4*>(
           reinterpret_cast<const u8*>(a.w) + row0 * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer));
       uint4* w_dst = reinterpret_cast<uint4*>(cta.smem + L::kOffW + g * T::kWBytes);
@@ -397,7 +442,7 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     ++q_uses;
     if (lane == 0)
       for (i32 it = pre; it < n_kv; ++it)
-        load_kv_tile<T::kStages, kBshd>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin, it, b);
+        load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin, it, b);
   }
 }
 
@@ -441,8 +486,8 @@ __device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<R
 }
 
 template <class Cfg, class Epi, class Runs>
-__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename Epi::Args& ea, const LeanWork<Runs>& work,
-                                              const LeanCta& cta, int wg, int warp, int lane) {
+__device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales& sc, const typename Epi::Args& ea,
+                                              const LeanWork<Runs>& work, const LeanCta& cta, int wg, int warp, int lane) {
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg, Epi::kSmemBytes>;
   constexpr bool kBshd = !T::kThd;
@@ -452,7 +497,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename 
   const u32 my_bar = cg == 0 ? kLeanPingPong0 : kLeanPingPong1;
   const u32 other_bar = cg == 0 ? kLeanPingPong1 : kLeanPingPong0;
   if (cg == 1) named_barrier_arrive(kLeanPingPong0, 256);  // consumer 0 issues first
-  const u32 q_base = smem_addr(cta.smem + L::kOffQ + cg * kQBytes);
+  const u32 q_base = smem_addr(cta.smem + L::kOffQ + cg * T::kQBytes);
   const u32 kv_base0 = smem_addr(cta.smem + L::kOffKv);
   const u32 w_smem = smem_addr(cta.smem + L::kOffW + cg * T::kWBytes);
   float* out = reinterpret_cast<float*>(a.out);
@@ -482,6 +527,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename 
       ln.c_hi = static_cast<i32>(T::kSeqK);
       ln.row = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK;
       ln.q_row0 = static_cast<i64>(b) * T::kSeqQ + tok_first;
+
     } else {
       const LeanThdRow w = lean_thd_row<Cfg>(a, tok0, lane);
       const LeanThdSpan sp = lean_thd_span(w);
@@ -499,6 +545,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename 
       ln.c_hi = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
       ln.row = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
       ln.q_row0 = 0;  // no THD epilogue reads it
+
     }
     return ln;
   };
@@ -506,13 +553,28 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename 
     while (k < rounds && !work.item(k, tile, b)) ++k;
     return k < rounds;
   };
+  // FP8: the k scales of item (tile, b)'s KV rows (the whole warp calls it: THD shuffles).
+  auto k_scales = [&](i32 tile, i32 b) {
+    LeanKScales r;
+    if (sc.k_scale == 0) return r;
+    r.stride = sc.k_scale_stride[1];
+    if constexpr (kBshd) {
+      r.p = reinterpret_cast<const float*>(sc.k_scale) + b * sc.k_scale_stride[0];
+      r.rows = T::kSeqK;
+    } else {
+      const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tile * T::kTokensPerTile, lane));
+      r.p = reinterpret_cast<const float*>(sc.k_scale) + sp.kv_begin * r.stride;
+      r.rows = a.t_k - sp.kv_begin;
+    }
+    return r;
+  };
   i64 k = 0;
   LeanLane ln;
   bool have;
+  i32 cur_tile = 0, cur_b = 0;
   {
-    i32 tile = 0, b = 0;
-    have = next_item(k, tile, b);
-    if (have) ln = lane_info(tile, b);
+    have = next_item(k, cur_tile, cur_b);
+    if (have) ln = lane_info(cur_tile, cur_b);
   }
   while (have) {
     i64 k_n = k + 1;
@@ -522,13 +584,15 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename 
     bool ready_n = false;
     const i32 n_kv = ln.n_kv;
     if (n_kv > 0) {
+      LeanKScales kscale;
+      if constexpr (T::kFp8) kscale = k_scales(cur_tile, cur_b);
       mbarrier_wait(&cta.w_full[cg], q_uses & 1);
       mbarrier_wait(&cta.q_full[cg], q_uses & 1);
       wreg.load(w_smem, lane & 3);
       for (i32 it = 0; it < n_kv; ++it) {
         mbarrier_wait(&cta.kv_full[stage], phase);
         named_barrier_sync(my_bar, 256);
-        mma_kv_tile(acc, kv_base0 + stage * kKvBytes, q_base);
+        mma_tile<T::kFp8>(acc, kv_base0 + stage * T::kKvBytes, q_base);
         named_barrier_arrive(other_bar, 256);
         if (!kBshd && it == 0 && have_n) {
           ln_n = lane_info(tile_n, b_n);
@@ -547,6 +611,16 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename 
         }
         float part[2 * TPW];
         head_sum<T::kHeads, TPW>(acc, wreg, part, lane);
+        if constexpr (T::kFp8) {
+          // k_scale * head sum, before the epilogue's sm_scale: the generic family's order
+          if (kscale.p != nullptr) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + 8 * j;
+              if (rel < kscale.rows) part[j] = part[j] * __ldg(kscale.p + rel * kscale.stride);
+            }
+          }
+        }
         epi.tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
         epi.after_tile(ln);
       }
@@ -556,6 +630,8 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename 
     epi.end_item(ln);
     if (have_n && !ready_n) ln_n = lane_info(tile_n, b_n);
     ln = ln_n;
+    cur_tile = tile_n;
+    cur_b = b_n;
     k = k_n;
     have = have_n;
   }
@@ -565,18 +641,19 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const typename 
 // BSHD: the planner's schedule is compiled in (Sched, generated per shape key).
 template <class Cfg, class Sched>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
-    sm90_indexer_lean(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a) {
+    sm90_indexer_lean(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
+                      const DsaScales sc) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the BSHD kernel of a THD variant");
-  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, {}, LeanStaticRuns<Sched>{});
+  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, {}, LeanStaticRuns<Sched>{});
 }
 
 // THD: the schedule of the call's packing is a launch parameter.
 template <class Cfg>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_indexer_lean_thd(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
-                          const __grid_constant__ LeanThdSchedule sched) {
+                          const __grid_constant__ LeanThdSchedule sched, const DsaScales sc) {
   static_assert(LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the THD kernel of a BSHD variant");
-  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, {}, LeanParamRuns{&sched});
+  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, {}, LeanParamRuns{&sched});
 }
 
 }  // namespace dsa

@@ -273,7 +273,8 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_topk_fused_sweep(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
                           const LeanTopkArgs t) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: BSHD only");
-  lean_body<Cfg, LeanTopkEpilogue<Cfg>>(q_map, k_map, a, t, LeanStaticRuns<Sched>{});
+  static_assert(!LeanTraits<Cfg>::kFp8, "sm90_topk_fused_sweep: bf16 inputs only (the top-k operation's)");
+  lean_body<Cfg, LeanTopkEpilogue<Cfg>>(q_map, k_map, a, DsaScales{}, t, LeanStaticRuns<Sched>{});
 }
 
 }  // namespace dsa

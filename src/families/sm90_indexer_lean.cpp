@@ -16,7 +16,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages };
+enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput };
 constexpr const char* kScaleChoices[] = {"any", "1"};
 constexpr const char* kScaleLiterals[] = {"false", "true"};
 constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
@@ -115,10 +115,10 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   Plan plan;
   plan.tokens_per_tile = static_cast<int32_t>(kTile);
   if (p.is_thd()) {
-    plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout);
+    plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {
-    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f);
+    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype);
     plan.tiles_per_batch = p.s_q / kTile;
     plan.num_tiles = plan.tiles_per_batch * p.batch;
   }
@@ -167,18 +167,21 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
   args.out_cols = p.out_cols;
   args.sm_scale = p.sm_scale;
   args.has_offsets = p.has_offsets ? 1 : 0;
+  dsa::DsaScales scales = make_scales(p);
   thread_local TmaMemo q_memo, k_memo;
   const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p, LeanGeometry::kTokensPerConsumer));
   const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
   if (!p.is_thd()) {
-    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra};
+    // The scores kernel's fourth parameter is the FP8 scales; another epilogue's kernel (extra)
+    // takes its own arguments there instead.
+    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra ? extra : &scales};
     launch_one(k.functions[0], plan.launches[0], stream, params, what);
     return;
   }
   // cuLaunchKernelEx copies the parameters, the schedule included, at the call.
   const auto* thd = static_cast<const LeanThdPlan*>(plan.schedule.get());
   void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args,
-                    const_cast<dsa::LeanThdSchedule*>(&thd->sched)};
+                    const_cast<dsa::LeanThdSchedule*>(&thd->sched), &scales};
   launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean_thd)");
 }
 
@@ -191,6 +194,9 @@ class LeanFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::lean; }
   Operation operation() const override { return Operation::scores; }
   DType input_dtype() const override { return DType::bf16; }
+  bool serves_input(DType d, bool automatic) const override {
+    return d == DType::bf16 || (d == DType::e4m3 && (!automatic || kLeanFp8Automatic));
+  }
   int auto_priority() const override { return 2; }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {
@@ -200,7 +206,8 @@ class LeanFamily final : public Family {
         {"kSeqK", ParamDesc::integer, "long long", "sk"},
         weights_param(),
         {"kUnitScale", ParamDesc::choice, "bool", "scale", kScaleChoices, kScaleLiterals, 2},
-        {"kKvStages", ParamDesc::integer, "int", "s"}};
+        {"kKvStages", ParamDesc::integer, "int", "s"},
+        input_param()};
     return p;
   }
 
@@ -299,10 +306,13 @@ int32_t best_policy(const LeanSchedule& s, const std::function<double(const Lean
 
 }  // namespace
 
-int LeanGeometry::smem_bytes(DType w, int kv_stages) {
-  const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 ? 4 : 2);
+int LeanGeometry::smem_bytes(DType w, int kv_stages, DType qk) {
+  // FP8: one 128-byte box per row of D (bf16: two), and fp32 weights (w * q_scale) either way.
+  const bool fp8 = qk == DType::e4m3;
+  const int boxes = fp8 ? 1 : 2;
+  const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 || fp8 ? 4 : 2);
   const int bars = (3 * 2 + 2 * kv_stages) * 8;
-  return 2 * 256 * 128 * 2 + kv_stages * kKvRows * 128 * 2 + w_bytes + bars + 1024;
+  return 2 * 256 * 128 * boxes + kv_stages * kKvRows * 128 * boxes + w_bytes + bars + 1024;
 }
 
 int64_t LeanSchedule::tile_of_rank(int64_t r) const {
@@ -409,7 +419,7 @@ const Family& lean_family() {
   return f;
 }
 
-KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout) {
+KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk) {
   KernelSpec s;
   s.family = &lean_family();
   s.values[kLayout] = layout_value(layout);
@@ -418,7 +428,8 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kWeights] = weights_value(w);
   s.values[kUnitScale] = unit_scale ? 1 : 0;
   s.values[kStages] = LeanGeometry::kKvStages;
-  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w));
+  s.values[kInput] = input_value(qk);
+  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, LeanGeometry::kKvStages, qk));
   return s;
 }
 

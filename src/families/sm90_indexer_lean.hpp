@@ -24,7 +24,7 @@ struct LeanGeometry {
   // equivalents of fixed work (Q and weight loads, the first product's latency, the -inf rows).
   static constexpr double kTileOverhead = 1.0;
   // Mirrors LeanSmem in templates/sm90_indexer_lean.cuh; the kernel static_asserts agreement.
-  static int smem_bytes(DType w, int kv_stages = kKvStages);
+  static int smem_bytes(DType w, int kv_stages = kKvStages, DType qk = DType::bf16);
 };
 
 // The emitted schedule: q-tiles by rank (runs of the order, longest first) and the CTA policy.
@@ -81,6 +81,10 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
 void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
 void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what);
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
-KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd);
+KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
+                     DType qk = DType::bf16);
+// Whether automatic FP8 (e4m3) calls take lean where its gates hold: off until its FP8 main loop
+// has run on a GPU (bitwise against generic FP8); until then FP8 calls name it (family=lean).
+inline constexpr bool kLeanFp8Automatic = false;
 
 }  // namespace dsa_indexer::detail

@@ -10,6 +10,8 @@
 #include "dispatch/family.hpp"
 #include "dispatch/planner.hpp"
 #include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_lean.hpp"
+#include "jit/nvrtc_compiler.hpp"
 #include "jit/codegen.hpp"
 
 using namespace dsa_indexer::detail;
@@ -404,11 +406,39 @@ TEST_CASE("dispatch: FP8 calls take the generic family by name until validated o
   CHECK(generic_spec(64, DType::bf16, false, Layout::bshd).shape_key() == "h64.wbf16.lse0.bshd.s5");
   CHECK(render(generic_spec(64, DType::bf16, false, Layout::bshd)).text.find("kInput") == std::string::npos);
   CHECK(render(plan.spec).text.find("static constexpr int kInput = dsa::kInputE4m3;") != std::string::npos);
-  // the other families refuse e4m3, naming what they compute from
-  CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::lean, false), Contains("family lean: q/k dtype: expected bf16, got e4m3"));
+  // the families without an FP8 main loop refuse e4m3, naming what they compute from
   CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::reference, false), Contains("q/k dtype: expected bf16, got e4m3"));
   // generic names both precisions it computes from
   Problem f16 = p;
   f16.qk_dtype = DType::f16;
   CHECK_THROWS_WITH(choose_family(f16, dev, KernelFamily::generic, false), Contains("expected bf16 or e4m3, got f16"));
+}
+
+TEST_CASE("lean FP8: planned by name, every variant compiles without spills", "[dispatch][fp8][nvrtc]") {
+  using dsa_indexer::KernelFamily;
+  const DeviceInfo dev = DeviceInfo::h200();
+  const Problem p = run(fp8_call(1, 8192, 4096, 64));
+  const Family& f = choose_family(p, dev, KernelFamily::lean, false);
+  const Plan plan = make_plan(p, dev, f);
+  CHECK(plan.spec.shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5.ine4m3");
+  // bf16 lean keeps its key (the input parameter is omitted at its default)
+  CHECK(lean_spec(8192, 4096, DType::bf16, true).shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5");
+  if (!kLeanFp8Automatic)
+    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::automatic, false), Contains("by name only"));
+  // BSHD and THD (both column modes), bf16 and fp32 W, both scale variants
+  std::vector<KernelSpec> specs = {plan.spec,
+                                   lean_spec(8192, 4096, DType::f32, false, Layout::bshd, DType::e4m3),
+                                   lean_spec(2048, 65536, DType::bf16, false, Layout::bshd, DType::e4m3),
+                                   lean_spec(8192, 0, DType::bf16, false, Layout::thd_local, DType::e4m3),
+                                   lean_spec(8192, 0, DType::f32, true, Layout::thd_global, DType::e4m3)};
+  for (const KernelSpec& s : specs) {
+    const GeneratedSource g = render(s);
+    INFO(g.name);
+    const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(s.arch), nullptr});
+    INFO(out.log);
+    CHECK_FALSE(out.cubin.empty());
+    CHECK(out.log.find(" 0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
+    CHECK(out.log.find("bytes stack frame") != std::string::npos);
+    CHECK(out.log.find(" 0 bytes stack frame") != std::string::npos);
+  }
 }
