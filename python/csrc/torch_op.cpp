@@ -72,6 +72,7 @@ struct Call {
   dsa::ThdColumns columns;
   dsa::KernelFamily family;
   OptTensor ks, ke, cu_q_host, cu_k_host;
+  OptTensor q_scale, k_scale;  // FP8: fp32 per-row scales (not given: 1)
 };
 
 // Validates what the library cannot see (devices, THD argument pairs), then runs the forward
@@ -93,6 +94,10 @@ void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
   opt.q_causal_offsets = desc(c.offsets, "q_causal_offsets");
   opt.ks = desc(c.ks, "ks");
   opt.ke = desc(c.ke, "ke");
+  // As the other optional operands: a CPU scale is described with device -1 and refused by the
+  // library's validation, which names it.
+  opt.q_scale = desc(c.q_scale, "q_scale");
+  opt.k_scale = desc(c.k_scale, "k_scale");
   if (lse.defined()) opt.lse = desc(lse, "lse");
   if (thd) {
     // CPU cu_seqlens are copied to the device and serve as the host mirrors, as in the ctypes path.
@@ -140,9 +145,9 @@ Call make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, in
                const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k,
                std::optional<int64_t> max_q, std::optional<int64_t> max_k, const std::string& columns,
                const std::string& family, const OptTensor& ks, const OptTensor& ke, const OptTensor& cu_q_host,
-               const OptTensor& cu_k_host) {
+               const OptTensor& cu_k_host, const OptTensor& q_scale, const OptTensor& k_scale) {
   return Call{q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns_of(columns), family_of(family),
-              ks, ke, cu_q_host, cu_k_host};
+              ks, ke, cu_q_host, cu_k_host, q_scale, k_scale};
 }
 
 // Allocates the results on q's device and runs the call: scores (kLse false) or scores and lse.
@@ -165,27 +170,29 @@ std::conditional_t<kLse, std::tuple<at::Tensor, at::Tensor>, at::Tensor> forward
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio, double sm_scale,
     const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
     std::optional<int64_t> max_k, const std::string& columns, const std::string& family, const OptTensor& ks,
-    const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
+    const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host, const OptTensor& q_scale,
+    const OptTensor& k_scale) {
   return forward_call<kLse>(make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks,
-                                      ke, cu_q_host, cu_k_host));
+                                      ke, cu_q_host, cu_k_host, q_scale, k_scale));
 }
 
 // The short forms of indexer_forward for the common calls (local columns, automatic family, no
-// explicit windows): every argument of their schemas is given and none has a default, so the
+// explicit windows, no FP8 scales): every argument of their schemas is given and none has a default, so the
 // dispatcher converts 6 (BSHD) or 12 (THD) arguments instead of 16 (docs/PERF_NOTES.md, host
 // cost of a Python call).
 at::Tensor forward_bshd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
                              double sm_scale, const OptTensor& offsets) {
   return forward_call<false>(Call{q, k, w, ratio, sm_scale, offsets, std::nullopt, std::nullopt, std::nullopt,
                                   std::nullopt, dsa::ThdColumns::local, dsa::KernelFamily::automatic, std::nullopt,
-                                  std::nullopt, std::nullopt, std::nullopt});
+                                  std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
 }
 
 at::Tensor forward_thd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
                             double sm_scale, const OptTensor& offsets, const at::Tensor& cu_q, const at::Tensor& cu_k,
                             int64_t max_q, int64_t max_k, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
   return forward_call<false>(Call{q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, dsa::ThdColumns::local,
-                                  dsa::KernelFamily::automatic, std::nullopt, std::nullopt, cu_q_host, cu_k_host});
+                                  dsa::KernelFamily::automatic, std::nullopt, std::nullopt, cu_q_host, cu_k_host,
+                                  std::nullopt, std::nullopt});
 }
 
 void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
@@ -193,13 +200,13 @@ void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       std::optional<int64_t> max_q, std::optional<int64_t> max_k, const std::string& columns,
                       const at::Tensor& out, const OptTensor& lse_out, const std::string& family,
                       const OptTensor& ks, const OptTensor& ke, const OptTensor& cu_q_host,
-                      const OptTensor& cu_k_host) {
+                      const OptTensor& cu_k_host, const OptTensor& q_scale, const OptTensor& k_scale) {
   require_cuda(q, "q");
   require_cuda(out, "out");
   if (lse_out.has_value()) require_cuda(*lse_out, "lse_out");
   const c10::cuda::CUDAGuard guard(q.device());
   run(make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks, ke, cu_q_host,
-                cu_k_host),
+                cu_k_host, q_scale, k_scale),
       out, lse_out.has_value() ? *lse_out : at::Tensor());
 }
 
@@ -213,8 +220,11 @@ void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   "Tensor q, Tensor k, Tensor w, int ratio=4, float sm_scale=1.0, Tensor? q_causal_offsets=None, "         \
   "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int? max_seqlen_q=None, int? max_seqlen_k=None, " \
   "str thd_columns=\"local\""
-#define DSA_OP_EXTENSIONS \
-  "str family=\"auto\", Tensor? ks=None, Tensor? ke=None, Tensor? cu_seqlens_q_host=None, Tensor? cu_seqlens_k_host=None"
+// q_scale / k_scale (FP8 inputs) came after the others and stay last: keyword-only with defaults,
+// so that every call written against the earlier schema still binds.
+#define DSA_OP_EXTENSIONS                                                                                          \
+  "str family=\"auto\", Tensor? ks=None, Tensor? ke=None, Tensor? cu_seqlens_q_host=None, Tensor? cu_seqlens_k_host=None, " \
+  "Tensor? q_scale=None, Tensor? k_scale=None"
 TORCH_LIBRARY(dsa_indexer, m) {
   // The fake (meta) kernels are Python's (dsa_indexer._torch_op registers them when it loads
   // this library): a C++ Meta kernel would make FakeTensor propagate one device over all

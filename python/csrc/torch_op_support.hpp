@@ -23,9 +23,13 @@ inline dsa::DType dtype_of(const at::Tensor& t, const char* name, const char* wh
     case at::kInt: return dsa::DType::i32;
     case at::kLong: return dsa::DType::i64;
     case at::kDouble: return dsa::DType::f64;
+    case at::kFloat8_e4m3fn: return dsa::DType::e4m3;
+    // Has a code so that the library refuses it by name (no family computes from E5M2).
+    case at::kFloat8_e5m2: return dsa::DType::e5m2;
     default:
       TORCH_CHECK_VALUE(false, "[DSA_STATUS_INVALID_ARGUMENT] ", where, ": ", name,
-                        ".dtype: expected one of bf16, f16, f32, i32, i64, f64, got ", t.scalar_type());
+                        ".dtype: expected one of bfloat16, float16, float32, int32, int64, float64, float8_e4m3fn, "
+                        "float8_e5m2, got ", t.scalar_type());
   }
 }
 

@@ -44,6 +44,7 @@ struct TopkCall {
   bool global_indices, sort_by_score;
   dsa::KernelFamily family;
   OptTensor cu_q_host, cu_k_host;
+  OptTensor q_scale, k_scale;  // FP8: fp32 per-row scales (not given: 1)
 };
 
 // The outputs of one call (undefined: not computed) and its workspace (undefined: allocated here).
@@ -93,6 +94,8 @@ void run_topk(TopkCall c, TopkOutputs& out) {
   opt.family = c.family;
   opt.check_pointers = false;  // CUDA tensors of q's device (the library checks the devices)
   opt.q_causal_offsets = desc(c.offsets, "q_causal_offsets", kWhere);
+  opt.q_scale = desc(c.q_scale, "q_scale", kWhere);
+  opt.k_scale = desc(c.k_scale, "k_scale", kWhere);
   if (out.lse.defined()) opt.lse = desc(out.lse, "lse", kWhere);
   if (thd) {
     // The size query and the call both validate cu_seqlens on the host: CPU cu_seqlens are copied
@@ -173,9 +176,10 @@ TopkCall make_topk_call(const at::Tensor& q, const at::Tensor& k, const at::Tens
                         double sm_scale, const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k,
                         std::optional<int64_t> max_q, std::optional<int64_t> max_k, bool global_indices,
                         bool sort_by_score, const std::string& family, const OptTensor& cu_q_host,
-                        const OptTensor& cu_k_host) {
+                        const OptTensor& cu_k_host, const OptTensor& q_scale, const OptTensor& k_scale) {
   return TopkCall{q,     k,     w,     top_k,          ratio,         sm_scale, offsets, cu_q, cu_k,
-                  max_q, max_k, global_indices, sort_by_score, topk_family_of(family), cu_q_host, cu_k_host};
+                  max_q, max_k, global_indices, sort_by_score, topk_family_of(family), cu_q_host, cu_k_host,
+                  q_scale, k_scale};
 }
 
 std::vector<at::Tensor> topk_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t top_k,
@@ -183,11 +187,11 @@ std::vector<at::Tensor> topk_cuda(const at::Tensor& q, const at::Tensor& k, cons
                                   const OptTensor& cu_k, std::optional<int64_t> max_q, std::optional<int64_t> max_k,
                                   bool global_indices, bool sort_by_score, bool return_values, bool return_softmax,
                                   bool return_lse, const std::string& family, const OptTensor& cu_q_host,
-                                  const OptTensor& cu_k_host) {
+                                  const OptTensor& cu_k_host, const OptTensor& q_scale, const OptTensor& k_scale) {
   require_cuda(q, "q", kWhere);
   const c10::cuda::CUDAGuard guard(q.device());  // outputs are allocated on q's device
   TopkCall c = make_topk_call(q, k, w, top_k, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, global_indices,
-                              sort_by_score, family, cu_q_host, cu_k_host);
+                              sort_by_score, family, cu_q_host, cu_k_host, q_scale, k_scale);
   const TopkShapes s = topk_shapes(c, is_thd(c.cu_q, c.cu_k, c.max_q, c.max_k, kWhere));
   TopkOutputs out;
   out.indices = empty_on(q.device(), s.indices.ref(), at::kInt);
@@ -206,7 +210,8 @@ void topk_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w
                    std::optional<int64_t> max_q, std::optional<int64_t> max_k, const at::Tensor& indices_out,
                    const OptTensor& values_out, const OptTensor& softmax_out, const OptTensor& lse_out,
                    const OptTensor& workspace, bool global_indices, bool sort_by_score, const std::string& family,
-                   const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
+                   const OptTensor& cu_q_host, const OptTensor& cu_k_host, const OptTensor& q_scale,
+                   const OptTensor& k_scale) {
   require_cuda(q, "q", kWhere);
   require_cuda(indices_out, "indices_out", kWhere);
   TopkOutputs out;
@@ -226,7 +231,7 @@ void topk_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w
   }
   const c10::cuda::CUDAGuard guard(q.device());
   run_topk(make_topk_call(q, k, w, top_k, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, global_indices,
-                          sort_by_score, family, cu_q_host, cu_k_host),
+                          sort_by_score, family, cu_q_host, cu_k_host, q_scale, k_scale),
            out);
 }
 
@@ -239,7 +244,11 @@ void topk_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w
   "Tensor? q_causal_offsets=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int? max_seqlen_q=None, " \
   "int? max_seqlen_k=None"
 #define DSA_TOPK_OPTIONS "bool global_indices=False, bool sort_by_score=False"
-#define DSA_TOPK_EXTENSIONS "str family=\"auto\", Tensor? cu_seqlens_q_host=None, Tensor? cu_seqlens_k_host=None"
+// q_scale / k_scale (FP8 inputs, as the scores operators) last, keyword-only with defaults: the
+// earlier schema's calls still bind.
+#define DSA_TOPK_EXTENSIONS                                                                     \
+  "str family=\"auto\", Tensor? cu_seqlens_q_host=None, Tensor? cu_seqlens_k_host=None, " \
+  "Tensor? q_scale=None, Tensor? k_scale=None"
 TORCH_LIBRARY_FRAGMENT(dsa_indexer, m) {
   m.def("indexer_topk(" DSA_TOPK_ARGS ", *, " DSA_TOPK_OPTIONS
         ", bool return_values=False, bool return_softmax=False, bool return_lse=False, " DSA_TOPK_EXTENSIONS

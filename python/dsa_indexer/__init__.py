@@ -24,6 +24,8 @@ from ._topk import TopkResult, indexer_topk, indexer_topk_workspace_size
 from ._torch_op import Backend, backend, use_backend
 from ._lib import (
     DSA_BF16,
+    DSA_E4M3,
+    DSA_E5M2,
     DSA_F16,
     DSA_F32,
     DSA_F64,
@@ -85,4 +87,6 @@ __all__ = [
     "DSA_I32",
     "DSA_I64",
     "DSA_F64",
+    "DSA_E4M3",
+    "DSA_E5M2",
 ]

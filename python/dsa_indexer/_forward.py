@@ -11,7 +11,26 @@ import operator
 
 from . import _lib, _torch_op
 
-_TORCH_DTYPES = None  # torch dtype -> DSA code, built on first use
+# torch dtype name -> DSA code. Keyed by name so that the table (and what it refuses) is readable
+# without torch; torch.float8_e5m2 has a code so that the library's own message refuses it.
+DTYPE_CODES = {
+    "bfloat16": _lib.DSA_BF16,
+    "float16": _lib.DSA_F16,
+    "float32": _lib.DSA_F32,
+    "int32": _lib.DSA_I32,
+    "int64": _lib.DSA_I64,
+    "float64": _lib.DSA_F64,
+    "float8_e4m3fn": _lib.DSA_E4M3,
+    "float8_e5m2": _lib.DSA_E5M2,
+}
+_TORCH_DTYPES = None  # torch dtype -> DSA code, built from DTYPE_CODES on first use
+
+
+def dtype_name(t) -> str:
+    """The torch dtype name of a tensor ("float32", "float8_e4m3fn"), "" for an object without
+    a dtype; reads no torch module, so it works on stand-ins too."""
+    dt = getattr(t, "dtype", None)
+    return "" if dt is None else str(dt).removeprefix("torch.")
 
 
 def _dtype_code(t, name: str) -> int:
@@ -19,17 +38,12 @@ def _dtype_code(t, name: str) -> int:
     import torch
 
     if _TORCH_DTYPES is None:
-        _TORCH_DTYPES = {
-            torch.bfloat16: _lib.DSA_BF16,
-            torch.float16: _lib.DSA_F16,
-            torch.float32: _lib.DSA_F32,
-            torch.int32: _lib.DSA_I32,
-            torch.int64: _lib.DSA_I64,
-            torch.float64: _lib.DSA_F64,
-        }
+        # A torch without a dtype of the table (float8 types came in 2.1) simply lacks its row.
+        _TORCH_DTYPES = {getattr(torch, n): code for n, code in DTYPE_CODES.items() if hasattr(torch, n)}
     code = _TORCH_DTYPES.get(t.dtype)
     if code is None:
-        raise ValueError(f"indexer_forward: {name}.dtype: expected one of bf16, f16, f32, i32, i64, f64, got {t.dtype}")
+        names = ", ".join(DTYPE_CODES)
+        raise ValueError(f"indexer_forward: {name}.dtype: expected one of {names}, got {t.dtype}")
     return code
 
 
@@ -99,6 +113,8 @@ def indexer_forward(
     cu_seqlens_q_host=None,
     cu_seqlens_k_host=None,
     stream=None,
+    q_scale=None,
+    k_scale=None,
 ):
     """DSA lightning-indexer forward scores on the current CUDA stream.
 
@@ -121,9 +137,19 @@ def indexer_forward(
       (``-inf`` for empty rows): the result is then ``{'scores': ..., 'lse': ...}``.
       ``lse_out`` is filled in place when given (cuDNN's ``lse_out``).
 
+    FP8 inputs: q and k ``torch.float8_e4m3fn`` (both; w stays bf16 or fp32), with optional
+    keyword-only fp32 scales ``q_scale`` (B, S_q, H) / THD (T_q, H) and ``k_scale`` (B, S_k, 1)
+    or (B, S_k) / THD (T_k, 1) or (T_k,) (absent: 1); then ``scores = sm_scale * sum_h w[h] *
+    relu(q_scale[h] * k_scale[j] * (q8[h,:] . k8[j,:]))``. Scales must be finite and > 0 (the
+    caller's duty: not checked on the device). The library validates them (dtype, shape,
+    device; scales with bf16 q/k, mixed q/k dtypes and ``torch.float8_e5m2`` are refused with
+    its message naming the parameter). No kernel family computes from e4m3 yet: a valid FP8
+    call raises UnsupportedConfig until the FP8 families land.
+
     Differences from cuDNN-frontend: without ``return_lse`` the scores tensor itself is
     returned (cuDNN returns a TupleDict holding it); ``ratio`` defaults to 4 as there, the C
-    API's default is 1. There are no tuning knobs and no fp8 path.
+    API's default is 1. There are no tuning knobs; FP8 scales are keyword arguments here (the
+    cuDNN-frontend drop-in, `dsa_indexer.cudnn_compat`, takes ``precision="fp8"``).
 
     Extensions (keyword-only): ``family`` ("auto" or a name of ``dsa_indexer.kernel_families()``:
     the C API's kernel-family choice; a named family raises when its gate fails), explicit per-row windows ``ks``/``ke`` (int32 (B, S_q) / (T_q,),
@@ -152,7 +178,7 @@ def indexer_forward(
         # short operators, whose schemas have the fewest arguments: the host cost of a call.
         try:
             if (out is None and lse_out is None and stream is None and not return_lse and family == "auto" and ks is None
-                    and ke is None and thd_columns == "local"):
+                    and ke is None and thd_columns == "local" and q_scale is None and k_scale is None):
                 if cu_seqlens_q is None and cu_seqlens_k is None:
                     if cu_seqlens_q_host is None and cu_seqlens_k_host is None:
                         return (o.forward_bshd if o.dynamo_tracing() else o.bshd_entry)(q, k, w, ratio, sm_scale, q_causal_offsets)
@@ -164,7 +190,7 @@ def indexer_forward(
                         cu_seqlens_q_host, cu_seqlens_k_host)
             return _torch_op.forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                      max_seqlen_k, thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host,
-                                     cu_seqlens_k_host, stream)
+                                     cu_seqlens_k_host, stream, q_scale, k_scale)
         except Exception as e:
             _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
             translated = _torch_op.translate(e)
@@ -174,7 +200,8 @@ def indexer_forward(
     thd_code, family_code, ratio, sm_scale, thd, max_seqlen_q, max_seqlen_k = _check_arguments(
         thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                           thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream)
+                           thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream,
+                           q_scale, k_scale)
 
 
 def _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
@@ -200,7 +227,8 @@ def _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seql
 
 
 def _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream):
+                    thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream,
+                    q_scale=None, k_scale=None):
     """`indexer_forward` through the ctypes binding of the C API, after the checks above."""
     import torch
 
@@ -261,6 +289,9 @@ def _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu
     opt.ks = _desc(ks, "ks")
     opt.ke = _desc(ke, "ke")
     opt.lse = _desc(lse, "lse_out" if lse_out is not None else "lse")
+    # FP8 scales go as they are (the library takes their strides); its validation names them.
+    opt.q_scale = _desc(q_scale, "q_scale")
+    opt.k_scale = _desc(k_scale, "k_scale")
     if thd:
         opt.cu_seqlens_q = _desc(cu_seqlens_q, "cu_seqlens_q")
         opt.cu_seqlens_k = _desc(cu_seqlens_k, "cu_seqlens_k")

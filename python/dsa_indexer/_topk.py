@@ -50,6 +50,8 @@ def indexer_topk(
     cu_seqlens_q_host=None,
     cu_seqlens_k_host=None,
     stream=None,
+    q_scale=None,
+    k_scale=None,
 ) -> TopkResult:
     """The ``top_k`` largest visible scores of every query row, on the current CUDA stream.
 
@@ -80,6 +82,9 @@ def indexer_topk(
     - THD: as `indexer_forward` (local key columns only). The library validates cu_seqlens on the
       host: pass ``cu_seqlens_q_host`` / ``cu_seqlens_k_host`` (or CPU cu_seqlens) to avoid the one
       synchronizing device-to-host read of the device arrays per call.
+    - FP8: q and k ``torch.float8_e4m3fn`` with the optional fp32 ``q_scale`` / ``k_scale`` of
+      `indexer_forward` (same shapes, same contract); the scores ranked are those FP8 scores. No
+      top-k family computes from e4m3 yet (UnsupportedConfig until the FP8 families land).
 
     NaN scores (only from non-finite inputs) rank above +inf; +0.0 ranks above -0.0. Raises as
     `indexer_forward` does (ValueError / NotImplementedError / RuntimeError subclasses with the
@@ -94,7 +99,7 @@ def indexer_topk(
             res = _torch_op.topk(o, q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                  max_seqlen_k, bool(global_indices), bool(sort_by_score), bool(return_values),
                                  bool(return_softmax), bool(return_lse), indices_out, values_out, softmax_out, lse_out,
-                                 workspace, family, cu_seqlens_q_host, cu_seqlens_k_host, stream)
+                                 workspace, family, cu_seqlens_q_host, cu_seqlens_k_host, stream, q_scale, k_scale)
         except Exception as e:
             _check_topk_arguments(top_k, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
             translated = _torch_op.translate(e)
@@ -107,7 +112,7 @@ def indexer_topk(
     return _topk_ctypes(q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         family_code, thd, bool(global_indices), bool(sort_by_score), bool(return_values), bool(return_softmax),
                         bool(return_lse), indices_out, values_out, softmax_out, lse_out, workspace, cu_seqlens_q_host,
-                        cu_seqlens_k_host, stream)
+                        cu_seqlens_k_host, stream, q_scale, k_scale)
 
 
 def _check_topk_arguments(top_k, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
@@ -154,7 +159,8 @@ def _desc(t, name: str) -> _lib.DsaTensor:
 
 def _topk_ctypes(q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  family_code, thd, global_indices, sort_by_score, return_values, return_softmax, return_lse, indices_out,
-                 values_out, softmax_out, lse_out, workspace, cu_seqlens_q_host, cu_seqlens_k_host, stream):
+                 values_out, softmax_out, lse_out, workspace, cu_seqlens_q_host, cu_seqlens_k_host, stream, q_scale=None,
+                 k_scale=None):
     """`indexer_topk` through the ctypes binding of the C API, after the checks above. Everything
     it allocates (results, workspace, device copies of CPU cu_seqlens) comes from PyTorch's caching
     allocator on the stream the kernels run on."""
@@ -177,6 +183,7 @@ def _topk_ctypes(q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q
         opt.sm_scale = sm_scale
         opt.family = family_code
         opt.q_causal_offsets = _desc(q_causal_offsets, "q_causal_offsets")
+        opt.q_scale, opt.k_scale = _desc(q_scale, "q_scale"), _desc(k_scale, "k_scale")
         if thd:
             for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
                 if not isinstance(t, torch.Tensor):
@@ -233,7 +240,7 @@ def indexer_topk_workspace_size(q, k, w, top_k: int = 2048, ratio: int = 4, sm_s
                                 cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q: int | None = None,
                                 max_seqlen_k: int | None = None, *, global_indices: bool = False,
                                 return_lse: bool = False, family: str = "auto", cu_seqlens_q_host=None,
-                                cu_seqlens_k_host=None) -> int:
+                                cu_seqlens_k_host=None, q_scale=None, k_scale=None) -> int:
     """The bytes of ``workspace`` an `indexer_topk` call with these arguments needs (a function of
     the shapes, top_k and the device: allocate it once per shape). Validates the call as the call
     does, launches nothing; THD without host mirrors reads the device cu_seqlens once."""
@@ -243,6 +250,8 @@ def indexer_topk_workspace_size(q, k, w, top_k: int = 2048, ratio: int = 4, sm_s
     opt = _lib.new_options()
     opt.ratio, opt.sm_scale, opt.family = ratio, sm_scale, family_code
     opt.q_causal_offsets = _desc(q_causal_offsets, "q_causal_offsets")
+    # The FP8 scales are part of the call the size query validates (their shapes, dtypes).
+    opt.q_scale, opt.k_scale = _desc(q_scale, "q_scale"), _desc(k_scale, "k_scale")
     keep = []
     if thd:
         if cu_seqlens_q_host is None or cu_seqlens_k_host is None:

@@ -191,18 +191,25 @@ def _stream_context(stream, device):
 
 
 def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-            thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream):
+            thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream,
+            q_scale=None, k_scale=None):
     """`indexer_forward` through the registered operators (same arguments and results), for
-    the calls with out=, lse_out= or stream= (the others call the operator directly). Errors are
-    the operator's (see `translate`)."""
+    the calls with out=, lse_out=, stream= or FP8 scales (the others call the operator directly).
+    Errors are the operator's (see `translate`)."""
     if stream is not None:
         with _stream_context(stream, q.device):
             return forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                           thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, None)
+                           thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, None,
+                           q_scale, k_scale)
     extra = {}
     if family != "auto" or ks is not None or ke is not None or cu_seqlens_q_host is not None or cu_seqlens_k_host is not None:
         extra = dict(family=family, ks=ks, ke=ke, cu_seqlens_q_host=host_mirror_tensor(cu_seqlens_q_host),
                      cu_seqlens_k_host=host_mirror_tensor(cu_seqlens_k_host))
+    # Only when given: a call without them keeps the schema's defaults (no extra argument to convert).
+    if q_scale is not None:
+        extra["q_scale"] = q_scale
+    if k_scale is not None:
+        extra["k_scale"] = k_scale
     args = (q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
     if out is None and lse_out is None:
         if return_lse:
@@ -221,7 +228,7 @@ def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, c
 
 def topk(o: _Ops, q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
          global_indices, sort_by_score, return_values, return_softmax, return_lse, indices_out, values_out, softmax_out,
-         lse_out, workspace, family, cu_seqlens_q_host, cu_seqlens_k_host, stream):
+         lse_out, workspace, family, cu_seqlens_q_host, cu_seqlens_k_host, stream, q_scale=None, k_scale=None):
     """`indexer_topk` through the registered operators: the allocating one without caller buffers,
     else `indexer_topk_out` (the results it is not given are allocated here, on the stream).
     Returns (indices, values, softmax, lse), None for what was not asked for."""
@@ -229,12 +236,17 @@ def topk(o: _Ops, q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_
         with _stream_context(stream, q.device):
             return topk(o, q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k, global_indices, sort_by_score, return_values, return_softmax, return_lse, indices_out,
-                        values_out, softmax_out, lse_out, workspace, family, cu_seqlens_q_host, cu_seqlens_k_host, None)
+                        values_out, softmax_out, lse_out, workspace, family, cu_seqlens_q_host, cu_seqlens_k_host, None,
+                        q_scale, k_scale)
     args = (q, k, w, top_k, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     extra = dict(global_indices=global_indices, sort_by_score=sort_by_score)
     if family != "auto" or cu_seqlens_q_host is not None or cu_seqlens_k_host is not None:
         extra.update(family=family, cu_seqlens_q_host=host_mirror_tensor(cu_seqlens_q_host),
                      cu_seqlens_k_host=host_mirror_tensor(cu_seqlens_k_host))
+    if q_scale is not None:
+        extra["q_scale"] = q_scale
+    if k_scale is not None:
+        extra["k_scale"] = k_scale
     want = (return_values or values_out is not None, return_softmax or softmax_out is not None, return_lse or lse_out is not None)
     if indices_out is None and values_out is None and softmax_out is None and lse_out is None and workspace is None:
         got = iter(o.topk(*args, return_values=want[0], return_softmax=want[1], return_lse=want[2], **extra))
@@ -271,7 +283,8 @@ _fakes_registered = False
 
 def _register_fakes(torch) -> None:
     """The fake kernels of the operators (shapes and dtypes only; FakeTensorMode, meta
-    tensors and torch.compile's tracing run them). They check what the shapes depend on."""
+    tensors and torch.compile's tracing run them). They check what the shapes depend on; the
+    FP8 scales (q_scale, k_scale) do not change a result's shape or dtype."""
     global _fakes_registered
     if _fakes_registered:
         return
@@ -290,14 +303,14 @@ def _register_fakes(torch) -> None:
     @torch.library.register_fake("dsa_indexer::indexer_forward")
     def _fake_forward(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
                       max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, family="auto",
-                      ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+                      ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None):
         scores, _ = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
         return q.new_empty(scores, dtype=torch.float32)
 
     @torch.library.register_fake("dsa_indexer::indexer_forward_lse")
     def _fake_forward_lse(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
                           max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, family="auto",
-                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None):
         scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
         return q.new_empty(scores, dtype=torch.float32), q.new_empty(rows, dtype=torch.float32)
 
@@ -315,7 +328,7 @@ def _register_fakes(torch) -> None:
     @torch.library.register_fake("dsa_indexer::indexer_forward_out")
     def _fake_forward_out(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
                           max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, out, lse_out=None, family="auto",
-                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None):
         scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
         for name, t, want in (("out", out, scores), ("lse_out", lse_out, rows)):
             if t is not None and (tuple(t.shape) != tuple(want) or t.dtype != torch.float32):
@@ -340,7 +353,8 @@ def _register_fakes(torch) -> None:
     @torch.library.register_fake("dsa_indexer::indexer_topk")
     def _fake_topk(q, k, w, top_k=2048, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
                    max_seqlen_q=None, max_seqlen_k=None, *, global_indices=False, sort_by_score=False, return_values=False,
-                   return_softmax=False, return_lse=False, family="auto", cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+                   return_softmax=False, return_lse=False, family="auto", cu_seqlens_q_host=None, cu_seqlens_k_host=None,
+                   q_scale=None, k_scale=None):
         shape, rows = topk_checked_shapes(q, k, top_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, family)
         out = [q.new_empty(shape, dtype=torch.int32)]
         out += [q.new_empty(shape, dtype=torch.float32) for wanted in (return_values, return_softmax) if wanted]
@@ -352,7 +366,7 @@ def _register_fakes(torch) -> None:
     def _fake_topk_out(q, k, w, top_k=2048, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
                        max_seqlen_q=None, max_seqlen_k=None, *, indices_out, values_out=None, softmax_out=None, lse_out=None,
                        workspace=None, global_indices=False, sort_by_score=False, family="auto", cu_seqlens_q_host=None,
-                       cu_seqlens_k_host=None):
+                       cu_seqlens_k_host=None, q_scale=None, k_scale=None):
         shape, rows = topk_checked_shapes(q, k, top_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, family)
         for name, t, want, dtype in (("indices_out", indices_out, shape, torch.int32), ("values_out", values_out, shape, torch.float32),
                                      ("softmax_out", softmax_out, shape, torch.float32), ("lse_out", lse_out, rows, torch.float32)):

@@ -16,15 +16,31 @@ does with each argument is what cuDNN-frontend does on a Hopper GPU:
   at those values and raise ValueError otherwise (the message lists the offending ones);
 - ``cu_seqlens_q_scale_padded`` / ``cu_seqlens_k_scale_padded`` raise NotImplementedError
   (SM100 only there too); ``sf_vec_size`` is not read (as on SM90);
-- ``precision`` is case-insensitive; ``"bf16"`` runs; ``"fp8"`` raises
-  ``dsa_indexer.UnsupportedConfig`` (NotImplementedError and ValueError: cuDNN has an fp8 path,
-  this library does not); anything else, or ``q_scale`` / ``k_scale`` with bf16, ValueError;
+- ``precision`` is case-insensitive; ``"bf16"`` runs as before; ``"fp8"`` follows the SM90 FP8
+  contract (below); anything else, or ``q_scale`` / ``k_scale`` with bf16, ValueError naming
+  the parameter;
 - ``qhead_per_kv_head`` must be None or ``H_q // H_kv`` (ValueError; cuDNN asserts);
 - ``stream``: a ``cuda.bindings`` ``CUstream``, a ``torch.cuda.Stream``, an int handle, or None
   for the current stream;
 - the result is a `TupleDict` holding ``'scores'``, plus ``'lse'`` when ``return_lse`` is true;
   a given ``lse_out`` is filled in place, and without ``return_lse`` it is not in the result
   (as in cuDNN-frontend).
+
+``precision="fp8"`` (cuDNN-frontend 1.32's SM90 path): q and k ``torch.float8_e4m3fn``;
+``q_scale`` fp32 (B, S_q, H) / THD (T_q, H) and ``k_scale`` fp32 (B, S_k, 1) / THD (T_k, 1), one
+descale per 128-element (token, head) row, both required (ValueError naming the missing one, as
+there); ``return_lse``, ``lse_out``, THD and offsets as for bf16. What reaches the library
+depends on w's dtype, as in cuDNN-frontend:
+
+- bf16 w: ``scores = sm_scale * k_scale[j] * sum_h w[h] * q_scale[h] * relu(q8[h] . k8[j])``
+  (``q_scale``, ``k_scale`` and ``sm_scale`` all passed on);
+- fp32 w: taken as already multiplied by ``q_scale * sm_scale``, so neither ``q_scale`` nor
+  ``sm_scale`` is applied (``q_scale`` must still be given): ``scores = k_scale[j] * sum_h w[h]
+  * relu(q8[h] . k8[j])``.
+
+The H gate is the library's (cuDNN-frontend's SM90 FP8 path asserts H in {32, 64}). No family
+of this library computes from e4m3 yet: such a call currently ends in
+``dsa_indexer.UnsupportedConfig`` (NotImplementedError and ValueError) from the library.
 
 Everything else (shapes, dtypes, THD local columns, offsets, ``out``) goes to
 `dsa_indexer.indexer_forward`, which raises ValueError where cuDNN-frontend's SM90 interface
@@ -73,15 +89,17 @@ class TupleDict(dict):
         return super().__getitem__(key)
 
 
-# The precisions cuDNN-frontend knows besides bf16, per wrapper: dsa-indexer raises
-# UnsupportedConfig for them (they exist there, not here) and ValueError for any other name.
-_FORWARD_PRECISIONS = ("fp8",)  # SM90 indexer_forward_wrapper
-_TOP_K_PRECISIONS = ("fp8", "mxfp8", "mxfp4")  # the top-k wrapper's SM100 block-scaled ones (and SM90's fp8)
+# Per wrapper: the precisions it runs, and those cuDNN-frontend knows that it does not run
+# (UnsupportedConfig: they exist there, not here); any other name is a ValueError.
+_FORWARD_SERVED, _FORWARD_OTHERS = ("bf16", "fp8"), ()  # SM90 indexer_forward_wrapper: both of its precisions
+_TOP_K_SERVED, _TOP_K_OTHERS = ("bf16",), ("fp8", "mxfp8", "mxfp4")  # the top-k wrapper's block-scaled SM100 ones (and fp8)
 
 
 def _check_cudnn_arguments(tuning: dict, precision, q_scale, k_scale, cu_seqlens_q_scale_padded, cu_seqlens_k_scale_padded,
-                           where: str = "indexer_forward_wrapper", others: tuple = _FORWARD_PRECISIONS) -> None:
-    """The checks cuDNN-frontend's SM90 path makes before touching a tensor, in its order."""
+                           where: str = "indexer_forward_wrapper", served: tuple = _FORWARD_SERVED,
+                           others: tuple = _FORWARD_OTHERS) -> str:
+    """The checks cuDNN-frontend's SM90 path makes before touching a tensor, in its order.
+    Returns the precision, lower-cased."""
     if cu_seqlens_q_scale_padded is not None or cu_seqlens_k_scale_padded is not None:
         raise NotImplementedError(
             f"{where}: cu_seqlens_q_scale_padded / cu_seqlens_k_scale_padded: expected None on SM90 "
@@ -93,17 +111,34 @@ def _check_cudnn_arguments(tuning: dict, precision, q_scale, k_scale, cu_seqlens
             f"{where}: SM90 supports only the default tuning parameters "
             f"(m_block_size=128, n_block_size=128, q_stage=2, kv_stage=4); got {', '.join(bad)}"
         )
-    known = " or ".join(repr(n) for n in ("bf16", *others))
+    known = " or ".join(repr(n) for n in (*served, *others))
     if not isinstance(precision, str):
         raise ValueError(f"{where}: precision: expected {known}, got {precision!r}")
     p = precision.lower()
+    if p in others:
+        implemented = " and ".join(repr(n) for n in served)
+        raise UnsupportedConfig(f"{where}: precision: dsa-indexer implements {implemented} only here, got {p!r}")
+    if p not in served:
+        raise ValueError(f"{where}: precision: expected {known}, got {precision!r}")
     if p == "bf16":
         if q_scale is not None or k_scale is not None:
             raise ValueError(f"{where}: q_scale / k_scale: expected None with precision='bf16' (they are fp8 descales), got a tensor")
-    elif p in others:
-        raise UnsupportedConfig(f"{where}: precision: dsa-indexer implements 'bf16' only, got {p!r}")
-    else:
-        raise ValueError(f"{where}: precision: expected {known}, got {precision!r}")
+    elif p == "fp8":
+        # cuDNN-frontend's SM90 FP8 path needs both descales, even where it does not read q_scale (fp32 w).
+        missing = [n for n, v in (("q_scale", q_scale), ("k_scale", k_scale)) if v is None]
+        if missing:
+            raise ValueError(f"{where}: {' and '.join(missing)}: expected an fp32 tensor with precision='fp8' "
+                             f"(q_scale (B, S_q, H) / (T_q, H), k_scale (B, S_k, 1) / (T_k, 1)), got None")
+    return p
+
+
+def _fp8_scaling(precision: str, w, sm_scale, q_scale, k_scale) -> tuple:
+    """(sm_scale, q_scale, k_scale) for `indexer_forward`: cuDNN-frontend's SM90 FP8 path takes an
+    fp32 w as already multiplied by q_scale * sm_scale and then applies neither; a bf16 w gets
+    both (the library's contract is then the same formula). bf16 precision: unchanged."""
+    if precision == "fp8" and _forward.dtype_name(w) == "float32":
+        return 1.0, None, k_scale
+    return sm_scale, q_scale, k_scale
 
 
 def _check_qhead_per_kv_head(qhead_per_kv_head, q, k, where: str = "indexer_forward_wrapper") -> None:
@@ -154,8 +189,11 @@ def indexer_forward_wrapper(
     ``TupleDict(scores=..., lse=...)`` with ``return_lse``."""
     del sf_vec_size  # not read on SM90, by cuDNN-frontend either
     tuning = {"m_block_size": m_block_size, "n_block_size": n_block_size, "q_stage": q_stage, "kv_stage": kv_stage}
-    _check_cudnn_arguments(tuning, precision, q_scale, k_scale, cu_seqlens_q_scale_padded, cu_seqlens_k_scale_padded)
+    p = _check_cudnn_arguments(tuning, precision, q_scale, k_scale, cu_seqlens_q_scale_padded, cu_seqlens_k_scale_padded)
     _check_qhead_per_kv_head(qhead_per_kv_head, q, k)
+    sm_scale, q_scale, k_scale = _fp8_scaling(p, w, sm_scale, q_scale, k_scale)
+    # The scales go only where given, so that a bf16 call is the same call as before.
+    fp8 = {} if p == "bf16" else {"q_scale": q_scale, "k_scale": k_scale}
     res = _forward.indexer_forward(
         q,
         k,
@@ -171,6 +209,7 @@ def indexer_forward_wrapper(
         out=out,
         lse_out=lse_out,
         stream=_stream_handle(stream),
+        **fp8,
     )
     if return_lse:
         return TupleDict(scores=res["scores"], lse=res["lse"])
@@ -264,7 +303,7 @@ def indexer_forward_top_k_wrapper(
     where = "indexer_forward_top_k_wrapper"
     tuning = {"m_block_size": m_block_size, "n_block_size": n_block_size, "q_stage": q_stage, "kv_stage": kv_stage}
     _check_cudnn_arguments(tuning, precision, q_scale, k_scale, cu_seqlens_q_scale_padded, cu_seqlens_k_scale_padded,
-                           where, _TOP_K_PRECISIONS)
+                           where, _TOP_K_SERVED, _TOP_K_OTHERS)
     _check_qhead_per_kv_head(qhead_per_kv_head, q, k, where)
     if cu_seqlens_q is not None and cu_seqlens_k is not None:
         if max_seqlen_q is None:

@@ -46,15 +46,26 @@ def indexer_forward_reference(
     ke=None,
     dtype=None,
     chunk_bytes: int = 256 << 20,
+    q_scale=None,
+    k_scale=None,
 ):
     """Scores as the contract defines them, in `dtype` (default float64), on q's device.
 
     Same arguments as `dsa_indexer.indexer_forward` (BSHD or THD local/global columns,
-    offsets, explicit ks/ke windows intersected with each row's valid columns). Returns the
-    scores tensor; use `reference_lse` for the LSE."""
+    offsets, explicit ks/ke windows intersected with each row's valid columns, FP8 q/k with
+    their ``q_scale`` / ``k_scale``). Returns the scores tensor; use `reference_lse` for the LSE.
+
+    FP8: the scores of the dequantized inputs, ``q8 * q_scale`` and ``k8 * k_scale`` in `dtype`
+    (the contract's relu(q_scale * k_scale * dot) with exact products), so the oracle does not
+    depend on the order in which the library applies the scales."""
     import torch
 
     dtype = torch.float64 if dtype is None else dtype
+    if q_scale is not None:
+        q = q.to(dtype) * q_scale.to(dtype).unsqueeze(-1)  # (..., H) -> (..., H, 1)
+    if k_scale is not None:
+        ksc = k_scale.to(dtype)
+        k = k.to(dtype) * (ksc if ksc.dim() == k.dim() - 1 else ksc.unsqueeze(-1)).unsqueeze(-1)
     neg_inf = float("-inf")
     offs = None if q_causal_offsets is None else [int(v) for v in q_causal_offsets.reshape(-1).tolist()]
     if cu_seqlens_q is None:

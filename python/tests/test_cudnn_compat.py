@@ -138,16 +138,64 @@ def test_scale_padded_cu_seqlens_not_implemented(recorder):
 
 
 def test_precision(recorder):
-    with pytest.raises(NotImplementedError, match="fp8") as ei:
-        indexer_forward_wrapper(Q, K, W, precision="FP8")
-    assert isinstance(ei.value, ValueError) and isinstance(ei.value, dsa_indexer.UnsupportedConfig)
-    with pytest.raises(ValueError, match="'mxfp8'"):
-        indexer_forward_wrapper(Q, K, W, precision="mxfp8")
+    for bad in ("mxfp8", "fp16", 8):
+        with pytest.raises(ValueError, match=r"indexer_forward_wrapper: precision: expected 'bf16' or 'fp8', got") as ei:
+            indexer_forward_wrapper(Q, K, W, precision=bad)
+        assert not isinstance(ei.value, NotImplementedError)  # a name cuDNN-frontend's SM90 path does not know either
     with pytest.raises(ValueError, match="q_scale"):
         indexer_forward_wrapper(Q, K, W, k_scale=object())
     assert recorder == []
     indexer_forward_wrapper(Q, K, W, precision="BF16", sf_vec_size=16)  # case-insensitive; sf_vec_size unread on SM90
     assert len(recorder) == 1
+    assert "q_scale" not in recorder[0] and "k_scale" not in recorder[0]  # a bf16 call is the call it always was
+
+
+class Typed(Shaped):
+    """A tensor stand-in with a dtype (its str() as torch's: "torch.float32")."""
+
+    def __init__(self, dtype, *shape):
+        super().__init__(*shape)
+        self.dtype = type("DType", (), {"__str__": lambda _: f"torch.{dtype}"})()
+
+
+def test_fp8_needs_both_scales(recorder):
+    qs, ks = object(), object()
+    with pytest.raises(ValueError, match=r"q_scale and k_scale: expected an fp32 tensor with precision='fp8'"):
+        indexer_forward_wrapper(Q, K, W, precision="fp8")
+    with pytest.raises(ValueError, match=r"indexer_forward_wrapper: k_scale: expected an fp32 tensor"):
+        indexer_forward_wrapper(Q, K, W, precision="FP8", q_scale=qs)
+    with pytest.raises(ValueError, match=r"indexer_forward_wrapper: q_scale: expected"):
+        indexer_forward_wrapper(Q, K, W, precision="fp8", k_scale=ks)
+    assert recorder == []
+
+
+def test_fp8_bf16_w_passes_scales_and_sm_scale(recorder):
+    qs, ks = object(), object()
+    w = Typed("bfloat16", 1, 8, 64)
+    res = indexer_forward_wrapper(Q, K, w, ratio=2, sm_scale=0.125, precision="fp8", q_scale=qs, k_scale=ks, return_lse=True)
+    (call,) = recorder
+    assert call["q_scale"] is qs and call["k_scale"] is ks and call["sm_scale"] == 0.125 and call["w"] is w
+    assert call["ratio"] == 2 and call["return_lse"] is True
+    assert list(res.keys()) == ["scores", "lse"]
+
+
+def test_fp8_fp32_w_is_prescaled(recorder):
+    """cuDNN-frontend's SM90 FP8 path takes an fp32 w as w * q_scale * sm_scale already: neither
+    is applied again (q_scale is still required), k_scale is."""
+    qs, ks = object(), object()
+    indexer_forward_wrapper(Q, K, Typed("float32", 1, 8, 64), sm_scale=0.125, precision="fp8", q_scale=qs, k_scale=ks)
+    (call,) = recorder
+    assert call["q_scale"] is None and call["k_scale"] is ks and call["sm_scale"] == 1.0
+
+
+def test_fp8_thd_arguments_forwarded(recorder):
+    cu_q, cu_k, qs, ks, offs = object(), object(), object(), object(), object()
+    thd_q, thd_k = Shaped(60, 64, 128), Shaped(30, 1, 128)
+    indexer_forward_wrapper(thd_q, thd_k, Typed("bfloat16", 60, 64), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40,
+                            max_seqlen_k=20, q_causal_offsets=offs, precision="fp8", q_scale=qs, k_scale=ks)
+    (call,) = recorder
+    assert (call["cu_seqlens_q"], call["cu_seqlens_k"], call["q_causal_offsets"]) == (cu_q, cu_k, offs)
+    assert (call["max_seqlen_q"], call["max_seqlen_k"], call["q_scale"], call["k_scale"]) == (40, 20, qs, ks)
 
 
 def test_qhead_per_kv_head(recorder):

@@ -259,3 +259,172 @@ def test_kernel_cache_counts_calls():
     dsa_indexer.indexer_forward(q, k, w, ratio=2)
     after = dsa_indexer.kernel_cache_stats()
     assert after.hits == before.hits + 1 and after.misses == before.misses
+
+
+# ------------------------------------------------------------------ FP8 (e4m3) inputs -----------
+# Against the fp64 oracle on the dequantized inputs (q8 * q_scale, k8 * k_scale): rel-L2 <= 2e-3
+# (cuDNN-frontend's tolerance for its FP8 path; issue 22), the exact -inf pattern, LSE within
+# 5e-3. Until a kernel family computes from e4m3 the calls end in UnsupportedConfig and these
+# tests report skipped (never passed); the error paths run now.
+
+FP8_REL_L2 = 2e-3
+FP8_LSE_TOL = 5e-3
+E4M3_MAX = 448.0
+F8 = torch.float8_e4m3fn
+
+
+def quantize_rows(x):
+    """Per-row E4M3 quantization over the last dimension (one scale per 128-element (token,
+    head) row, cuDNN-frontend's "1x128" and DeepGEMM's per-token scheme): (x8, scale fp32 > 0),
+    x ~ x8 * scale."""
+    scale = x.float().abs().amax(-1).clamp_min(1e-4) / E4M3_MAX
+    return (x.float() / scale.unsqueeze(-1)).to(F8), scale
+
+
+def fp8_bshd_inputs(B, S_q, S_k, H, seed, w_dtype=torch.float32):
+    """q8 (B, S_q, H, D), k8 (B, S_k, 1, D), w, q_scale (B, S_q, H), k_scale (B, S_k, 1)."""
+    q, k, w = bshd_inputs(B, S_q, S_k, H, seed, w_dtype)
+    q8, q_scale = quantize_rows(q)
+    k8, k_scale = quantize_rows(k)
+    return q8, k8, w, q_scale, k_scale
+
+
+def fp8_thd_inputs(seg_q, seg_k, H, seed):
+    q, k, w, cu_q, cu_k = thd_inputs(seg_q, seg_k, H, seed)
+    q8, q_scale = quantize_rows(q)  # (T_q, H)
+    k8, k_scale = quantize_rows(k)  # (T_k, 1)
+    return q8, k8, w.float(), q_scale, k_scale, cu_q, cu_k
+
+
+_NO_FP8_FAMILY = ("q/k dtype: expected bf16, got e4m3", "that serves the call, got none")
+
+
+def fp8_call(fn, *args, **kw):
+    """fn(*args, **kw), or a skip while the library reports that no family serves the e4m3 call
+    (what it says until the FP8 families land; also for an H or family they do not cover yet)."""
+    try:
+        return fn(*args, **kw)
+    except errors.UnsupportedConfig as e:
+        if any(s in str(e) for s in _NO_FP8_FAMILY):
+            pytest.skip(f"no kernel family serves this e4m3 call yet: {e}")
+        raise
+
+
+def check_fp8_scores(got, ref):
+    c = compare(got, ref)
+    assert c["non_finite"] == 0 and c["pattern_mismatch"] == 0, c
+    assert c["rel_l2"] <= FP8_REL_L2, c
+    return c
+
+
+def check_fp8_lse(got, scores_ref):
+    ref = reference_lse(scores_ref)
+    assert torch.equal(torch.isneginf(got), torch.isneginf(ref))
+    fin = ~torch.isneginf(ref)
+    err = (got.double()[fin] - ref[fin]).abs()
+    assert bool((err <= FP8_LSE_TOL * (1 + ref[fin].abs())).all()), float(err.max())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("B,S_q,S_k,H,ratio", [(1, 256, 128, 64, 2), (2, 300, 77, 64, 4), (1, 129, 129, 32, 1), (3, 64, 40, 16, 2)])
+def test_fp8_bshd_matches_dequantized_fp64(family, B, S_q, S_k, H, ratio):
+    q8, k8, w, q_scale, k_scale = fp8_bshd_inputs(B, S_q, S_k, H, seed=S_q + H)
+    offsets = torch.tensor([0, -40, 2**31 - 1 - S_q][:B], dtype=torch.int32, device=DEV)
+    kw = dict(ratio=ratio, sm_scale=0.125, q_causal_offsets=offsets, q_scale=q_scale, k_scale=k_scale)
+    res = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, family=family, return_lse=True, **kw)
+    assert res["scores"].shape == (B, S_q, S_k) and res["scores"].dtype == torch.float32
+    ref = indexer_forward_reference(q8, k8, w, **kw)
+    check_fp8_scores(res["scores"], ref)
+    check_fp8_lse(res["lse"], ref)
+
+
+@pytest.mark.parametrize("columns", ["local", "global"])
+@pytest.mark.parametrize("k_scale_rank", [1, 2])
+def test_fp8_thd_matches_dequantized_fp64(columns, k_scale_rank):
+    q8, k8, w, q_scale, k_scale, cu_q, cu_k = fp8_thd_inputs(SEG_Q, SEG_K, 64, seed=31)
+    k_scale = k_scale if k_scale_rank == 2 else k_scale[:, 0]  # (T_k, 1) or (T_k,)
+    kw = dict(ratio=2, sm_scale=0.25, q_causal_offsets=torch.tensor([0, 4, 33, 2], dtype=torch.int32, device=DEV),
+              cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(SEG_Q), max_seqlen_k=max(SEG_K), thd_columns=columns,
+              q_scale=q_scale, k_scale=k_scale)
+    res = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, return_lse=True, **kw)
+    ref = indexer_forward_reference(q8, k8, w, **kw)
+    assert res["scores"].shape == ref.shape
+    check_fp8_scores(res["scores"], ref)
+    check_fp8_lse(res["lse"], ref)
+
+
+def test_fp8_explicit_windows_and_bf16_w():
+    q8, k8, w, q_scale, k_scale = fp8_bshd_inputs(2, 96, 80, 64, seed=13, w_dtype=torch.bfloat16)
+    g = _gen(98)
+    ks = torch.randint(-5, 60, (2, 96), generator=g, device=DEV, dtype=torch.int32)
+    ke = ks + torch.randint(0, 40, (2, 96), generator=g, device=DEV, dtype=torch.int32)
+    kw = dict(ks=ks, ke=ke, q_scale=q_scale, k_scale=k_scale)
+    check_fp8_scores(fp8_call(dsa_indexer.indexer_forward, q8, k8, w, **kw), indexer_forward_reference(q8, k8, w, **kw))
+
+
+def test_fp8_scales_not_given_are_one():
+    q8, k8, w, q_scale, k_scale = fp8_bshd_inputs(1, 128, 96, 64, seed=14)
+    a = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, ratio=2)
+    b = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, ratio=2, q_scale=torch.ones_like(q_scale), k_scale=torch.ones_like(k_scale))
+    check_fp8_scores(a, indexer_forward_reference(q8, k8, w, ratio=2))
+    assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def test_fp8_deterministic_and_lean_equals_generic():
+    q8, k8, w, q_scale, k_scale = fp8_bshd_inputs(1, 2048, 1024, 64, seed=15)  # 256 q-tiles: a lean shape
+    kw = dict(ratio=2, q_scale=q_scale, k_scale=k_scale)
+    a = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, **kw)
+    b = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, **kw)
+    assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+    check_fp8_scores(a, indexer_forward_reference(q8, k8, w, **kw))
+    generic = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, family="generic", **kw)
+    lean = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, family="lean", **kw)
+    assert torch.equal(lean.view(torch.int32), generic.view(torch.int32))
+
+
+def test_fp8_errors_name_the_parameter():
+    """Validation runs whether or not a family serves e4m3: nothing here is skipped."""
+    q8, k8, w, q_scale, k_scale = fp8_bshd_inputs(1, 16, 8, 64, seed=1)
+    q, k, _ = bshd_inputs(1, 16, 8, 64, seed=1)
+    with pytest.raises(errors.InvalidArgument, match=r"k\.dtype: expected e4m3, as q, got bf16"):
+        dsa_indexer.indexer_forward(q8, k, w)
+    with pytest.raises(errors.InvalidArgument, match=r"k\.dtype"):
+        dsa_indexer.indexer_forward(q, k8, w)
+    with pytest.raises(errors.UnsupportedConfig, match=r"q\.dtype.*e5m2"):
+        dsa_indexer.indexer_forward(q8.to(torch.float8_e5m2), k8.to(torch.float8_e5m2), w)
+    with pytest.raises(errors.InvalidArgument, match="q_scale"):
+        dsa_indexer.indexer_forward(q, k, w, q_scale=q_scale)
+    with pytest.raises(errors.InvalidArgument, match=r"q_scale\.shape"):
+        dsa_indexer.indexer_forward(q8, k8, w, q_scale=q_scale[..., :32])
+    with pytest.raises(errors.InvalidArgument, match=r"k_scale\.dtype"):
+        dsa_indexer.indexer_forward(q8, k8, w, k_scale=k_scale.double())
+    with pytest.raises(ValueError, match="k_scale"):
+        dsa_indexer.indexer_forward(q8, k8, w, k_scale=k_scale.cpu())
+    with pytest.raises(ValueError, match=r"q\.dtype.*float8_e4m3fn"):
+        dsa_indexer.indexer_forward(q8.view(torch.uint8), k8, w)
+
+
+def test_deepgemm_fp8_mqa_logits_layout():
+    """dsa_indexer.deepgemm_compat: (S, S_kv) fp32, the window [ks, ke) clipped to the keys, -inf
+    elsewhere (also with clean_logits=False), kv_scale per key row, no q scale (folded into
+    weights)."""
+    from dsa_indexer.deepgemm_compat import fp8_fp4_mqa_logits, fp8_mqa_logits
+
+    S, S_kv, H = 96, 200, 64
+    g = _gen(77)
+    q8, q_scale = quantize_rows(torch.randn(S, H, 128, generator=g, device=DEV))
+    kv8, kv_scale = quantize_rows(torch.randn(S_kv, 128, generator=g, device=DEV))
+    weights = torch.randn(S, H, generator=g, device=DEV) * q_scale  # the per-token q scale folded in, as DeepGEMM wants
+    ks = torch.randint(-8, S_kv, (S,), generator=g, device=DEV, dtype=torch.int32)
+    ke = ks + torch.randint(0, 120, (S,), generator=g, device=DEV, dtype=torch.int32)  # some past S_kv
+    logits = fp8_call(fp8_mqa_logits, (q8, None), (kv8, kv_scale), weights, ks, ke)
+    assert logits.shape == (S, S_kv) and logits.dtype == torch.float32 and logits.is_contiguous()
+    ref = indexer_forward_reference(q8[None], kv8[None, :, None], weights[None], ks=ks[None], ke=ke[None],
+                                    k_scale=kv_scale[None])[0]
+    col = torch.arange(S_kv, device=DEV)[None, :]
+    assert torch.equal(~torch.isneginf(ref), (col >= ks[:, None].long()) & (col < ke[:, None].long()))
+    check_fp8_scores(logits, ref)
+    again = fp8_fp4_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke, clean_logits=False, logits_dtype=torch.float32)
+    assert torch.equal(again.view(torch.int32), logits.view(torch.int32))
+    with pytest.raises(NotImplementedError, match="max_seqlen_k"):
+        fp8_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke, max_seqlen_k=128)

@@ -411,3 +411,91 @@ def test_topk_backward_raises_naming_the_op():
     assert res.values.requires_grad and not res.indices.requires_grad
     with pytest.raises(RuntimeError, match="dsa_indexer::indexer_topk is not implemented"):
         res.values.sum().backward()
+
+
+# ------------------------------------------------------------------ FP8 (e4m3) inputs -----------
+
+F8 = torch.float8_e4m3fn
+
+
+def fp8_bshd(device, B=2, S_q=64, S_k=32, H=64):
+    q, k, w = (torch.empty(B, S_q, H, 128, device=device, dtype=F8), torch.empty(B, S_k, 1, 128, device=device, dtype=F8),
+               torch.empty(B, S_q, H, device=device, dtype=torch.float32))
+    return q, k, w, torch.empty(B, S_q, H, device=device), torch.empty(B, S_k, 1, device=device)
+
+
+def test_scale_arguments_keyword_only_and_last():
+    """q_scale / k_scale came after the other arguments: keyword-only, defaulting to None, at the
+    end of every general schema, so that calls written against the earlier schemas still bind; the
+    short operators have none (a scaled call takes the general ones)."""
+    for op in (OPS.indexer_forward, OPS.indexer_forward_lse, OPS.indexer_forward_out, OPS.indexer_topk, OPS.indexer_topk_out):
+        args = op.default._schema.arguments
+        assert [a.name for a in args[-2:]] == ["q_scale", "k_scale"], op
+        for a in args[-2:]:
+            assert a.kwarg_only and str(a.type) == "Optional[Tensor]" and a.has_default_value() and a.default_value is None
+            assert a.alias_info is None
+    for op in (OPS.indexer_forward_bshd, OPS.indexer_forward_thd):
+        assert not {"q_scale", "k_scale"} & {a.name for a in op.default._schema.arguments}
+
+
+def test_fp8_calls_take_the_general_ops_when_scaled():
+    q, k, w, qs, ks = fp8_bshd("meta")
+    f = dsa_indexer.indexer_forward
+    assert _ops_called(lambda: f(q, k, w, ratio=2)) == ["dsa_indexer::indexer_forward_bshd"]  # no scales: the short op
+    assert _ops_called(lambda: f(q, k, w, q_scale=qs, k_scale=ks)) == ["dsa_indexer::indexer_forward"]
+    assert _ops_called(lambda: f(q, k, w, k_scale=ks, return_lse=True)) == ["dsa_indexer::indexer_forward_lse"]
+    out = torch.empty(2, 64, 32, device="meta")
+    assert _ops_called(lambda: f(q, k, w, q_scale=qs, out=out)) == ["dsa_indexer::indexer_forward_out"]
+    assert _ops_called(lambda: dsa_indexer.indexer_topk(q, k, w, top_k=8, q_scale=qs, k_scale=ks)) == ["dsa_indexer::indexer_topk"]
+
+
+def test_fake_shapes_fp8():
+    with FakeTensorMode():
+        q, k, w, qs, ks = fp8_bshd("cuda", B=3, S_q=50, S_k=20)
+        res = dsa_indexer.indexer_forward(q, k, w, ratio=2, q_scale=qs, k_scale=ks, return_lse=True)
+        assert res["scores"].shape == (3, 50, 20) and res["scores"].dtype == torch.float32 and res["lse"].shape == (3, 50)
+        assert OPS.indexer_forward(q, k, w, q_scale=qs, k_scale=ks[..., 0]).shape == (3, 50, 20)
+        top = dsa_indexer.indexer_topk(q, k, w, top_k=16, q_scale=qs, k_scale=ks, return_values=True)
+        assert top.indices.shape == (3, 50, 16) and top.values.dtype == torch.float32
+        tq, tk = torch.empty(60, 32, 128, device="cuda", dtype=F8), torch.empty(30, 1, 128, device="cuda", dtype=F8)
+        cu = torch.empty(3, device="cuda", dtype=torch.int32)
+        res = dsa_indexer.indexer_forward(tq, tk, torch.empty(60, 32, device="cuda"), cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                          max_seqlen_q=40, max_seqlen_k=17, thd_columns="global",
+                                          cu_seqlens_q_host=torch.tensor([0, 20, 60], dtype=torch.int32),
+                                          cu_seqlens_k_host=torch.tensor([0, 10, 30], dtype=torch.int32),
+                                          q_scale=torch.empty(60, 32, device="cuda"), k_scale=torch.empty(30, device="cuda"))
+        assert res.shape == (60, 30)
+
+
+def test_meta_fp8_out_variants():
+    q, k, w, qs, ks = fp8_bshd("meta", S_q=16, S_k=8)
+    out, lse = torch.empty(2, 16, 8, device="meta"), torch.empty(2, 16, device="meta")
+    res = dsa_indexer.indexer_forward(q, k, w, out=out, lse_out=lse, return_lse=True, q_scale=qs, k_scale=ks)
+    assert res["scores"] is out and res["lse"] is lse
+    idx = torch.empty(2, 16, 4, device="meta", dtype=torch.int32)
+    assert dsa_indexer.indexer_topk(q, k, w, top_k=4, indices_out=idx, q_scale=qs, k_scale=ks).indices is idx
+
+
+def test_compile_fp8_with_scales_no_graph_break():
+    def f(q, k, w, qs, ks):
+        scores = dsa_indexer.indexer_forward(q, k, w, ratio=2, sm_scale=0.5, q_scale=qs, k_scale=ks)
+        top = dsa_indexer.indexer_topk(q, k, w, top_k=8, q_scale=qs, k_scale=ks, return_values=True)
+        return scores * 2, top.indices, top.values
+
+    args = fp8_bshd("meta")
+    assert _explain(f, *args) == (1, 0, [])
+    torch._dynamo.reset()
+    scores, idx, val = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
+    assert scores.shape == (2, 64, 32) and idx.shape == val.shape == (2, 64, 8)
+
+
+def test_deepgemm_entry_on_fake_tensors():
+    """The DeepGEMM drop-in's views reach the operator: (S, S_kv) fp32 logits."""
+    from dsa_indexer.deepgemm_compat import fp8_mqa_logits
+
+    with FakeTensorMode():
+        S, S_kv = 24, 40
+        q, kv = torch.empty(S, 64, 128, device="cuda", dtype=F8), torch.empty(S_kv, 128, device="cuda", dtype=F8)
+        ks = torch.empty(S, device="cuda", dtype=torch.int32)
+        logits = fp8_mqa_logits((q, None), (kv, torch.empty(S_kv, device="cuda")), torch.empty(S, 64, device="cuda"), ks, ks)
+        assert logits.shape == (S, S_kv) and logits.dtype == torch.float32

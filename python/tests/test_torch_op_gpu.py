@@ -287,3 +287,66 @@ def test_one_kernel_cache_for_both_backends(ctypes_backend):
     dsa_indexer.indexer_forward(q, k, w, ratio=2)
     after = dsa_indexer.kernel_cache_stats()
     assert after.hits == before.hits + 1 and after.misses == before.misses
+
+
+# ------------------------------------------------------------------ FP8 (e4m3) inputs ------
+# The operator path with FP8 q/k and scales: bitwise equal to the ctypes binding, torch.compile
+# bitwise equal to eager. Skipped (never passed) while no family computes from e4m3; the
+# operator's own argument handling (dtype mapping, scale arguments) runs now.
+
+
+def test_fp8_bitwise_equal_to_ctypes(ctypes_backend):
+    from test_gpu import check_fp8_scores, fp8_bshd_inputs, fp8_call
+
+    q8, k8, w, q_scale, k_scale = fp8_bshd_inputs(2, 256, 128, 64, seed=41)
+    kw = dict(ratio=2, sm_scale=0.25, q_scale=q_scale, k_scale=k_scale, return_lse=True)
+    via_ctypes = fp8_call(dsa_indexer.indexer_forward, q8, k8, w, **kw)
+    dsa_indexer.use_backend("auto")
+    via_op = dsa_indexer.indexer_forward(q8, k8, w, **kw)
+    for key in ("scores", "lse"):
+        assert torch.equal(bits(via_op[key]), bits(via_ctypes[key])), key
+    check_fp8_scores(via_op["scores"], indexer_forward_reference(q8, k8, w, ratio=2, sm_scale=0.25, q_scale=q_scale,
+                                                                 k_scale=k_scale))
+    out = torch.full_like(via_op["scores"], float("nan"))
+    dsa_indexer.indexer_forward(q8, k8, w, ratio=2, sm_scale=0.25, q_scale=q_scale, k_scale=k_scale, out=out)
+    assert torch.equal(bits(out), bits(via_op["scores"]))
+
+
+def test_fp8_compile_fullgraph_bitwise_equal_to_eager():
+    from test_gpu import fp8_bshd_inputs, fp8_call
+
+    def f(q, k, w, qs, ks):
+        return torch.relu(dsa_indexer.indexer_forward(q, k, w, ratio=2, sm_scale=0.125, q_scale=qs, k_scale=ks)) + 1.0
+
+    args = fp8_bshd_inputs(2, 512, 256, 64, seed=42)
+    eager = fp8_call(f, *args)
+    torch._dynamo.reset()
+    assert torch.equal(bits(torch.compile(f, fullgraph=True)(*args)), bits(eager))
+
+
+def test_fp8_opcheck():
+    from test_gpu import fp8_bshd_inputs, fp8_call
+
+    q8, k8, w, q_scale, k_scale = fp8_bshd_inputs(1, 64, 32, 64, seed=43)
+    fp8_call(dsa_indexer.indexer_forward, q8, k8, w, q_scale=q_scale, k_scale=k_scale)  # skips until served
+    kw = dict(q_scale=q_scale, k_scale=k_scale)
+    torch.library.opcheck(OPS.indexer_forward.default, (q8, k8, w, 2, 0.5), kw)
+    torch.library.opcheck(OPS.indexer_forward_lse.default, (q8, k8, w, 2, 0.5), kw)
+    torch.library.opcheck(OPS.indexer_topk.default, (q8, k8, w, 8), dict(kw, return_values=True))
+
+
+def test_fp8_operator_errors_name_the_parameter():
+    """Through the operator (not skipped: validation does not need an FP8 family)."""
+    from test_gpu import fp8_bshd_inputs
+
+    q8, k8, w, q_scale, k_scale = fp8_bshd_inputs(1, 16, 8, 64, seed=44)
+    with pytest.raises(errors.InvalidArgument, match=r"q\.dtype: expected one of .*float8_e4m3fn"):
+        dsa_indexer.indexer_forward(q8.view(torch.uint8), k8, w)  # the short operator's dtype mapping
+    with pytest.raises(errors.UnsupportedConfig, match=r"q\.dtype.*e5m2"):
+        dsa_indexer.indexer_forward(q8.to(torch.float8_e5m2), k8.to(torch.float8_e5m2), w, q_scale=q_scale)
+    with pytest.raises(errors.InvalidArgument, match=r"k_scale\.device"):
+        dsa_indexer.indexer_forward(q8, k8, w, k_scale=k_scale.cpu())
+    with pytest.raises(errors.InvalidArgument, match=r"indexer_topk: q_scale\.dtype"):
+        dsa_indexer.indexer_topk(q8, k8, w, 4, q_scale=q_scale.half())
+    with pytest.raises(TypeError, match=r"q_scale: expected a value of type Optional\[Tensor\]"):
+        dsa_indexer.indexer_forward(q8, k8, w, q_scale=1.0)
