@@ -296,7 +296,8 @@ def fp8_thd_inputs(seg_q, seg_k, H, seed):
     return q8, k8, w.float(), q_scale, k_scale, cu_q, cu_k
 
 
-_NO_FP8_FAMILY = ("q/k dtype: expected bf16, got e4m3", "that serves the call, got none")
+# ...or, for an automatic call, that the FP8 families serve e4m3 by name only until validated
+_NO_FP8_FAMILY = ("q/k dtype: expected bf16, got e4m3", "that serves the call, got none", "serves them by name only")
 
 
 def fp8_call(fn, *args, **kw):
