@@ -603,7 +603,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
         // load under this last epilogue. fp32 weights are still read from shared memory.
         // Every thread arrives on q_empty: an arrival releases only its own thread's reads.
-        if (!Cfg::kWeightsF32 && it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
+        if (!T::kWF32 && it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
         if (lane == 0) mbarrier_arrive(&cta.kv_empty[stage]);
         if (++stage == T::kStages) {
           stage = 0;
@@ -624,7 +624,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         epi.tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
         epi.after_tile(ln);
       }
-      if (Cfg::kWeightsF32) mbarrier_arrive(&cta.q_empty[cg]);
+      if (T::kWF32) mbarrier_arrive(&cta.q_empty[cg]);
       ++q_uses;
     }
     epi.end_item(ln);

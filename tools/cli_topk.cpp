@@ -311,7 +311,7 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
                                                    select_equal ? "" : ", select alone != indexer_topk",
                                                    !fused_ran || fused_equal ? "" : ", fused != unfused",
                                                    chk.first.empty() ? "" : "; " + chk.first);
-      auto opt_us = [&](const Timed& t) { return fused_ran ? fmt::format("{:.1f}", t.median_us) : std::string("-"); };
+      auto opt_us = [&](const Timed& tm) { return fused_ran ? fmt::format("{:.1f}", tm.median_us) : std::string("-"); };
       fmt::print("{:<36} {:>5} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} {:>9.1f} {:>9.0f} {:>9.0f} {:>6.3f} {:>9} {:>9} {:>6} "
                  "{:>9}  {}\n",
                  c.name, k, sc.median_us, sw.median_us, tc.median_us, tw.median_us, tc.median_us / sc.median_us,

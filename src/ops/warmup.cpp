@@ -101,6 +101,10 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
       if (v == "bf16") p.w = DType::bf16;
       else if (v == "f32" || v == "fp32") p.w = DType::f32;
       else bad(k, "bf16 or f32");
+    } else if (k == "in") {
+      if (v == "bf16") p.qk = DType::bf16;
+      else if (v == "e4m3") p.qk = DType::e4m3;
+      else bad(k, "bf16 or e4m3 (the precision of q and k)");
     } else if (k == "lse") {
       if (v != "0" && v != "1") bad(k, "0 or 1");
       p.lse = v == "1";
@@ -115,7 +119,7 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
       else if (f) p.family = f->id();
       else bad(k, fmt::format("auto or one of {}", family_options()));
     } else {
-      bad("key", "one of op, layout, heads, sq, sk, ratio, batch, sms, w, lse, scale, family, k");
+      bad("key", "one of op, layout, heads, sq, sk, ratio, batch, sms, w, in, lse, scale, family, k");
     }
   }
   if (!any) return false;
@@ -167,6 +171,7 @@ Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
   p.heads = m.heads;
   p.head_dim = 128;
   p.w_dtype = m.w;
+  p.qk_dtype = m.qk;
   p.has_lse = m.lse;
   p.ratio = m.ratio;
   p.sm_scale = sm_scale;
@@ -269,6 +274,7 @@ std::string manifest_line(const Problem& p, const DeviceInfo& dev, const KernelS
                                  layout_name(p.layout), p.heads, std::max<int64_t>(1, thd ? p.t_q : p.s_q),
                                  std::max<int64_t>(1, thd ? p.t_k : p.s_k), std::max<int64_t>(1, p.ratio),
                                  p.w_dtype == DType::f32 ? "f32" : "bf16", p.has_lse ? 1 : 0);
+  if (p.qk_dtype == DType::e4m3) line += " in=e4m3";
   if (p.sm_scale == 1.0f) line += " scale=1";
   if (!thd && p.batch != 1) line += fmt::format(" batch={}", std::max<int64_t>(1, p.batch));
   if (dev.sm_count != profile.sm_count) line += fmt::format(" sms={}", dev.sm_count);

@@ -40,6 +40,7 @@ struct ManifestProblem {
   int64_t batch = 1;
   int32_t sms = 0;  // 0: the planning profile's SM count
   DType w = DType::bf16;
+  DType qk = DType::bf16;  // in=e4m3: FP8 q and k
   bool lse = false;
   ManifestScale scale = ManifestScale::any;
   KernelFamily family = KernelFamily::automatic;

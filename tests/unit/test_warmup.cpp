@@ -408,3 +408,25 @@ TEST_CASE("messages: a missing prebuilt directory is reported once", "[messages]
   CHECK(dsa_test::count_of(r.output, "does not exist") == 1);
   CHECK_THAT(r.output, Contains("DSA_INDEXER_PREBUILT_DIR") && Contains("/no/such/prebuilt"));
 }
+
+TEST_CASE("manifest: in=e4m3 lines warm the FP8 variants of the family they name", "[warmup][fp8]") {
+  using dsa_indexer::DType;
+  const DeviceInfo h200 = DeviceInfo::h200();
+  auto v = parse_manifest("sq=8192 sk=4096 ratio=2 in=e4m3 family=generic\nsq=8192 sk=4096 ratio=2 in=e4m3 family=lean\n", "m.txt");
+  REQUIRE(v.size() == 2);
+  CHECK(v[0].qk == DType::e4m3);
+  const auto specs = manifest_specs(v, h200);
+  REQUIRE(specs.size() == 2);
+  CHECK(specs[0] == generic_spec(64, DType::bf16, false, Layout::bshd, 5, DType::e4m3));
+  CHECK(specs[1] == lean_spec(8192, 4096, DType::bf16, false, Layout::bshd, DType::e4m3));
+  CHECK_THROWS_WITH(parse_manifest("sq=1 sk=1 in=e5m2\n", "m.txt"), Contains("m.txt:1") && Contains("bf16 or e4m3"));
+  // automatic FP8 lines are refused while the FP8 families serve by name only, naming the line
+  if (!kGenericFp8Automatic)
+    CHECK_THROWS_WITH(manifest_specs(parse_manifest("sq=8192 sk=4096 in=e4m3\n", "m.txt"), h200), Contains("m.txt:1") && Contains("by name only"));
+  // a recorded FP8 call's line says in=e4m3 and implies exactly its variant
+  Problem p = manifest_problem(v[1], 0.125f);
+  const KernelSpec spec = make_plan(p, h200, lean_family(), PlanPurpose::spec_only).spec;
+  const std::string line = manifest_line(p, h200, spec, h200);
+  CHECK_THAT(line, Contains(" in=e4m3") && Contains(" family=lean"));
+  CHECK(manifest_specs(parse_manifest(line + "\n", "recorded"), h200) == std::vector<KernelSpec>{spec});
+}
