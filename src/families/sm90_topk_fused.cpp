@@ -179,7 +179,6 @@ class TopkFusedFamily final : public Family {
     auto* ws = static_cast<unsigned char*>(p.topk.workspace);
     const Buffers buf = buffers(p, bl, ws);
     dsa::TopkBlockArgs rb = topk_rows_args(p, bl, ws);
-    const int64_t K = p.topk.k;
     for_each_topk_block(p, bl, [&](const TopkBlock& b) {
       launch_topk_rows(plan, k, rb, b, stream);
       // The sweep is asked for by name: the call's gate held for every block, and an
@@ -194,20 +193,7 @@ class TopkFusedFamily final : public Family {
       ca.cand = buf.cand;
       ca.cand_ld = buf.ld;
       ca.count = buf.count;
-      ca.rows = rb.rows;
-      ca.n_rows = b.n;
-      ca.k = static_cast<i32>(K);
-      ca.sort_by_score = p.topk.sort_by_score ? 1 : 0;
-      ca.indices = static_cast<i32*>(p.topk.indices) + b.out_row * K;
-      ca.indices_ld = K;
-      if (p.topk.values) {
-        ca.values = static_cast<float*>(p.topk.values) + b.out_row * K;
-        ca.values_ld = K;
-      }
-      if (p.topk.softmax) {
-        ca.softmax = static_cast<float*>(p.topk.softmax) + b.out_row * K;
-        ca.softmax_ld = K;
-      }
+      set_topk_outputs(ca, p, b, rb.rows);
       // The unfused selection's block size for this width: the softmax sums in its order.
       const int which = topk_select_threads(b.width) == 256 ? 1 : 2;
       KernelLaunch sel = plan.launches[which];

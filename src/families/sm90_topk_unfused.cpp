@@ -87,7 +87,6 @@ class TopkUnfusedFamily final : public Family {
     const TopkBlocking bl = topk_blocking(p, dev);
     auto* ws = static_cast<unsigned char*>(p.topk.workspace);
     dsa::TopkBlockArgs rb = topk_rows_args(p, bl, ws);
-    const int64_t K = p.topk.k;
     for_each_topk_block(p, bl, [&](const TopkBlock& b) {
       launch_topk_rows(plan, k, rb, b, stream);
 
@@ -104,20 +103,7 @@ class TopkUnfusedFamily final : public Family {
       dsa::TopkSelectArgs sa{};
       sa.scores = reinterpret_cast<const float*>(ws);
       sa.ld = b.width;
-      sa.rows = rb.rows;
-      sa.n_rows = b.n;
-      sa.k = static_cast<i32>(K);
-      sa.sort_by_score = p.topk.sort_by_score ? 1 : 0;
-      sa.indices = static_cast<i32*>(p.topk.indices) + b.out_row * K;
-      sa.indices_ld = K;
-      if (p.topk.values) {
-        sa.values = static_cast<float*>(p.topk.values) + b.out_row * K;
-        sa.values_ld = K;
-      }
-      if (p.topk.softmax) {
-        sa.softmax = static_cast<float*>(p.topk.softmax) + b.out_row * K;
-        sa.softmax_ld = K;
-      }
+      set_topk_outputs(sa, p, b, rb.rows);
       if (p.lse) {
         sa.lse = static_cast<float*>(p.lse) + b.batch * p.lse_stride[0] + b.row0 * p.lse_stride[1];
         sa.lse_stride = p.lse_stride[1];

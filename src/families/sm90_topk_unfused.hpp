@@ -61,4 +61,26 @@ Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, c
 dsa::TopkBlockArgs topk_rows_args(const Problem& p, const TopkBlocking& bl, unsigned char* ws);
 void launch_topk_rows(const Plan& plan, const LoadedKernel& k, dsa::TopkBlockArgs& rb, const TopkBlock& b, CUstream stream);
 
+// The selection's rows and outputs for block b, into either selection kernel's arguments
+// (TopkSelectArgs, TopkCandArgs: the same output fields): the rows kernel's TopkRows, k, the
+// slot order, and the block's rows of indices, values and softmax.
+template <class SelectArgs>
+void set_topk_outputs(SelectArgs& a, const Problem& p, const TopkBlock& b, const dsa::TopkRow* rows) {
+  const int64_t K = p.topk.k;
+  a.rows = rows;
+  a.n_rows = b.n;
+  a.k = static_cast<int32_t>(K);
+  a.sort_by_score = p.topk.sort_by_score ? 1 : 0;
+  a.indices = static_cast<int32_t*>(p.topk.indices) + b.out_row * K;
+  a.indices_ld = K;
+  if (p.topk.values) {
+    a.values = static_cast<float*>(p.topk.values) + b.out_row * K;
+    a.values_ld = K;
+  }
+  if (p.topk.softmax) {
+    a.softmax = static_cast<float*>(p.topk.softmax) + b.out_row * K;
+    a.softmax_ld = K;
+  }
+}
+
 }  // namespace dsa_indexer::detail
