@@ -47,6 +47,10 @@ needed for the plot; results of older runs, without warm times or lean, render w
 columns blank):
 
     python3 bench/peers.py --from-json docs/peers_results.json --out docs
+
+`--op topk` (bench/peers_topk.py) and `--precision fp8` (bench/peers_fp8.py: issue 22's E4M3 rows,
+our FP8 families against cuDNN-frontend's SM90 FP8 path and our BF16 lean, with the
+torch._scaled_mm FP8 GEMM ceiling) measure other rows into their own sections and JSON files.
 """
 
 from __future__ import annotations
@@ -1133,7 +1137,8 @@ def plot(r: dict, out_dir: Path) -> Path | None:
     return path
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
+    """The command line (validated; argparse exits 2 on a bad one)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="docs", help="directory for BENCHMARKS.md, img/ and the JSON (default docs)")
     ap.add_argument("--wheels", nargs="+", default=[], metavar="DIR",
@@ -1143,12 +1148,13 @@ def main(argv=None) -> int:
     ap.add_argument("--families", type=lambda s: [f for f in s.split(",") if f], default=["lean", "generic", "auto"],
                     help="dsa-indexer families, comma-separated, in column order: lean, generic, auto, reference (default lean,generic,auto)")
     ap.add_argument("--skip", type=lambda s: [f for f in s.split(",") if f], default=[],
-                    help="what to leave out, comma-separated: eager, triton, cudnn (peers), warm (the CUDA-graph timing)")
+                    help="what to leave out, comma-separated: eager, triton, cudnn (peers), warm (the CUDA-graph timing), "
+                         "bf16 (--precision fp8: our BF16 lean column)")
     ap.add_argument("--reps", type=int, default=30, help="most timed calls per cell")
     ap.add_argument("--min-reps", type=int, default=5, help="fewest timed calls per cell")
     ap.add_argument("--budget", type=float, default=0.6, help="seconds of timed calls per cell (sets N)")
     ap.add_argument("--max-seconds", type=float, default=500, help="stop starting new cells after this many seconds")
-    ap.add_argument("--quick", action="store_true", help="only the first 4 cases")
+    ap.add_argument("--quick", action="store_true", help="only the first 4 cases (--op topk: 2; --precision fp8: the headline one)")
     ap.add_argument("--match", default="", help="only the cases whose name matches this regular expression (e.g. '^thd')")
     ap.add_argument("--jitcost", default="", metavar="PATH|none",
                     help="the dsa-indexer tool whose `jitcost` fills the JIT-costs table (default build/tools/dsa-indexer; none: skip)")
@@ -1161,16 +1167,30 @@ def main(argv=None) -> int:
     ap.add_argument("--topk-cli-json", default="", metavar="FILE",
                     help="the JSON of `dsa-indexer bench --op topk --json FILE` of the same session: our selection kernel alone, "
                          "and the C++ path's times where the binding has no indexer_topk")
+    ap.add_argument("--precision", choices=("bf16", "fp8"), default="bf16",
+                    help="bf16 (the default: the rows above) or fp8: issue 22's E4M3 rows (bench/peers_fp8.py): our FP8 "
+                         "families against cuDNN-frontend's SM90 FP8 path and our BF16 lean, the torch._scaled_mm FP8 GEMM "
+                         "ceiling; their own section of BENCHMARKS.md and peers_fp8_results.json. Scores only (--op scores); "
+                         "eager and Triton have no FP8 column")
     args = ap.parse_args(argv)
     bad = [f for f in args.families if f not in ("lean", "generic", "auto", "reference")]
     if bad:
         ap.error(f"--families: unknown {', '.join(bad)} (choose from lean, generic, auto, reference)")
-    bad = [f for f in args.skip if f not in ("eager", "triton", "cudnn", "warm")]
+    bad = [f for f in args.skip if f not in ("eager", "triton", "cudnn", "warm", "bf16")]
     if bad:
-        ap.error(f"--skip: unknown {', '.join(bad)} (choose from eager, triton, cudnn, warm)")
+        ap.error(f"--skip: unknown {', '.join(bad)} (choose from eager, triton, cudnn, warm, bf16)")
+    if args.precision == "fp8" and args.op != "scores":
+        ap.error(f"--precision fp8 runs the scores rows only; --op {args.op} is for bf16 inputs")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     out_dir = Path(args.out)
     if args.op == "topk":
         return main_topk(args, out_dir)
+    if args.precision == "fp8":
+        return main_fp8(args, out_dir)
     if args.from_json:
         results = json.loads(Path(args.from_json).read_text())
     else:
@@ -1191,6 +1211,33 @@ def _topk_ks(text: str) -> list:
     if not ks or any(k < 1 or k > 2048 for k in ks):
         raise argparse.ArgumentTypeError(f"expected a comma list of integers in [1, 2048], got {text!r}")
     return ks
+
+
+def _library_from_args(args) -> None:
+    if args.library:
+        os.environ["DSA_INDEXER_LIBRARY"] = args.library
+    elif "DSA_INDEXER_LIBRARY" not in os.environ:
+        found = sorted((REPO / "build").glob("libdsa_indexer.so*"))
+        if found and not (REPO / "build" / "libdsa_indexer.so").exists():
+            os.environ["DSA_INDEXER_LIBRARY"] = str(found[-1])
+
+
+def main_fp8(args, out_dir: Path) -> int:
+    """--precision fp8: measure (or re-render) the FP8 rows into their own section and JSON."""
+    import peers_fp8
+
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text())
+    else:
+        _library_from_args(args)
+        results = peers_fp8.measure_fp8(args, sys.modules[__name__])
+        peers_fp8.save(results, out_dir)
+    doc = write_doc(peers_fp8.render_fp8(results), out_dir, (peers_fp8.FP8_BEGIN, peers_fp8.FP8_END))
+    if not args.from_json:
+        for what, cold, warm in peers_fp8.targets(results["cases"]):
+            print(f"[peers-fp8] target {what}: cold {cold}; warm {warm}", flush=True)
+    print(f"[peers-fp8] wrote {doc}" + (f", {out_dir / peers_fp8.FP8_JSON}" if not args.from_json else ""))
+    return 0
 
 
 def main_topk(args, out_dir: Path) -> int:

@@ -4,6 +4,7 @@
 //   demo [--cache-dir DIR] [--op scores|topk]                 default problem, checked and timed
 //   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick] [--match TEXT] [--thd-order balanced|static|both]
 //         [--op scores|topk|both] [--topk-k 2048,512]            (top-k rows: tools/cli_topk.cpp)
+//         [--in bf16|e4m3]                                       (FP8 rows: tools/cli_fp8.cpp)
 //   jitcost [--cache-dir DIR] [--json FILE], version, --version
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -29,6 +30,7 @@
 #include "dispatch/planner.hpp"
 #include "ops/validate.hpp"
 #include "gemm_ceiling.hpp"
+#include "cli_fp8.hpp"
 #include "cli_topk.hpp"
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
@@ -496,12 +498,35 @@ HostProblem thd_packing(const std::vector<int64_t>& sq, int64_t ratio) {
   return p;
 }
 
+// bench --in e4m3: the FP8 rows alone (tools/cli_fp8.cpp), their own JSON members.
+int run_fp8_bench(const Args& a) {
+  dsa_cli::Fp8BenchOptions fo;
+  fo.reps = std::stoi(a.get("reps", "20"));
+  fo.families = a.get("family", fo.families);
+  fo.quick = a.has("quick");
+  fo.match = a.get("match");
+  const auto& dev = dd::device_info(0);
+  fmt::print("bench: {} ({} SMs), {} reps, median device-event time: cold = rotating input sets > 200 MB, "
+             "warm = same inputs, CUDA-graph replay\n", dev.name, dev.sm_count, fo.reps);
+  bool ok = true;
+  const std::string members = dsa_cli::run_fp8_bench(fo, &ok);
+  if (a.has("json"))
+    std::ofstream(a.get("json")) << "{\n  \"device\": \"" + dev.name + "\",\n  \"input\": \"e4m3\",\n" + members + "\n}\n";
+  return ok ? 0 : kExitFailed;
+}
+
 int run_bench(const Args& a) {
+  const bool fp8 = a.get("in", "bf16") == "e4m3";
+  if (fp8 && a.get("op", "scores") != "scores") {
+    fmt::print(stderr, "bench: --in e4m3 runs the FP8 scores rows only; --op {} is for bf16 inputs\n", a.get("op"));
+    return kExitUsage;
+  }
   std::string why;
   if (!gpu_available(&why)) {
     fmt::print(stderr, "bench: needs a Hopper GPU ({})\n", why);
     return kExitNoGpu;
   }
+  if (fp8) return run_fp8_bench(a);
   const int reps = std::stoi(a.get("reps", "20"));
   const auto fams = bench_families(a.get("family", "lean,generic"));
   const bool quick = a.has("quick");
@@ -678,7 +703,8 @@ void build_cli(Cli& cli) {
   cli.value(demo, "op", "scores (the default) or topk: the top-k of a DeepSeek-V4-like problem against a reference "
                         "selection of our own scores")->check(CLI::IsMember({"scores", "topk"}));
 
-  CLI::App* bench = cli.command_of(&app, "bench", "a table of shapes: median device time, TFLOP/s, % of a cuBLAS bf16 GEMM");
+  CLI::App* bench = cli.command_of(&app, "bench", "a table of shapes: median device time, TFLOP/s, % of a cuBLAS bf16 GEMM "
+                                                  "(--in e4m3: FP8 rows, % of a cuBLASLt FP8 GEMM)");
   cli.value(bench, "json", "also write the results to this JSON file");
   cli.value(bench, "family", fmt::format("comma list of auto, {} (default lean,generic)", dd::family_options()))->check(family_list);
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
@@ -698,7 +724,14 @@ void build_cli(Cli& cli) {
         }
         return {};
       });
-  bench->add_flag_callback("--quick", [&cli] { cli.args.opt["quick"] = "1"; }, "the first four shapes only (top-k: two)");
+  cli.value(bench, "in", "input precision of q and k: bf16 (the default: the scores and top-k rows) or e4m3 (the FP8 rows of issue 22: "
+                        "S_q 8192 / S_k 4096 ratio 2, S_q 2048 with S_k 8192 and 65536 ending at S_k (ratio 1, offset "
+                        "S_k - S_q - 1), S_q 16384 / S_k 8192; per-row fp32 q_scale and k_scale; families by --family, "
+                        "default generic,lean,auto; our bf16 lean on the same inputs; the same run's cuBLASLt FP8 GEMM "
+                        "ceiling; sampled rows against the fp64 oracle on the dequantized inputs, every cell bitwise "
+                        "against generic FP8; exit 1 when a check fails). With e4m3, --op must be scores")
+      ->check(CLI::IsMember({"bf16", "e4m3"}));
+  bench->add_flag_callback("--quick", [&cli] { cli.args.opt["quick"] = "1"; }, "the first four shapes only (top-k: two; e4m3: the headline one)");
 
   CLI::App* jitcost = cli.command_of(&app, "jitcost", "cold compile per variant, disk-cache hit, module load, per-call host overhead by stage");
   cli.value(jitcost, "cache-dir", "where jitcost makes its private temp directory (default: TMPDIR, else /tmp)");

@@ -2,11 +2,17 @@
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
-#                                [topk_bench|topk_peers|fused]
+#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
 # in PEERS_WHEELS (space-separated; see bench/README.md), writing OUTDIR/docs.
+# fp8 (not in all) runs issue 22's FP8 path: the C++ FP8 GPU tests (dsa_gpu_tests "[fp8]"), the
+# Python FP8 GPU tests (pytest -k fp8 over test_gpu, test_topk_gpu, test_torch_op_gpu when the
+# operator library is built, and test_cudnn_compat_gpu with cuDNN-frontend from PEERS_WHEELS), the
+# CLI's FP8 rows (bench --in e4m3, JSON in OUTDIR/fp8_bench.json) and bench/peers.py --precision
+# fp8 (with PEERS_WHEELS), writing OUTDIR/docs; fp8_tests, fp8_bench and fp8_peers run its parts
+# alone (the tests, the CLI's rows, the peers), for device calls of at most 10 minutes.
 # racecheck (not in all: it takes minutes) runs every GPU test case of the families under
 # compute-sanitizer racecheck, one process per test case, RACECHECK_JOBS (4) at a time, each
 # limited to RACECHECK_TIMEOUT (540) seconds.
@@ -60,6 +66,23 @@ if [[ " $steps " == *" topk_peers "* ]]; then
   PYTHONUNBUFFERED=1 DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run topk_peers 560 python3 bench/peers.py --op topk \
     --out "$out/docs" --topk-k "${TOPK_K:-2048,512}" --max-seconds 480 \
     $([[ -f "$out/topk_bench.json" ]] && echo --topk-cli-json "$out/topk_bench.json") ${PEERS_WHEELS:+--wheels $PEERS_WHEELS}
+fi
+want_fp8() { [[ " $steps " == *" fp8 "* || " $steps " == *" fp8_$1 "* ]]; }
+if want_fp8 tests; then
+  run gpu_fp8 300 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
+  op_lib=""
+  [[ -f $b/libdsa_indexer_torch.so ]] && op_lib=$b/libdsa_indexer_torch.so
+  # PEERS_WHEELS is a list of folders; --wheels goes last for pytest.
+  # shellcheck disable=SC2086
+  run python_fp8 400 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} ${op_lib:+DSA_INDEXER_TORCH_OP=$op_lib} \
+    python3 -m pytest -q -rs -p no:cacheprovider -k fp8 python/tests/test_gpu.py python/tests/test_topk_gpu.py \
+    python/tests/test_torch_op_gpu.py python/tests/test_cudnn_compat_gpu.py ${PEERS_WHEELS:+--wheels $PEERS_WHEELS}
+fi
+want_fp8 bench && run fp8_bench 400 $b/tools/dsa-indexer bench --in e4m3 --json "$out/fp8_bench.json"
+if want_fp8 peers; then
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run fp8_peers 560 python3 bench/peers.py --precision fp8 \
+    --out "$out/docs" --max-seconds 480 ${PEERS_WHEELS:+--wheels $PEERS_WHEELS}
 fi
 want demo && run demo 60 $b/tools/dsa-indexer demo
 want bench && run bench 280 $b/tools/dsa-indexer bench --json "$out/bench.json"

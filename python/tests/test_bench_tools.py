@@ -577,3 +577,173 @@ def test_topk_results_re_render_beside_the_scores_section(tmp_path):
     assert text.index(peers.END) < text.index(peers_topk.TOPK_BEGIN)
     again = json.loads((tmp_path / peers_topk.TOPK_JSON).read_text())
     assert peers_topk.render_topk(again) == peers_topk.render_topk(r)
+
+
+# ---------------------------------------------------------------- FP8 rows ------------------
+
+import peers_fp8  # noqa: E402
+
+
+def _cli_fp8_cases(src: str) -> list:
+    """fp8_bench_cases() of tools/cli_fp8.cpp: (name, s_q, s_k, ratio, end_at_sk)."""
+    body = _cpp_function(src, "std::vector<Fp8Case> fp8_bench_cases(")
+    out = []
+    for line in body.splitlines():
+        line = line.strip()
+        if m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", fp8_bshd\(([0-9]+), ([0-9]+), ([0-9]+), (true|false)\)\}\);', line):
+            name, sq, sk, r, end = m.groups()
+            out.append((name, int(sq), int(sk), int(r), end == "true"))
+        elif "cases." in line:
+            raise AssertionError(f"the parser of fp8_bench_cases does not read: {line}")
+    return out
+
+
+def test_fp8_cases_match_the_cli():
+    src = (REPO_ROOT / "tools" / "cli_fp8.cpp").read_text()
+    cli = _cli_fp8_cases(src)
+    cases = peers_fp8.fp8_cases()
+    assert [(c.name, c.s_q, c.s_k, c.ratio, c.end_at_sk) for c in cases] == cli
+    assert cases[0].name == peers_fp8.HEADLINE and "if (o.quick) cases.resize(1);" in src
+    assert peers_fp8.fp8_cases(quick=True) == cases[:1]
+    helper = _cpp_function(src, "HostProblem fp8_bshd(")
+    assert "p.offsets.assign(1, static_cast<int32_t>(sk - sq - 1));" in helper  # the offset rule of Fp8Case.offset
+    assert "p.heads = 64;" in helper and "p.sm_scale = 0.125f;" in helper and "p.batch = 1;" in helper
+    for c in cases:
+        assert (c.heads, c.batch, c.sm_scale) == (64, 1, 0.125)
+    # the sampled rows are the CLI's: same construction
+    rows_src = _cpp_function(src, "std::vector<int64_t> fp8_check_rows(")
+    assert "{int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(63), int64_t(64), int64_t(127), int64_t(128)}" in rows_src
+    assert "s.insert(rows * i / 8 + i);" in rows_src and "for (int i = 1; i < 8; ++i)" in rows_src
+
+
+def test_fp8_windows_end_at_sk():
+    c = next(c for c in peers_fp8.fp8_cases() if c.s_k == 65536)
+    assert c.offset() == 65536 - 2048 - 1
+    assert c.row_end(0) == 65536 - 2048 and c.row_end(2047) == 65535  # row i sees [0, i + S_k - S_q)
+    h = peers_fp8.fp8_cases()[0]
+    assert (h.offset(), h.row_end(0), h.row_end(1), h.row_end(8191)) == (0, 0, 1, 4096)
+    for case in (peers_fp8.Fp8Case("a", 40, 20, 2), peers_fp8.Fp8Case("b", 24, 40, 1, True), peers_fp8.Fp8Case("c", 33, 9, 4, batch=2)):
+        brute = case.batch * sum(1 for i in range(case.s_q) for j in range(case.s_k) if j < (case.offset() + i + 1) // case.ratio)
+        assert case.visible_pairs() == brute
+        assert case.flops() == 2 * 64 * 128 * brute
+
+
+def test_fp8_check_rows():
+    rows = peers_fp8.check_rows(2048)
+    assert rows == sorted(set(rows)) and rows[0] == 0 and rows[-1] == 2047 and len(rows) >= 16
+    assert {63, 64, 1983, 1984} <= set(rows)
+    assert all(0 <= r < 10 for r in peers_fp8.check_rows(10))
+
+
+def test_fp8_arguments():
+    a = peers.parse_args(["--precision", "fp8", "--skip", "bf16,cudnn", "--families", "generic,lean"])
+    assert (a.precision, a.skip, a.families, a.op) == ("fp8", ["bf16", "cudnn"], ["generic", "lean"], "scores")
+    assert peers.parse_args([]).precision == "bf16"
+    for bad in (["--precision", "fp16"], ["--precision", "fp8", "--op", "topk"], ["--skip", "frob"], ["--families", "lean,x"]):
+        with pytest.raises(SystemExit) as e:
+            peers.parse_args(bad)
+        assert e.value.code == 2, bad
+
+
+def _fp8_t(us, tflops, pct, **kw):
+    return dict(median_us=us, min_us=0.9 * us, reps=9, tflops=tflops, pct_ceiling=pct, **kw)
+
+
+def _fp8_results():
+    """An FP8 run: lean and generic FP8 (equal bits), auto not served, cuDNN FP8, our BF16 lean."""
+    impls = {
+        "fp8_lean": {"label": "dsa-indexer lean FP8", "available": True, "reason": "", "notes": ["lib"], "tol": 2e-3, "family": "lean"},
+        "fp8_generic": {"label": "dsa-indexer generic FP8", "available": True, "reason": "", "notes": ["lib"], "tol": 2e-3, "family": "generic"},
+        "fp8_auto": {"label": "dsa-indexer auto FP8", "available": True, "reason": "", "notes": ["lib"], "tol": 2e-3, "family": "auto"},
+        "cudnn_fp8": {"label": "cuDNN-frontend SM90 FP8", "available": True, "reason": "", "notes": ["cudnn-frontend 1.32.0"], "tol": 2e-3},
+        "bf16_lean": {"label": "dsa-indexer lean BF16", "available": True, "reason": "", "notes": ["bf16 inputs"], "tol": 2e-7, "family": "lean"},
+    }
+    ok = {"rel_l2": 3e-7, "pattern_mismatch": 0, "non_finite": 0, "visible": 100, "ok": True, "rows": 23}
+    cases = []
+    for c in peers_fp8.fp8_cases():
+        head = c.name == peers_fp8.HEADLINE
+        lean = _fp8_t(1000.0, 1150.0 if head else 1000.0, 85.0, status="ok", check=ok, run_to_run=True, equals_generic=True,
+                      warm=_fp8_t(950.0, 1210.0 if head else 1050.0, 90.0, mode="graph"))
+        generic = _fp8_t(1250.0, 920.0, 68.0, status="ok", check=ok, run_to_run=True, warm=_fp8_t(1200.0, 958.0, 71.0, mode="graph"))
+        cudnn = _fp8_t(1600.0 if head else 1400.0, 700.0, 52.0, status="ok", check=dict(ok, rel_l2=1e-3),
+                       warm=_fp8_t(1500.0 if head else 1300.0, 750.0, 55.0, mode="loop", graph_error="RuntimeError: capture failed"))
+        bf16 = _fp8_t(1700.0, 680.0, 87.0, status="ok", check=dict(ok, rel_l2=1e-8), warm=_fp8_t(1500.0, 770.0, 98.0, mode="graph"))
+        if c.s_k == 65536:
+            cudnn = {"status": "failed: ValueError: q_causal_offsets: not supported with precision='fp8'", "traceback": "..."}
+        runs = {"fp8_lean": lean, "fp8_generic": generic,
+                "fp8_auto": {"status": "not served: q/k dtype: expected one named for e4m3 inputs (family lean serves them by name only)"},
+                "cudnn_fp8": cudnn, "bf16_lean": bf16}
+        cases.append({"case": peers_fp8.asdict(c), "name": c.name, "visible_pairs": c.visible_pairs(), "flops": c.flops(),
+                      "check_rows": 23, "runs": runs})
+    ceilings = {"fp8": {"n": 8192, "median_us": 820.0, "tflops": 1341.0, "reps": 10, "fast_accum": False},
+                "fp8_fast": {"n": 8192, "median_us": 780.0, "tflops": 1410.0, "reps": 10, "fast_accum": True},
+                "bf16": {"n": 8192, "median_us": 1400.0, "tflops": 785.0, "reps": 10}}
+    return {"format": 1, "env": _ENV, "impls": impls, "cases": cases, "ceilings": ceilings,
+            "ceilings_end": {"fp8": dict(ceilings["fp8"], tflops=1330.0), "fp8_fast": dict(ceilings["fp8_fast"], tflops=1400.0)},
+            "elapsed_s": 42.0}
+
+
+def test_fp8_section_content():
+    r = _fp8_results()
+    s = peers_fp8.render_fp8(r)
+    assert s.startswith(peers_fp8.FP8_BEGIN) and s.rstrip().endswith(peers_fp8.FP8_END)
+    assert "**1341 TFLOP/s**" in s and "`use_fast_accum=True`: 780 us = **1410 TFLOP/s**" in s and "use the higher, 1410 TFLOP/s" in s
+    assert "again at the end of the run: 1400" in s and "**785 TFLOP/s**" in s
+    cold, warm = s.split("### Cold")[1].split("### Warm")
+    warm = warm.split("### Speed-ups")[0]
+    assert "| dsa-indexer lean FP8 | dsa-indexer generic FP8 | dsa-indexer auto FP8 | cuDNN-frontend SM90 FP8 | dsa-indexer lean BF16 |" in cold
+    head = next(l for l in cold.splitlines() if l.startswith(f"| {peers_fp8.HEADLINE} |"))
+    assert "1000.0 us · 1150 TF/s · 85%" in head and "— (q/k dtype: expected one named for e4m3 inputs" in head
+    assert "1700.0 us · 680 TF/s · 87%" in head
+    assert "1500.0 us · 750 TF/s · 55% †" in warm and "†" not in cold
+    sp = s.split("### Speed-ups")[1].split("###")[0]
+    assert "| case | lean FP8 vs cuDNN-frontend SM90 FP8 | lean FP8 vs lean BF16 | lean FP8 vs generic FP8 | generic FP8 vs cuDNN-frontend SM90 FP8 |" in sp
+    row = next(l for l in sp.splitlines() if l.startswith(f"| {peers_fp8.HEADLINE} |"))
+    assert row == f"| {peers_fp8.HEADLINE} | 1.60x / 1.58x | 1.70x / 1.58x | 1.25x / 1.26x | 1.28x / 1.25x |"
+    long = next(l for l in sp.splitlines() if l.startswith("| fp8 H64 r1 S_q 2048 S_k 65536 end |"))
+    assert long.startswith("| fp8 H64 r1 S_q 2048 S_k 65536 end | — / — | 1.70x / 1.58x |")
+    t = s.split("### Targets (issue 22)")[1].split("###")[0]
+    assert "| >= 1100 TFLOP/s useful at fp8 H64 r2 S_q 8192 S_k 4096 (moonshot 1250) | 1150 TF/s (lean) met | 1210 TF/s (lean) met |" in t
+    assert "| >= 80 % of the same run's FP8 GEMM ceiling at fp8 H64 r2 S_q 8192 S_k 4096 | 85 % (lean) met | 90 % (lean) met |" in t
+    assert "| >= 1.5x cuDNN-frontend's SM90 FP8 path on every shape | **missed** in 2 of 3: fp8 H64 r1 S_q 2048 S_k 8192 end 1.40x (lean)" in t
+    assert "| >= 1.6x our BF16 lean at fp8 H64 r2 S_q 8192 S_k 4096 | 1.70x (lean) met | 1.58x (lean) **missed** |" in t
+    corr = s.split("### Correctness")[1].split("###")[0]
+    assert f"| {peers_fp8.HEADLINE} (23 rows) | 3.0e-07 ok, = generic | 3.0e-07 ok | — | 1.0e-03 ok | 1.0e-08 ok |" in corr
+    assert "- cuDNN-frontend SM90 FP8 (fp8 H64 r1 S_q 2048 S_k 65536 end): failed: ValueError: q_causal_offsets" in s
+    assert "- dsa-indexer auto FP8 (every case): not served: q/k dtype" in s
+    assert "warm time not graph-captured (†): RuntimeError: capture failed" in s
+
+
+def test_fp8_targets_skip_failed_checks_and_pick_the_fastest_checked_family():
+    r = _fp8_results()
+    head = r["cases"][0]["runs"]
+    head["fp8_generic"].update(median_us=900.0, tflops=1280.0, pct_ceiling=91.0)  # faster than lean: ours is generic
+    assert peers_fp8.ours(r["cases"][0], "cold")[0] == "fp8_generic"
+    head["fp8_generic"]["check"] = dict(head["fp8_generic"]["check"], ok=False)  # ...unless its check failed
+    assert peers_fp8.ours(r["cases"][0], "cold")[0] == "fp8_lean"
+    for run in r["cases"][0]["runs"].values():
+        if "check" in run:
+            run["check"] = dict(run["check"], ok=False)
+    t = {what: (c, w) for what, c, w in peers_fp8.targets(r["cases"][:1])}
+    assert all(v == ("not measured", "not measured") for v in t.values())
+
+
+def test_fp8_section_beside_the_others_and_json_round_trip(tmp_path):
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text("# Benchmarks\n\n" + peers.BEGIN + "\nscores\n" + peers.END + "\n\n" + peers_topk.TOPK_BEGIN + "\ntopk\n" + peers_topk.TOPK_END + "\n")
+    r = _fp8_results()
+    peers_fp8.save(r, tmp_path)
+    again = json.loads((tmp_path / peers_fp8.FP8_JSON).read_text())
+    assert peers_fp8.render_fp8(again) == peers_fp8.render_fp8(r)
+    args = ["--precision", "fp8", "--from-json", str(tmp_path / peers_fp8.FP8_JSON), "--out", str(tmp_path)]
+    assert peers.main(args) == 0
+    assert peers.main(args) == 0  # replaces its own section, once
+    text = doc.read_text()
+    assert "\nscores\n" in text and "\ntopk\n" in text
+    assert text.count(peers_fp8.FP8_BEGIN) == 1 and text.count(peers_fp8.FP8_END) == 1
+    assert text.index(peers_topk.TOPK_END) < text.index(peers_fp8.FP8_BEGIN)
+
+
+def test_fp8_repository_doc_has_the_markers():
+    text = (REPO_ROOT / "docs" / "BENCHMARKS.md").read_text()
+    assert text.count(peers_fp8.FP8_BEGIN) == 1 and text.count(peers_fp8.FP8_END) == 1

@@ -204,6 +204,8 @@ TEST_CASE("command line: --help on every command prints its help and runs nothin
     CHECK_THAT(r.output, !Catch::Contains("warmup:") && !Catch::Contains("jitcost:") && !Catch::Contains("cache clear:"));
     CHECK(default_cache_intact(dir));
   }
+  auto bench = tool({"bench", "--help"}, env);
+  CHECK_THAT(bench.output, Catch::Contains("--in") && Catch::Contains("e4m3") && Catch::Contains("FP8 GEMM"));
   auto top = tool({"--help"});
   CHECK_THAT(top.output, Catch::Contains("--version") && Catch::Contains("Exit codes"));
   auto v = tool({"--version"});
@@ -221,7 +223,8 @@ TEST_CASE("command line: unknown options, missing values and bad values exit 2 a
         {"cache", "ls", "--bogus"}, {"cache", "verify", "--cache-dir"}, {"warmup"}, {"warmup", "--manifest"},
         {"warmup", "--manifest", "default", "--arch", "sm_80"}, {"warmup", "--manifest", "default", "--cache_dir", dir},
         {"demo", "--bogus"}, {"demo", "extra"}, {"bench", "--family", "frob"}, {"bench", "--reps", "0"},
-        {"bench", "--reps", "x"}, {"bench", "--json"}, {"jitcost", "--bogus"}, {"jitcost", "--cache-dir"},
+        {"bench", "--reps", "x"}, {"bench", "--json"}, {"bench", "--in", "e5m2"}, {"bench", "--in"},
+        {"bench", "--in", "e4m3", "--op", "topk"}, {"bench", "--in", "e4m3", "--op", "both"}, {"jitcost", "--bogus"}, {"jitcost", "--cache-dir"},
         {"version", "--bogus"}}) {
     std::string line;
     for (const auto& a : args) line += a + " ";
@@ -297,7 +300,7 @@ TEST_CASE("empty values: an empty option value is refused and the default cache 
         {"cache", "ls", "--cache-dir", ""}, {"cache", "verify", "--prebuilt-dir", ""}, {"cache", "ls", "--prebuilt-dir="},
         {"warmup", "--manifest", ""}, {"warmup", "--manifest", t.path() + "/m.txt", "--cache-dir", ""},
         {"warmup", "--manifest", t.path() + "/m.txt", "--arch", ""}, {"demo", "--cache-dir", ""}, {"bench", "--json", ""},
-        {"bench", "--match", ""}, {"bench", "--family", ""}, {"bench", "--reps", ""}, {"jitcost", "--cache-dir", ""},
+        {"bench", "--match", ""}, {"bench", "--family", ""}, {"bench", "--reps", ""}, {"bench", "--in", ""}, {"jitcost", "--cache-dir", ""},
         {"jitcost", "--json", ""}}) {
     std::string line;
     for (const auto& a : args) line += "'" + a + "' ";

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "cublaslt_abi.hpp"
 #include "cuda/driver.hpp"
+#include "fp8_inputs.hpp"
 #include "gpu_runner.hpp"
 
 namespace dsa_support {
@@ -96,6 +99,140 @@ GemmCeiling measure_gemm_ceiling(int n, int reps, int device) {
     d.cuStreamDestroy(stream);
   } catch (const std::exception& e) {
     g.why = e.what();
+  }
+  return g;
+}
+
+namespace {
+
+// Median device time of `reps` runs of `one()` on `stream` (3 untimed first), in us.
+template <class One>
+double median_event_us(dd::Driver& d, CUstream stream, int reps, One&& one) {
+  CUevent e0, e1;
+  d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");
+  d.check(d.cuEventCreate(&e1, 0), "cuEventCreate");
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    d.check(d.cuEventRecord(e0, stream), "cuEventRecord");
+    one();
+    d.check(d.cuEventRecord(e1, stream), "cuEventRecord");
+    d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+    float t = 0;
+    d.check(d.cuEventElapsedTime(&t, e0, e1), "cuEventElapsedTime");
+    ms.push_back(t);
+  }
+  d.cuEventDestroy(e0);
+  d.cuEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e3;
+}
+
+}  // namespace
+
+GemmCeiling measure_fp8_gemm_ceiling(int n, int reps, bool fast_accum, int device) {
+  namespace lt = cublaslt;
+  GemmCeiling g;
+  g.n = n;
+  void* lib = nullptr;
+  for (const char* name : {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
+    lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+      g.library = name;
+      break;
+    }
+  }
+  if (!lib) {
+    g.why = "libcublasLt not found";
+    return g;
+  }
+  auto sym = [&](const char* name) { return ::dlsym(lib, name); };
+  auto create = reinterpret_cast<lt::Create>(sym("cublasLtCreate"));
+  auto destroy = reinterpret_cast<lt::Destroy>(sym("cublasLtDestroy"));
+  auto desc_create = reinterpret_cast<lt::DescCreate>(sym("cublasLtMatmulDescCreate"));
+  auto desc_destroy = reinterpret_cast<lt::DescDestroy>(sym("cublasLtMatmulDescDestroy"));
+  auto desc_set = reinterpret_cast<lt::DescSetAttribute>(sym("cublasLtMatmulDescSetAttribute"));
+  auto layout_create = reinterpret_cast<lt::LayoutCreate>(sym("cublasLtMatrixLayoutCreate"));
+  auto layout_destroy = reinterpret_cast<lt::LayoutDestroy>(sym("cublasLtMatrixLayoutDestroy"));
+  auto pref_create = reinterpret_cast<lt::PrefCreate>(sym("cublasLtMatmulPreferenceCreate"));
+  auto pref_destroy = reinterpret_cast<lt::PrefDestroy>(sym("cublasLtMatmulPreferenceDestroy"));
+  auto pref_set = reinterpret_cast<lt::PrefSetAttribute>(sym("cublasLtMatmulPreferenceSetAttribute"));
+  auto heuristic = reinterpret_cast<lt::AlgoGetHeuristic>(sym("cublasLtMatmulAlgoGetHeuristic"));
+  auto matmul = reinterpret_cast<lt::Matmul>(sym("cublasLtMatmul"));
+  if (!create || !destroy || !desc_create || !desc_destroy || !desc_set || !layout_create || !layout_destroy || !pref_create ||
+      !pref_destroy || !pref_set || !heuristic || !matmul) {
+    g.why = "cuBLASLt symbols missing";
+    return g;
+  }
+  void *handle = nullptr, *desc = nullptr, *pref = nullptr;
+  void* layouts[3] = {nullptr, nullptr, nullptr};  // A, B (E4M3), D (bf16; also C)
+  CUstream stream = nullptr;
+  auto release = [&] {  // idempotent
+    for (void*& l : layouts)
+      if (l) layout_destroy(std::exchange(l, nullptr));
+    if (pref) pref_destroy(std::exchange(pref, nullptr));
+    if (desc) desc_destroy(std::exchange(desc, nullptr));
+    if (handle) destroy(std::exchange(handle, nullptr));
+    if (stream) dd::Driver::get().cuStreamDestroy(std::exchange(stream, nullptr));
+  };
+  try {
+    dd::ScopedContext ctx(device);
+    dd::Driver& d = dd::Driver::get();
+    const size_t elems = static_cast<size_t>(n) * n;
+    DeviceBuffer a(elems, device), b(elems, device), c(elems * 2, device), scales(8, device), ws(size_t(32) << 20, device);
+    {
+      const std::vector<uint8_t> ha = fp8in::random_codes(elems, 11), hb = fp8in::random_codes(elems, 12);
+      a.upload(ha.data(), elems);
+      b.upload(hb.data(), elems);
+      const float one[2] = {1.0f, 1.0f};
+      scales.upload(one, sizeof(one));
+    }
+    auto fail = [&](const std::string& why) {
+      g.why = why;
+      release();
+      return g;
+    };
+    if (create(&handle) != 0) return fail("cublasLtCreate failed");
+    if (desc_create(&desc, lt::kCompute32F, lt::kR32F) != 0) return fail("cublasLtMatmulDescCreate failed");
+    const int32_t ta = lt::kOpT, tb = lt::kOpN;
+    const int8_t fast = fast_accum ? 1 : 0;
+    const void* sa = scales.get();
+    const void* sb = static_cast<const char*>(scales.get()) + 4;
+    if (desc_set(desc, lt::kDescTransA, &ta, sizeof(ta)) != 0 || desc_set(desc, lt::kDescTransB, &tb, sizeof(tb)) != 0 ||
+        desc_set(desc, lt::kDescFastAccum, &fast, sizeof(fast)) != 0 || desc_set(desc, lt::kDescAScalePointer, &sa, sizeof(sa)) != 0 ||
+        desc_set(desc, lt::kDescBScalePointer, &sb, sizeof(sb)) != 0)
+      return fail("cublasLtMatmulDescSetAttribute failed");
+    // Column-major: A is k x m (op T), B is k x n, D is m x n.
+    if (layout_create(&layouts[0], lt::kR8FE4M3, n, n, n) != 0 || layout_create(&layouts[1], lt::kR8FE4M3, n, n, n) != 0 ||
+        layout_create(&layouts[2], lt::kR16BF, n, n, n) != 0)
+      return fail("cublasLtMatrixLayoutCreate failed");
+    const uint64_t ws_bytes = ws.bytes();
+    if (pref_create(&pref) != 0 || pref_set(pref, lt::kPrefMaxWorkspaceBytes, &ws_bytes, sizeof(ws_bytes)) != 0)
+      return fail("cublasLtMatmulPreference failed");
+    lt::HeuristicResult best{};
+    int found = 0;
+    const int hs = heuristic(handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref, 1, &best, &found);
+    if (hs != 0 || found < 1 || best.state != 0)
+      return fail(fmt::format("no cuBLASLt algorithm for an E4M3 x E4M3 -> bf16 GEMM (heuristic status {}, {} found)", hs, found));
+    d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    const float alpha = 1.0f, beta = 0.0f;
+    int status = 0;
+    auto one = [&] {
+      status = matmul(handle, desc, &alpha, a.get(), layouts[0], b.get(), layouts[1], &beta, c.get(), layouts[2], c.get(), layouts[2],
+                      best.algo, ws.get(), ws.bytes(), stream);
+    };
+    for (int i = 0; i < 3; ++i) {
+      one();
+      if (status != 0) return fail(fmt::format("cublasLtMatmul failed (status {})", status));
+    }
+    g.median_us = median_event_us(d, stream, reps, one);
+    if (status != 0) return fail(fmt::format("cublasLtMatmul failed (status {})", status));
+    g.tflops = 2.0 * n * static_cast<double>(n) * n / (g.median_us * 1e-6) / 1e12;
+    g.ok = true;
+    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+    release();
+  } catch (const std::exception& e) {
+    g.why = e.what();
+    release();
   }
   return g;
 }
