@@ -62,19 +62,28 @@ void sync_device(int device) {
   DSA_CU(cuCtxSynchronize());
 }
 
-namespace {
-TensorDesc vec_i32(const DeviceBuffer& b, int64_t n, int device) {
-  return TensorDesc::contiguous(b.get(), DType::i32, {n}, device);
-}
-}  // namespace
-
 DeviceProblem upload(const HostProblem& p, int device, bool host_seqlens) {
   DeviceProblem d;
-  const int64_t H = p.heads, D = 128, rows = p.rows(), cols = p.cols();
-  d.q = DeviceBuffer(p.q.size() * 2, device);
-  d.q.upload(p.q.data(), p.q.size() * 2);
-  d.k = DeviceBuffer(p.k.size() * 2, device);
-  d.k.upload(p.k.data(), p.k.size() * 2);
+  const int64_t rows = p.rows(), cols = p.cols();
+  if (!p.fp8) {
+    d.q = DeviceBuffer(p.q.size() * 2, device);
+    d.q.upload(p.q.data(), p.q.size() * 2);
+    d.k = DeviceBuffer(p.k.size() * 2, device);
+    d.k.upload(p.k.data(), p.k.size() * 2);
+  } else {
+    d.q = DeviceBuffer(p.q8.size(), device);
+    d.q.upload(p.q8.data(), p.q8.size());
+    d.k = DeviceBuffer(p.k8.size(), device);
+    d.k.upload(p.k8.data(), p.k8.size());
+    if (!p.q_scale.empty()) {
+      d.q_scale = DeviceBuffer(p.q_scale.size() * 4, device);
+      d.q_scale.upload(p.q_scale.data(), p.q_scale.size() * 4);
+    }
+    if (!p.k_scale.empty()) {
+      d.k_scale = DeviceBuffer(p.k_scale.size() * 4, device);
+      d.k_scale.upload(p.k_scale.data(), p.k_scale.size() * 4);
+    }
+  }
   if (p.w_f32) {
     d.w = DeviceBuffer(p.w_f32v.size() * 4, device);
     d.w.upload(p.w_f32v.data(), p.w_f32v.size() * 4);
@@ -83,24 +92,59 @@ DeviceProblem upload(const HostProblem& p, int device, bool host_seqlens) {
     d.w.upload(p.w_bf16.data(), p.w_bf16.size() * 2);
   }
   d.out = DeviceBuffer(static_cast<size_t>(rows * cols) * 4, device);
-  const DType wt = p.w_f32 ? DType::f32 : DType::bf16;
-  if (!p.thd()) {
-    d.tq = TensorDesc::contiguous(d.q.get(), DType::bf16, {p.batch, p.s_q, H, D}, device);
-    d.tk = TensorDesc::contiguous(d.k.get(), DType::bf16, {p.batch, p.s_k, 1, D}, device);
-    d.tw = TensorDesc::contiguous(d.w.get(), wt, {p.batch, p.s_q, H}, device);
-    d.tout = TensorDesc::contiguous(d.out.get(), DType::f32, {p.batch, p.s_q, p.s_k}, device);
-  } else {
-    d.tq = TensorDesc::contiguous(d.q.get(), DType::bf16, {p.t_q(), H, D}, device);
-    d.tk = TensorDesc::contiguous(d.k.get(), DType::bf16, {p.t_k(), 1, D}, device);
-    d.tw = TensorDesc::contiguous(d.w.get(), wt, {p.t_q(), H}, device);
-    d.tout = TensorDesc::contiguous(d.out.get(), DType::f32, {p.t_q(), cols}, device);
+  if (p.thd()) {
     const int64_t n = static_cast<int64_t>(p.cu_q.size());
     d.cu_q = DeviceBuffer(n * 4, device);
     d.cu_q.upload(p.cu_q.data(), n * 4);
     d.cu_k = DeviceBuffer(n * 4, device);
     d.cu_k.upload(p.cu_k.data(), n * 4);
-    d.opt.cu_seqlens_q = vec_i32(d.cu_q, n, device);
-    d.opt.cu_seqlens_k = vec_i32(d.cu_k, n, device);
+  }
+  if (!p.offsets.empty()) {
+    d.offsets = DeviceBuffer(p.offsets.size() * 4, device);
+    d.offsets.upload(p.offsets.data(), p.offsets.size() * 4);
+  }
+  if (!p.ks.empty()) {
+    d.ks = DeviceBuffer(p.ks.size() * 4, device);
+    d.ks.upload(p.ks.data(), p.ks.size() * 4);
+    d.ke = DeviceBuffer(p.ke.size() * 4, device);
+    d.ke.upload(p.ke.data(), p.ke.size() * 4);
+  }
+  if (p.lse) d.lse = DeviceBuffer(static_cast<size_t>(rows) * 4, device);
+  ProblemPointers ptr;
+  ptr.q = d.q.get();
+  ptr.k = d.k.get();
+  ptr.w = d.w.get();
+  ptr.out = d.out.get();
+  ptr.lse = d.lse.get();
+  ptr.offsets = d.offsets.get();
+  ptr.cu_q = d.cu_q.get();
+  ptr.cu_k = d.cu_k.get();
+  ptr.ks = d.ks.get();
+  ptr.ke = d.ke.get();
+  ptr.q_scale = d.q_scale.get();
+  ptr.k_scale = d.k_scale.get();
+  describe_problem(p, ptr, d, device, host_seqlens);
+  return d;
+}
+
+void describe_problem(const HostProblem& p, const ProblemPointers& ptr, DeviceProblem& d, int device, bool host_seqlens) {
+  const int64_t H = p.heads, D = 128, rows = p.rows(), cols = p.cols();
+  auto vec_i32 = [device](void* data, int64_t n) { return TensorDesc::contiguous(data, DType::i32, {n}, device); };
+  const DType wt = p.w_f32 ? DType::f32 : DType::bf16;
+  const DType qk = p.fp8 ? DType::e4m3 : DType::bf16;
+  if (!p.thd()) {
+    d.tq = TensorDesc::contiguous(ptr.q, qk, {p.batch, p.s_q, H, D}, device);
+    d.tk = TensorDesc::contiguous(ptr.k, qk, {p.batch, p.s_k, 1, D}, device);
+    d.tw = TensorDesc::contiguous(ptr.w, wt, {p.batch, p.s_q, H}, device);
+    d.tout = TensorDesc::contiguous(ptr.out, DType::f32, {p.batch, p.s_q, p.s_k}, device);
+  } else {
+    d.tq = TensorDesc::contiguous(ptr.q, qk, {p.t_q(), H, D}, device);
+    d.tk = TensorDesc::contiguous(ptr.k, qk, {p.t_k(), 1, D}, device);
+    d.tw = TensorDesc::contiguous(ptr.w, wt, {p.t_q(), H}, device);
+    d.tout = TensorDesc::contiguous(ptr.out, DType::f32, {p.t_q(), cols}, device);
+    const int64_t n = static_cast<int64_t>(p.cu_q.size());
+    d.opt.cu_seqlens_q = vec_i32(ptr.cu_q, n);
+    d.opt.cu_seqlens_k = vec_i32(ptr.cu_k, n);
     d.opt.max_seqlen_q = p.max_q;
     d.opt.max_seqlen_k = p.max_k;
     if (host_seqlens) {
@@ -113,30 +157,30 @@ DeviceProblem upload(const HostProblem& p, int device, bool host_seqlens) {
   }
   d.opt.ratio = p.ratio;
   d.opt.sm_scale = p.sm_scale;
-  if (!p.offsets.empty()) {
-    d.offsets = DeviceBuffer(p.offsets.size() * 4, device);
-    d.offsets.upload(p.offsets.data(), p.offsets.size() * 4);
-    d.opt.q_causal_offsets = vec_i32(d.offsets, static_cast<int64_t>(p.offsets.size()), device);
-  }
+  if (!p.offsets.empty()) d.opt.q_causal_offsets = vec_i32(ptr.offsets, static_cast<int64_t>(p.offsets.size()));
   if (!p.ks.empty()) {
-    d.ks = DeviceBuffer(p.ks.size() * 4, device);
-    d.ks.upload(p.ks.data(), p.ks.size() * 4);
-    d.ke = DeviceBuffer(p.ke.size() * 4, device);
-    d.ke.upload(p.ke.data(), p.ke.size() * 4);
     if (p.thd()) {
-      d.opt.ks = vec_i32(d.ks, rows, device);
-      d.opt.ke = vec_i32(d.ke, rows, device);
+      d.opt.ks = vec_i32(ptr.ks, rows);
+      d.opt.ke = vec_i32(ptr.ke, rows);
     } else {
-      d.opt.ks = TensorDesc::contiguous(d.ks.get(), DType::i32, {p.batch, p.s_q}, device);
-      d.opt.ke = TensorDesc::contiguous(d.ke.get(), DType::i32, {p.batch, p.s_q}, device);
+      d.opt.ks = TensorDesc::contiguous(ptr.ks, DType::i32, {p.batch, p.s_q}, device);
+      d.opt.ke = TensorDesc::contiguous(ptr.ke, DType::i32, {p.batch, p.s_q}, device);
     }
   }
-  if (p.lse) {
-    d.lse = DeviceBuffer(static_cast<size_t>(rows) * 4, device);
-    d.opt.lse = p.thd() ? TensorDesc::contiguous(d.lse.get(), DType::f32, {rows}, device)
-                        : TensorDesc::contiguous(d.lse.get(), DType::f32, {p.batch, p.s_q}, device);
+  if (p.lse)
+    d.opt.lse = p.thd() ? TensorDesc::contiguous(ptr.lse, DType::f32, {rows}, device)
+                        : TensorDesc::contiguous(ptr.lse, DType::f32, {p.batch, p.s_q}, device);
+  if (p.fp8 && !p.q_scale.empty())
+    d.opt.q_scale = p.thd() ? TensorDesc::contiguous(ptr.q_scale, DType::f32, {p.t_q(), H}, device)
+                            : TensorDesc::contiguous(ptr.q_scale, DType::f32, {p.batch, p.s_q, H}, device);
+  if (p.fp8 && !p.k_scale.empty()) {
+    if (p.thd())
+      d.opt.k_scale = p.k_scale_unit_dim ? TensorDesc::contiguous(ptr.k_scale, DType::f32, {p.t_k(), 1}, device)
+                                         : TensorDesc::contiguous(ptr.k_scale, DType::f32, {p.t_k()}, device);
+    else
+      d.opt.k_scale = p.k_scale_unit_dim ? TensorDesc::contiguous(ptr.k_scale, DType::f32, {p.batch, p.s_k, 1}, device)
+                                         : TensorDesc::contiguous(ptr.k_scale, DType::f32, {p.batch, p.s_k}, device);
   }
-  return d;
 }
 
 GpuResult run(const HostProblem& p, DeviceProblem& dp, dsa_indexer::KernelFamily family, CUstream stream) {

@@ -25,6 +25,39 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
+uint8_t e4m3_encode(float f) {
+  if (std::isnan(f)) return 0x7e;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 448.0) return sign | 0x7e;  // saturate (+-inf too)
+  if (a == 0.0) return sign;
+  // The quantum of a's binade (subnormals: 2^-9); a / quantum is exact in double, and
+  // nearbyint under the default rounding mode rounds half to even.
+  int e;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): the binade is [2^(e-1), 2^e)
+  const int lo = std::max(e - 1, -6);
+  const double quantum = std::ldexp(1.0, lo - 3);
+  const double n = std::nearbyint(a / quantum);  // 0 .. 16
+  const double v = n * quantum;
+  if (v >= 448.0) return sign | 0x7e;  // (does not happen below 448: 448 is on the grid)
+  if (v == 0.0) return sign;           // underflow to (signed) zero
+  if (v < std::ldexp(1.0, -6)) return sign | static_cast<uint8_t>(n);  // subnormal: n * 2^-9, n 1..7
+  int ve;
+  const double vm = std::frexp(v, &ve);  // v = vm * 2^ve, vm in [0.5, 1)
+  const int exp_field = ve - 1 + 7;      // 1 .. 15
+  const int mant = static_cast<int>(std::lround((vm * 2.0 - 1.0) * 8.0));  // exact: 0 .. 7
+  return sign | static_cast<uint8_t>(exp_field << 3) | static_cast<uint8_t>(mant);
+}
+
+float e4m3_decode(uint8_t c) {
+  if (e4m3_is_nan(c)) return std::numeric_limits<float>::quiet_NaN();
+  const int exp_field = (c >> 3) & 0xf, mant = c & 7;
+  const double mag = exp_field == 0 ? std::ldexp(static_cast<double>(mant), -9)
+                                    : std::ldexp(static_cast<double>(8 + mant), exp_field - 10);
+  const float v = static_cast<float>(mag);  // exact: at most 4 significant bits
+  return (c & 0x80) ? -v : v;
+}
+
 int64_t HostProblem::cols() const {
   if (layout == Layout::bshd) return s_k;
   if (layout == Layout::thd_global) return t_k();
@@ -54,8 +87,59 @@ std::string HostProblem::describe() const {
     s += fmt::format(" B={} S_q={} S_k={}", batch, s_q, s_k);
   }
   if (!offsets.empty()) s += fmt::format(" off0={}", offsets[0]);
+  if (fp8) {
+    const char* kdesc = thd() ? (k_scale_unit_dim ? "(T_k,1)" : "(T_k,)") : (k_scale_unit_dim ? "(B,S_k,1)" : "(B,S_k)");
+    s += fmt::format(" e4m3 q_scale={} k_scale={}", q_scale.empty() ? "-" : "given", k_scale.empty() ? "-" : kdesc);
+  }
   return s;
 }
+
+namespace {
+// The FP8 draw of fill_random (the bf16 one is left as it was, draw for draw).
+void fill_random_fp8(HostProblem& p, std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<double> u01(0.0, 1.0), u33(-3.0, 3.0);
+  auto nonzero_e4m3 = [&] {
+    for (;;) {
+      const uint8_t c = e4m3_encode(nd(rng) * kFp8Spread);
+      if ((c & 0x7f) != 0) return c;
+    }
+  };
+  auto nonzero_bf16 = [&] {
+    for (;;) {
+      uint16_t h = float_to_bf16(nd(rng));
+      if ((h & 0x7fff) != 0) return h;
+    }
+  };
+  auto scale = [&] {
+    return static_cast<float>(std::exp2(u33(rng)) * (1.0 + u01(rng)) / static_cast<double>(kFp8Spread));
+  };
+  const int64_t D = 128;
+  p.q.clear();
+  p.k.clear();
+  p.q8.resize(static_cast<size_t>(p.t_q() * p.heads * D));
+  p.k8.resize(static_cast<size_t>(p.t_k() * D));
+  for (auto& x : p.q8) x = nonzero_e4m3();
+  for (auto& x : p.k8) x = nonzero_e4m3();
+  const size_t nw = static_cast<size_t>(p.t_q() * p.heads);
+  p.w_bf16.resize(nw);
+  p.w_f32v.resize(nw);
+  for (size_t i = 0; i < nw; ++i) {
+    p.w_bf16[i] = nonzero_bf16();
+    p.w_f32v[i] = bf16_to_float(p.w_bf16[i]);
+  }
+  p.q_scale.clear();
+  p.k_scale.clear();
+  if (p.fp8_q_scale) {
+    p.q_scale.resize(nw);
+    for (auto& x : p.q_scale) x = scale();
+  }
+  if (p.fp8_k_scale) {
+    p.k_scale.resize(static_cast<size_t>(p.t_k()));
+    for (auto& x : p.k_scale) x = scale();
+  }
+}
+}  // namespace
 
 void fill_random(HostProblem& p, uint64_t seed) {
   p.finalize_thd_defaults();
@@ -68,6 +152,10 @@ void fill_random(HostProblem& p, uint64_t seed) {
     }
   };
   const int64_t D = 128;
+  if (p.fp8) {
+    fill_random_fp8(p, rng);
+    return;
+  }
   p.q.resize(static_cast<size_t>(p.t_q() * p.heads * D));
   p.k.resize(static_cast<size_t>(p.t_k() * D));
   for (auto& x : p.q) x = nonzero_bf16();
@@ -125,16 +213,28 @@ void score_row(const HostProblem& p, int64_t r, double* out) {
   if (p.thd())
     while (seg + 1 < static_cast<int64_t>(p.cu_q.size()) - 1 && p.cu_q[seg + 1] <= r) ++seg;
   std::vector<double> qd(static_cast<size_t>(H * D)), wd(static_cast<size_t>(H));
-  for (int64_t e = 0; e < H * D; ++e) qd[e] = bf16_to_float(p.q[r * H * D + e]);
+  if (!p.fp8) {
+    for (int64_t e = 0; e < H * D; ++e) qd[e] = bf16_to_float(p.q[r * H * D + e]);
+  } else {
+    // FP8: the dequantized inputs, q8 * q_scale (per token and head), k8 * k_scale (per K row)
+    for (int64_t e = 0; e < H * D; ++e)
+      qd[e] = static_cast<double>(e4m3_decode(p.q8[r * H * D + e])) * (p.q_scale.empty() ? 1.0 : p.q_scale[r * H + e / D]);
+  }
   for (int64_t h = 0; h < H; ++h) wd[h] = p.w_f32 ? p.w_f32v[r * H + h] : bf16_to_float(p.w_bf16[r * H + h]);
   for (int64_t c = lo; c < hi; ++c) {
     int64_t krow;
     if (!p.thd()) krow = b * p.s_k + c;
     else if (p.layout == Layout::thd_global) krow = c;
     else krow = p.cu_k[seg] + c;
-    const uint16_t* kr = &p.k[krow * D];
     double kd[128];
-    for (int d = 0; d < D; ++d) kd[d] = bf16_to_float(kr[d]);
+    if (!p.fp8) {
+      const uint16_t* kr = &p.k[krow * D];
+      for (int d = 0; d < D; ++d) kd[d] = bf16_to_float(kr[d]);
+    } else {
+      const uint8_t* kr = &p.k8[krow * D];
+      const double ksc = p.k_scale.empty() ? 1.0 : p.k_scale[krow];
+      for (int d = 0; d < D; ++d) kd[d] = static_cast<double>(e4m3_decode(kr[d])) * ksc;
+    }
     double acc = 0.0;
     for (int64_t h = 0; h < H; ++h) {
       double dot = 0.0;
