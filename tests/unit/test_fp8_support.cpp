@@ -256,6 +256,34 @@ TEST_CASE("fp8 support: the oracle computes the contract on the dequantized inpu
   t.ke = {30, 10, 20, 3, 50, 50, 40, 50, 41, 45, 49, 48};
   check_problem(t, 14);
 
+  // The magnitudes: the oracle's scores unchanged, |score| <= magnitude, 0 outside the windows.
+  {
+    HostProblem m = b;
+    m.fp8 = true;
+    m.sm_scale = -0.5f;
+    dsa_support::fill_random(m, 16);
+    std::vector<double> mag;
+    const auto with = dsa_support::oracle_scores(m, &mag), without = dsa_support::oracle_scores(m);
+    REQUIRE(mag.size() == with.size());
+    CHECK(std::memcmp(with.data(), without.data(), with.size() * sizeof(double)) == 0);
+    int64_t cancelled = 0;
+    for (size_t i = 0; i < with.size(); ++i) {
+      if (std::isinf(with[i])) {
+        REQUIRE(mag[i] == 0.0);
+        continue;
+      }
+      REQUIRE(std::fabs(with[i]) <= mag[i] * (1 + 1e-12));
+      cancelled += std::fabs(with[i]) < 0.5 * mag[i];
+    }
+    CHECK(cancelled > 0);  // signed weights do cancel
+    const std::vector<int64_t> rows = {3, 0, 17};
+    std::vector<double> rmag;
+    const auto sel = dsa_support::oracle_rows(m, rows, &rmag), sel0 = dsa_support::oracle_rows(m, rows);
+    CHECK(std::memcmp(sel.data(), sel0.data(), sel.size() * sizeof(double)) == 0);
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int64_t c = 0; c < m.cols(); ++c) REQUIRE(rmag[i * m.cols() + c] == mag[rows[i] * m.cols() + c]);
+  }
+
   // No scales: the fp8 oracle is the bf16 oracle of the same values (E4M3 values are bf16 values).
   HostProblem f = b;
   f.fp8 = true;

@@ -202,10 +202,14 @@ void row_window(const HostProblem& p, int64_t r, int64_t* lo, int64_t* hi) {
 }
 
 namespace {
-void score_row(const HostProblem& p, int64_t r, double* out) {
+// mag (optional): each cell's magnitude, |sm_scale| * sum_h |w[h]| * sum_d |q[h,d] * k[d]| (0
+// outside the window).
+void score_row(const HostProblem& p, int64_t r, double* out, double* mag = nullptr) {
   const int64_t cols = p.cols(), D = 128, H = p.heads;
   const double ninf = -std::numeric_limits<double>::infinity();
   for (int64_t c = 0; c < cols; ++c) out[c] = ninf;
+  if (mag)
+    for (int64_t c = 0; c < cols; ++c) mag[c] = 0.0;
   int64_t lo, hi;
   row_window(p, r, &lo, &hi);
   const int64_t b = p.thd() ? 0 : r / p.s_q;
@@ -235,13 +239,19 @@ void score_row(const HostProblem& p, int64_t r, double* out) {
       const double ksc = p.k_scale.empty() ? 1.0 : p.k_scale[krow];
       for (int d = 0; d < D; ++d) kd[d] = static_cast<double>(e4m3_decode(kr[d])) * ksc;
     }
-    double acc = 0.0;
+    double acc = 0.0, abs_acc = 0.0;
     for (int64_t h = 0; h < H; ++h) {
       double dot = 0.0;
       for (int d = 0; d < D; ++d) dot += qd[h * D + d] * kd[d];
       acc += std::max(dot, 0.0) * wd[h];
+      if (mag) {
+        double abs_dot = 0.0;
+        for (int d = 0; d < D; ++d) abs_dot += std::fabs(qd[h * D + d] * kd[d]);
+        abs_acc += abs_dot * std::fabs(wd[h]);
+      }
     }
     out[c] = acc * static_cast<double>(p.sm_scale);
+    if (mag) mag[c] = abs_acc * std::fabs(static_cast<double>(p.sm_scale));
   }
 }
 }  // namespace
@@ -270,6 +280,23 @@ std::vector<double> oracle_rows(const HostProblem& p, const std::vector<int64_t>
   const int64_t cols = p.cols();
   std::vector<double> out(rows.size() * static_cast<size_t>(cols));
   parallel_rows(static_cast<int64_t>(rows.size()), [&](int64_t i) { score_row(p, rows[i], out.data() + i * cols); });
+  return out;
+}
+
+std::vector<double> oracle_scores(const HostProblem& p, std::vector<double>* magnitudes) {
+  const int64_t rows = p.rows(), cols = p.cols();
+  std::vector<double> out(static_cast<size_t>(rows * cols));
+  magnitudes->assign(out.size(), 0.0);
+  parallel_rows(rows, [&](int64_t r) { score_row(p, r, out.data() + r * cols, magnitudes->data() + r * cols); });
+  return out;
+}
+
+std::vector<double> oracle_rows(const HostProblem& p, const std::vector<int64_t>& rows, std::vector<double>* magnitudes) {
+  const int64_t cols = p.cols();
+  std::vector<double> out(rows.size() * static_cast<size_t>(cols));
+  magnitudes->assign(out.size(), 0.0);
+  parallel_rows(static_cast<int64_t>(rows.size()),
+                [&](int64_t i) { score_row(p, rows[i], out.data() + i * cols, magnitudes->data() + i * cols); });
   return out;
 }
 

@@ -68,6 +68,12 @@ std::vector<double> oracle_scores(const HostProblem& p);
 std::vector<double> oracle_lse(const HostProblem& p, const std::vector<double>& scores);
 // fp64 scores of selected rows only (for large shapes).
 std::vector<double> oracle_rows(const HostProblem& p, const std::vector<int64_t>& rows);
+// The same, with each cell's magnitude, |sm_scale| * sum_h |w[h]| * sum_d |q[h,d] * k[j,d]| on the
+// (dequantized) inputs, 0 outside the window: what the rounding errors of the products' sums
+// scale with, where the score itself may be near zero (dots cancelling inside, relu, signed
+// weights). The FP8 tests hold cases of a few cells to their error relative to it.
+std::vector<double> oracle_scores(const HostProblem& p, std::vector<double>* magnitudes);
+std::vector<double> oracle_rows(const HostProblem& p, const std::vector<int64_t>& rows, std::vector<double>* magnitudes);
 
 int64_t visible_pairs(const HostProblem& p);
 
