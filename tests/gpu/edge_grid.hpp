@@ -1,12 +1,17 @@
 #pragma once
 // The contract's edge grid, run for any kernel family against the CPU fp64 oracle.
 #include <climits>
+#include <functional>
 
 #include "gpu_cases.hpp"
 
 namespace dsa_gpu_test {
 
-inline void run_edge_grid(KernelFamily fam) {
+// Applied to each case just before it runs (none: the cases as written), with the case's index
+// in its grid: the FP8 tests turn the same grids into FP8 problems (tests/gpu/test_fp8.cpp).
+using CaseTweak = std::function<void(HostProblem&, int index)>;
+
+inline void run_edge_grid(KernelFamily fam, const CaseTweak& tweak = {}) {
   uint64_t seed = 1000;
   const int heads[3] = {16, 32, 64};
   const int64_t ratios[3] = {1, 2, 4};
@@ -25,13 +30,15 @@ inline void run_edge_grid(KernelFamily fam) {
         p.w_f32 = n % 2 == 0;
         p.lse = n % 5 == 0;
         SECTION(fmt::format("S_k {} S_q {} ratio {} H {} offsets#{}", sk, sq, ratio, h, which)) {
+          if (tweak) tweak(p, n);
           check_against_oracle(p, fam, ++seed);
         }
       }
 }
 
-inline void run_thd_cases(KernelFamily fam) {
+inline void run_thd_cases(KernelFamily fam, const CaseTweak& tweak = {}) {
   uint64_t seed = 5000;
+  int index = 0;
   for (Layout l : {Layout::thd_local, Layout::thd_global})
     for (int h : {16, 32, 64})
       for (int64_t ratio : {1, 4}) {
@@ -40,23 +47,27 @@ inline void run_thd_cases(KernelFamily fam) {
         p.lse = h != 32;
         p.w_f32 = ratio == 4;
         p.offsets = {0, 3, 2, static_cast<int32_t>(70 * ratio - 37), 9};
+        const int i = index++;
         SECTION(fmt::format("{} H {} ratio {}", l == Layout::thd_local ? "local" : "global", h, ratio)) {
+          if (tweak) tweak(p, i);
           check_against_oracle(p, fam, ++seed);
         }
       }
   SECTION("THD read from device cu_seqlens (no host mirror)") {
     HostProblem p = thd({7, 67}, {5, 70}, 64, 4);
     p.offsets = {0, static_cast<int32_t>(70 * 4 - 67)};
+    if (tweak) tweak(p, index);
     check_against_oracle(p, fam, 77, /*host_seqlens=*/false);
   }
   SECTION("THD with max_seqlen_k larger than every segment") {
     HostProblem p = thd({9, 4}, {6, 8}, 32, 1);
     p.max_k = 13;
+    if (tweak) tweak(p, index + 1);
     check_against_oracle(p, fam, 78);
   }
 }
 
-inline void run_window_cases(KernelFamily fam) {
+inline void run_window_cases(KernelFamily fam, const CaseTweak& tweak = {}) {
   SECTION("BSHD explicit windows") {
     HostProblem p = bshd(2, 70, 300, 64, 1);
     p.ks.resize(140);
@@ -68,6 +79,7 @@ inline void run_window_cases(KernelFamily fam) {
     p.ks[5] = 100;
     p.ke[5] = 50;  // empty
     p.lse = true;
+    if (tweak) tweak(p, 0);
     check_against_oracle(p, fam, 91);
   }
   SECTION("THD global explicit windows stay inside the segment") {
@@ -78,6 +90,7 @@ inline void run_window_cases(KernelFamily fam) {
       p.ks[r] = r * 2;
       p.ke[r] = r * 2 + 35;
     }
+    if (tweak) tweak(p, 1);
     check_against_oracle(p, fam, 92);
   }
 }

@@ -4,10 +4,14 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
@@ -33,6 +37,30 @@ struct GridAccumulator {
   double rel_l2() const { return den > 0 ? std::sqrt(num / den) : 0.0; }
 };
 inline GridAccumulator& grid_accumulator() {
+  static GridAccumulator g;
+  return g;
+}
+
+// FP8 E4M3 inputs (HostProblem::fp8, issue 22) against the fp64 oracle on the dequantized
+// inputs. Every case: rel-L2 <= kFp8ScoreTol (cuDNN-frontend's FP8 tolerance). The FP8 cases feed
+// an aggregate of their own (the bf16 one keeps its bound), printed at the end with kFp8ScoreAim
+// (the issue's aim, reported, not required) and held to kFp8ScoreTol too.
+// A case of fewer than kFp8MinCellsForTol visible cells is held instead to its error relative to
+// the cells' magnitudes (oracle_scores(p, &mag): |sm_scale| * sum_h |w| * sum_d |q k|): the wgmma
+// FP8 accumulation keeps about 14 bits, so its error scales with the products' magnitudes, and a
+// cell's score can cancel to near zero (signed weights, relu, dots cancelling), so the plain
+// rel-L2 of one or two cells is no statistic. In a CPU model of that accumulation (each k32 step
+// truncated to 14 bits; aggregate rel-L2 1.2e-4) 1.7-1.9 % of single-cell cases exceed 2e-3
+// plain, none of 1000 32-cell ones (max 2.5e-4); relative to the magnitudes the worst single
+// cell was 3e-5 (1.8e-4 with every add truncated, aggregate 5e-4).
+// LSE: within kFp8LseTol * (1 + |lse|) of the oracle's, or (cancellation again: the lse moves by
+// at most its scores' largest error) within kFp8ScoreTol of the row's largest magnitude; and within the bf16 bound (2e-5 * (1 + |lse|)) of
+// the lse of the scores the kernel wrote (its own LSE arithmetic, held as tightly as bf16's).
+inline constexpr double kFp8ScoreTol = 2e-3;
+inline constexpr double kFp8ScoreAim = 1e-4;
+inline constexpr double kFp8LseTol = 5e-3;
+inline constexpr int64_t kFp8MinCellsForTol = 32;
+inline GridAccumulator& fp8_accumulator() {
   static GridAccumulator g;
   return g;
 }
@@ -70,8 +98,105 @@ struct CaseResult {
   std::vector<double> ref;
 };
 
+// FP8: the score statistics of `n` cells (a case, or sampled rows of one) against the oracle.
+struct Fp8Stats {
+  double num = 0.0, den = 0.0, mag_den = 0.0;
+  int64_t finite = 0;
+  double rel_l2() const { return den > 0 ? std::sqrt(num / den) : std::sqrt(num); }
+  double mag_rel_l2() const { return mag_den > 0 ? std::sqrt(num / mag_den) : std::sqrt(num); }
+  // what the case is held to (see kFp8MinCellsForTol)
+  double held() const { return finite >= kFp8MinCellsForTol ? rel_l2() : mag_rel_l2(); }
+};
+inline Fp8Stats fp8_stats(const float* got, const double* ref, const double* mag, size_t n) {
+  Fp8Stats s;
+  for (size_t i = 0; i < n; ++i)
+    if (std::isfinite(ref[i])) {
+      ++s.finite;
+      const double e = got[i] - ref[i];
+      s.num += e * e;
+      s.den += ref[i] * ref[i];
+      s.mag_den += mag[i] * mag[i];
+    }
+  return s;
+}
+inline void fp8_accumulate(const Fp8Stats& s) {
+  auto& g = fp8_accumulator();
+  g.num += s.num;
+  g.den += s.den;
+  g.cells += s.finite;
+  ++g.cases;
+}
+// FP8 LSE of one row: got against the oracle's `want`; max_mag: the row's largest magnitude.
+inline bool fp8_lse_ok(double got, double want, double max_mag) {
+  if (std::isinf(want)) return std::isinf(got) && got < 0;
+  if (!std::isfinite(got)) return false;
+  const double err = std::fabs(got - want);
+  return err <= kFp8LseTol * (1.0 + std::fabs(want)) || err <= kFp8ScoreTol * max_mag;
+}
+inline double max_in_row(const std::vector<double>& v, int64_t row, int64_t cols) {
+  double m = 0.0;
+  for (int64_t c = 0; c < cols; ++c) m = std::max(m, v[static_cast<size_t>(row * cols + c)]);
+  return m;
+}
+// The kernel's LSE against the lse of the scores it wrote (`cols` cells per row from `scores`).
+inline int64_t lse_self_mismatches(const std::vector<float>& lse, const float* scores, int64_t rows, int64_t cols, std::string* first) {
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = scores + r * cols;
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t c = 0; c < cols; ++c) m = std::max(m, static_cast<double>(row[c]));
+    double want = m;
+    if (!std::isinf(m)) {
+      double s = 0.0;
+      for (int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(row[c]) - m);
+      want = m + std::log(s);
+    }
+    const double g = lse[static_cast<size_t>(r)];
+    const bool ok = std::isinf(want) ? (std::isinf(g) && g < 0) : (std::isfinite(g) && std::fabs(g - want) <= 2e-5 * (1.0 + std::fabs(want)));
+    if (!ok && bad++ == 0) *first = fmt::format("row {}: got {}, lse of the written scores {}", r, g, want);
+  }
+  return bad;
+}
+
+inline CaseResult check_fp8_against_oracle(HostProblem p, KernelFamily family, uint64_t seed, bool host_seqlens) {
+  dsa_support::fill_random(p, seed);
+  INFO(p.describe());
+  auto dp = dsa_support::upload(p, 0, host_seqlens);
+  CaseResult r;
+  r.gpu = dsa_support::run(p, dp, family);
+  std::vector<double> mag;
+  r.ref = dsa_support::oracle_scores(p, &mag);
+  const int64_t cols = p.cols();
+  auto c = dsa_support::compare(r.gpu.scores.data(), r.ref.data(), static_cast<int64_t>(r.ref.size()), cols);
+  const Fp8Stats s = fp8_stats(r.gpu.scores.data(), r.ref.data(), mag.data(), r.ref.size());
+  INFO("rel-L2 " << c.rel_l2 << " (relative to the magnitudes " << s.mag_rel_l2() << "), -inf mismatches " << c.pattern_mismatch
+                 << ", non-finite " << c.non_finite << "; " << c.first_problem);
+  CHECK(c.pattern_mismatch == 0);
+  CHECK(c.non_finite == 0);
+  fp8_accumulate(s);
+  CHECK(s.held() <= kFp8ScoreTol);
+  std::printf("case %-100s cells %8lld rel-L2 %.3e%s\n", p.describe().c_str(), static_cast<long long>(s.finite), c.rel_l2,
+              s.finite >= kFp8MinCellsForTol ? "" : fmt::format(" (to magnitudes {:.3e})", s.mag_rel_l2()).c_str());
+  if (p.lse) {
+    auto lref = dsa_support::oracle_lse(p, r.ref);
+    int64_t bad = 0;
+    std::string first, first_self;
+    for (size_t i = 0; i < lref.size(); ++i) {
+      const double g = r.gpu.lse[i], e = lref[i];
+      if (!fp8_lse_ok(g, e, max_in_row(mag, static_cast<int64_t>(i), cols)) && bad++ == 0)
+        first = fmt::format("row {}: got {} expected {}", i, g, e);
+    }
+    const int64_t bad_self = lse_self_mismatches(r.gpu.lse, r.gpu.scores.data(), p.rows(), cols, &first_self);
+    INFO("lse: " << first << "; against the written scores: " << first_self);
+    CHECK(bad == 0);
+    CHECK(bad_self == 0);
+  }
+  return r;
+}
+
 // Runs `p` (inputs drawn from `seed`) through `family` and checks it against the oracle.
 inline CaseResult check_against_oracle(HostProblem p, KernelFamily family, uint64_t seed, bool host_seqlens = true) {
+  if (p.fp8) return check_fp8_against_oracle(std::move(p), family, seed, host_seqlens);
   dsa_support::fill_random(p, seed);
   INFO(p.describe());
   auto dp = dsa_support::upload(p, 0, host_seqlens);
