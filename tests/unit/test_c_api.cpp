@@ -2,19 +2,19 @@
 
 #include <cstddef>
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include "dsa_indexer/c_api.h"
 
 namespace {
-dsa_tensor tensor(uintptr_t addr, int32_t dtype, std::initializer_list<int64_t> dims) {
+dsa_tensor tensor(uintptr_t addr, int32_t dtype, const std::vector<int64_t>& dims) {
   dsa_tensor t;
   std::memset(&t, 0, sizeof t);
   t.data = reinterpret_cast<void*>(addr);
   t.dtype = dtype;
   t.rank = static_cast<int32_t>(dims.size());
-  int i = 0;
-  for (int64_t d : dims) t.shape[i++] = d;
+  for (int i = 0; i < t.rank; ++i) t.shape[i] = dims[static_cast<std::size_t>(i)];
   int64_t s = 1;
   for (int j = t.rank - 1; j >= 0; --j) {
     t.strides[j] = s;

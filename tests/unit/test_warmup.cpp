@@ -99,7 +99,7 @@ TEST_CASE("manifest values are range-checked as the public API checks them", "[w
   const std::string ok = "layout=bshd heads=64 sq=8192 sk=4096 ratio=2 w=bf16";
   // Out of range, saturating, wrapping, signed, spaced or empty values: each an InvalidArgument
   // that names the key (never clamped into a plan the planner then overflows on).
-  for (const std::string& bad :
+  for (const std::string bad :
        {"sq=99999999999999999999 sk=1", "sq=2147483648 sk=1", "sq=1 sk=9223372036854775807", "heads=4294967312 sq=1 sk=1",
         "heads=-16 sq=1 sk=1", "sq=0 sk=1", "sq=+5 sk=1", "sq=1 sk=1 ratio=0", "sq=1 sk=1 ratio=2147483648",
         "sq=1 sk=1 ratio=", "sq=0x10 sk=1", "sq=1e3 sk=1"}) {
