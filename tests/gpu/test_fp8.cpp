@@ -350,3 +350,33 @@ TEST_CASE("fp8: the kernel cache compiles once per FP8 variant", "[fp8]") {
   CHECK(after.misses - before.misses <= 1);  // one FP8 variant (h16.wf32.lse1.bshd, e4m3) for all three shapes
   CHECK(after.hits - before.hits >= 2);
 }
+
+// Lean's FP8 main loop (named) against generic's: the same cells, the same bits (the same
+// products, the same fp32 weights w * q_scale, k_scale before sm_scale); BSHD and THD, both
+// weight dtypes, both scale variants, scales given and not.
+TEST_CASE("fp8: lean == generic bitwise", "[fp8]") {
+  auto same = [](HostProblem p, uint64_t seed) {
+    dsa_support::fill_random(p, seed);
+    INFO(p.describe());
+    auto dp = dsa_support::upload(p);
+    const auto g = dsa_support::run(p, dp, KernelFamily::generic);
+    const auto l = dsa_support::run(p, dp, KernelFamily::lean);
+    REQUIRE(g.scores.size() == l.scores.size());
+    int64_t diff = 0;
+    for (size_t i = 0; i < g.scores.size(); ++i) diff += std::memcmp(&g.scores[i], &l.scores[i], 4) != 0;
+    CHECK(diff == 0);
+    std::printf("fp8 lean == generic: %-80s %s\n", p.describe().c_str(), diff == 0 ? "bitwise equal" : "DIFFERS");
+  };
+  same(fp8(bshd(1, 8192, 4096, 64, 2), 0), 50001);            // both scales
+  HostProblem a = fp8(bshd(2, 1056, 3000, 64, 1), 1);         // q scale only, B 2, offsets
+  a.offsets = {3000 - 1056 - 1, INT32_MAX - 2000};
+  a.w_f32 = true;
+  same(a, 50002);
+  HostProblem b = fp8(bshd(1, 2048, 8192, 64, 1), 2);         // k scale only, sm_scale != 1
+  b.offsets = {8192 - 2048};
+  b.sm_scale = 0.25f;
+  same(b, 50003);
+  same(fp8(bshd(1, 1056, 700, 64, 4), 6), 50004);             // no scales
+  same(fp8(thd({4000, 17, 3000}, {2000, 40, 3000}, 64, 2, Layout::thd_local), 0), 50005);
+  same(fp8(thd({5000, 3000}, {2500, 1500}, 64, 1, Layout::thd_global), 2), 50006);
+}
