@@ -2,7 +2,7 @@
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
-#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers]
+#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate8]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -48,6 +48,16 @@ if want topk; then
   run gpu_topk 300 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
   run gpu_topk_fused 300 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
   run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
+fi
+# validate8 (not in all): the GPU paths built without a device in session 8, correctness only,
+# within one 10-minute call: the fused top-k against the unfused path, the candidates kernel
+# against the unfused selection, FP8 (generic against the fp64 oracle, lean == generic), and
+# lean's bf16 suite as a regression check of the epilogue split.
+if [[ " $steps " == *" validate8 "* ]]; then
+  run gpu_topk_fused 200 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  run gpu_fp8 200 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
+  run gpu_topk_select 60 $b/tests/dsa_gpu_tests "[topk_select]"
+  run gpu_lean 120 $b/tests/dsa_gpu_tests "[lean]"
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
