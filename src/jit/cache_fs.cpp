@@ -134,4 +134,15 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes, st
   return why;
 }
 
+bool write_all(int fd, const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace dsa_indexer::detail

@@ -60,4 +60,7 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes, st
 // What kind of file `st` describes, for messages ("a FIFO", "a directory", ...).
 const char* file_kind(const struct stat& st);
 
+// Writes all of `s` to `fd` (retrying short writes and EINTR); false on any other failure.
+bool write_all(int fd, const std::string& s);
+
 }  // namespace dsa_indexer::detail

@@ -19,6 +19,7 @@
 
 #include "core/env.hpp"
 #include "core/util.hpp"
+#include "jit/cache_fs.hpp"
 
 extern char** environ;
 
@@ -57,16 +58,6 @@ bool get_count(const std::string& s, std::size_t& pos, std::size_t* n) {
   return true;
 }
 
-bool write_fd(int fd, const std::string& s) {
-  std::size_t done = 0;
-  while (done < s.size()) {
-    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
 std::string read_fd(int fd) {
   std::string s;
   char buf[65536];
@@ -375,7 +366,7 @@ int compile_helper_main(int in, int out) {
     reply = "E";
     put(reply, "malformed compile request");
     put(reply, "");
-    write_fd(out, reply);
+    write_all(out, reply);
     return 2;
   }
   try {
@@ -395,7 +386,7 @@ int compile_helper_main(int in, int out) {
     put(reply, "");
   }
   delete ts;
-  return write_fd(out, reply) ? 0 : 3;
+  return write_all(out, reply) ? 0 : 3;
 }
 
 std::string compile_helper_path(const std::string& configured) {
