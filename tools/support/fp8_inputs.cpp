@@ -59,36 +59,6 @@ uint16_t nonzero_bf16(RowNormal& g) {
 
 }  // namespace
 
-uint8_t encode(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80);
-  const float a = std::fabs(f);
-  if (!(a < kE4m3Max)) return sign | 0x7e;  // >= 448, inf, NaN: saturate
-  if (a < 0x1.0p-6f) {
-    // subnormal: m * 2^-9, m in [0, 8] (8 is the smallest normal, code 0x08)
-    const float m = std::nearbyint(a * 512.0f);
-    return sign | static_cast<uint8_t>(m);
-  }
-  int ex = 0;
-  const float fr = std::frexp(a, &ex);  // a = fr * 2^ex, fr in [0.5, 1)
-  int e = ex - 1;                        // a = (2 fr) * 2^e, e in [-6, 8]
-  float q = std::nearbyint(std::ldexp(fr, 4));  // (2 fr) * 8 in [8, 16)
-  if (q == 16.0f) {
-    q = 8.0f;
-    ++e;
-  }
-  const int code = ((e + 7) << 3) | (static_cast<int>(q) - 8);
-  return sign | static_cast<uint8_t>(std::min(code, 0x7e));
-}
-
-float decode(uint8_t c) {
-  const int e = (c >> 3) & 15, m = c & 7;
-  if (e == 15 && m == 7) return std::numeric_limits<float>::quiet_NaN();
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(static_cast<float>(8 + m), e - 10);
-  return (c & 0x80) ? -v : v;
-}
-
 void quantize_rows_bf16(const uint16_t* x, int64_t rows, uint8_t* codes, float* scales) {
   parallel_ranges(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -158,46 +128,19 @@ std::vector<uint8_t> random_codes(size_t n, uint64_t seed) {
   return v;
 }
 
+HostProblem as_fp8_problem(HostProblem p, Fp8Inputs f) {
+  p.fp8 = true;
+  p.q8 = std::move(f.q8);
+  p.k8 = std::move(f.k8);
+  p.q_scale = std::move(f.q_scale);
+  p.k_scale = std::move(f.k_scale);
+  p.q.clear();  // the bf16 draws are not read by the FP8 oracle
+  p.k.clear();
+  return p;
+}
+
 std::vector<double> oracle_rows(const HostProblem& p, const Fp8Inputs& f, const std::vector<int64_t>& rows) {
-  const int64_t cols = p.cols(), H = p.heads;
-  std::vector<double> out(rows.size() * static_cast<size_t>(cols), -std::numeric_limits<double>::infinity());
-  // One row at a time, its columns over every core.
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const int64_t r = rows[i];
-    int64_t lo = 0, hi = 0;
-    row_window(p, r, &lo, &hi);
-    int64_t seg = 0;
-    if (p.thd())
-      while (seg + 1 < static_cast<int64_t>(p.cu_q.size()) - 1 && p.cu_q[static_cast<size_t>(seg + 1)] <= r) ++seg;
-    const int64_t b = p.thd() ? 0 : r / p.s_q;
-    std::vector<double> qd(static_cast<size_t>(H * 128)), wd(static_cast<size_t>(H));
-    for (int64_t h = 0; h < H; ++h) {
-      const double s = f.q_scale[static_cast<size_t>(r * H + h)];
-      for (int d = 0; d < 128; ++d)
-        qd[static_cast<size_t>(h * 128 + d)] = static_cast<double>(decode(f.q8[static_cast<size_t>((r * H + h) * 128 + d)])) * s;
-      wd[static_cast<size_t>(h)] = p.w_f32 ? p.w_f32v[static_cast<size_t>(r * H + h)] : bf16_to_float(p.w_bf16[static_cast<size_t>(r * H + h)]);
-    }
-    double* o = out.data() + i * static_cast<size_t>(cols);
-    parallel_ranges(hi - lo, [&](int64_t c0, int64_t c1) {
-      double kd[128];
-      for (int64_t c = lo + c0; c < lo + c1; ++c) {
-        int64_t krow;
-        if (!p.thd()) krow = b * p.s_k + c;
-        else if (p.layout == Layout::thd_global) krow = c;
-        else krow = p.cu_k[static_cast<size_t>(seg)] + c;
-        const double ks = f.k_scale[static_cast<size_t>(krow)];
-        for (int d = 0; d < 128; ++d) kd[d] = static_cast<double>(decode(f.k8[static_cast<size_t>(krow * 128 + d)])) * ks;
-        double acc = 0.0;
-        for (int64_t h = 0; h < H; ++h) {
-          double dot = 0.0;
-          for (int d = 0; d < 128; ++d) dot += qd[static_cast<size_t>(h * 128 + d)] * kd[d];
-          acc += wd[static_cast<size_t>(h)] * std::max(dot, 0.0);
-        }
-        o[c] = acc * static_cast<double>(p.sm_scale);
-      }
-    });
-  }
-  return out;
+  return dsa_support::oracle_rows(as_fp8_problem(p, f), rows);
 }
 
 }  // namespace dsa_support::fp8in

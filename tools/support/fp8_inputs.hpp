@@ -14,11 +14,10 @@ namespace dsa_support::fp8in {
 
 inline constexpr float kE4m3Max = 448.0f;
 
-// E4M3 (float8_e4m3fn: bias 7, 3 mantissa bits, no infinities, 0x7f / 0xff NaN): round to
-// nearest even; magnitudes >= 448, infinities and NaN saturate to +-448 (never a NaN code).
-uint8_t encode(float f);
-// Exact; NaN for 0x7f / 0xff.
-float decode(uint8_t c);
+// The E4M3 codec of HostProblem's FP8 support (host_problem.hpp): round to nearest even,
+// magnitudes >= 448 and infinities saturate to +-448, NaN to +448 (never a NaN code); exact decode.
+inline uint8_t encode(float f) { return e4m3_encode(f); }
+inline float decode(uint8_t c) { return e4m3_decode(c); }
 
 // Quantizes `rows` rows of 128 values (bf16 bits): scale[r] = max(amax_r, 1e-4) / 448 and
 // codes = encode(x / scale[r]), so x ~ decode(code) * scale[r].
@@ -39,9 +38,13 @@ void fill_random_rows(HostProblem& p, uint64_t seed);
 // `n` E4M3 codes of N(0,1) draws (the GEMM ceiling's operands).
 std::vector<uint8_t> random_codes(size_t n, uint64_t seed);
 
+// `p` (drawn in bf16) as the FP8 problem of its quantization `f`: HostProblem's FP8 form, which
+// its fp64 oracle (oracle_rows: the dequantized inputs, -inf outside each row's window) reads.
+HostProblem as_fp8_problem(HostProblem p, Fp8Inputs f);
 // fp64 scores of the selected rows on the dequantized inputs, in the contract's form
 //   sm_scale * sum_h w[h] * relu(sum_d (q8 * q_scale)[h,d] * (k8 * k_scale)[j,d])
-// (-inf outside each row's window, row_window's), rows x p.cols(). BSHD and THD local columns.
+// (-inf outside each row's window, row_window's), rows x p.cols(): dsa_support::oracle_rows of
+// as_fp8_problem(p, f).
 std::vector<double> oracle_rows(const HostProblem& p, const Fp8Inputs& f, const std::vector<int64_t>& rows);
 
 }  // namespace dsa_support::fp8in

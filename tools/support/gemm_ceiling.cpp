@@ -4,29 +4,38 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "cublaslt_abi.hpp"
 #include "cuda/driver.hpp"
+#include "event_timing.hpp"
 #include "fp8_inputs.hpp"
 #include "gpu_runner.hpp"
 
 namespace dsa_support {
 namespace dd = dsa_indexer::detail;
 
+namespace {
+
+// The first of `names` that dlopen finds (its name in `*found`), or nullptr.
+void* open_first(std::initializer_list<const char*> names, std::string* found) {
+  for (const char* name : names)
+    if (void* lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL)) {
+      *found = name;
+      return lib;
+    }
+  return nullptr;
+}
+
+}  // namespace
+
 GemmCeiling measure_gemm_ceiling(int n, int reps, int device) {
   GemmCeiling g;
   g.n = n;
-  void* lib = nullptr;
-  for (const char* name : {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
-    lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      g.library = name;
-      break;
-    }
-  }
+  void* lib = open_first({"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.12", "libcublas.so"}, &g.library);
   if (!lib) {
     g.why = "libcublas not found";
     return g;
@@ -76,25 +85,9 @@ GemmCeiling measure_gemm_ceiling(int n, int reps, int device) {
         destroy(handle);
         return g;
       }
-    CUevent e0, e1;
-    d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");
-    d.check(d.cuEventCreate(&e1, 0), "cuEventCreate");
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-      d.check(d.cuEventRecord(e0, stream), "cuEventRecord");
-      one();
-      d.check(d.cuEventRecord(e1, stream), "cuEventRecord");
-      d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
-      float t = 0;
-      d.check(d.cuEventElapsedTime(&t, e0, e1), "cuEventElapsedTime");
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    g.median_us = ms[ms.size() / 2] * 1e3;
+    g.median_us = event_times(reps, stream, 1, [&](int) { one(); }).median_us;
     g.tflops = 2.0 * n * static_cast<double>(n) * n / (g.median_us * 1e-6) / 1e12;
     g.ok = true;
-    d.cuEventDestroy(e0);
-    d.cuEventDestroy(e1);
     destroy(handle);
     d.cuStreamDestroy(stream);
   } catch (const std::exception& e) {
@@ -103,44 +96,13 @@ GemmCeiling measure_gemm_ceiling(int n, int reps, int device) {
   return g;
 }
 
-namespace {
-
-// Median device time of `reps` runs of `one()` on `stream` (3 untimed first), in us.
-template <class One>
-double median_event_us(dd::Driver& d, CUstream stream, int reps, One&& one) {
-  CUevent e0, e1;
-  d.check(d.cuEventCreate(&e0, 0), "cuEventCreate");
-  d.check(d.cuEventCreate(&e1, 0), "cuEventCreate");
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    d.check(d.cuEventRecord(e0, stream), "cuEventRecord");
-    one();
-    d.check(d.cuEventRecord(e1, stream), "cuEventRecord");
-    d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
-    float t = 0;
-    d.check(d.cuEventElapsedTime(&t, e0, e1), "cuEventElapsedTime");
-    ms.push_back(t);
-  }
-  d.cuEventDestroy(e0);
-  d.cuEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e3;
-}
-
-}  // namespace
 
 GemmCeiling measure_fp8_gemm_ceiling(int n, int reps, bool fast_accum, int device) {
   namespace lt = cublaslt;
   GemmCeiling g;
   g.n = n;
-  void* lib = nullptr;
-  for (const char* name : {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
-    lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      g.library = name;
-      break;
-    }
-  }
+  void* lib = open_first({"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"},
+                         &g.library);
   if (!lib) {
     g.why = "libcublasLt not found";
     return g;
@@ -224,7 +186,7 @@ GemmCeiling measure_fp8_gemm_ceiling(int n, int reps, bool fast_accum, int devic
       one();
       if (status != 0) return fail(fmt::format("cublasLtMatmul failed (status {})", status));
     }
-    g.median_us = median_event_us(d, stream, reps, one);
+    g.median_us = event_times(reps, stream, 1, [&](int) { one(); }).median_us;
     if (status != 0) return fail(fmt::format("cublasLtMatmul failed (status {})", status));
     g.tflops = 2.0 * n * static_cast<double>(n) * n / (g.median_us * 1e-6) / 1e12;
     g.ok = true;

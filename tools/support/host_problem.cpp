@@ -256,11 +256,12 @@ void score_row(const HostProblem& p, int64_t r, double* out, double* mag = nullp
 }
 }  // namespace
 
-// Rows are independent: spread them over the machine's cores.
+// Rows are independent: spread them over the machine's cores (a thread per row when there are
+// fewer rows than cores: a sampled row of a long KV is seconds of fp64 work).
 template <class F>
 void parallel_rows(int64_t n, F f) {
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t nt = std::min<int64_t>(hw, std::max<int64_t>(1, n / 4));
+  const int64_t nt = std::min<int64_t>(hw, std::max<int64_t>(1, n));
   std::vector<std::thread> th;
   for (int64_t t = 0; t < nt; ++t)
     th.emplace_back([&, t] {
