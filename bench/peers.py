@@ -889,6 +889,31 @@ def _method(r: dict) -> str:
             "on the same inputs (its launch cost then shows where it exceeds the kernel time).")
 
 
+def not_measured(r: dict, keys: list, labels: dict, rows: list) -> list:
+    """The report's lines for what a table does not show: an implementation that is not available
+    (its reason), and each status other than ok, or warm-time problem, with the cases it hit."""
+    missing = []
+    for k in keys:
+        if not r["impls"][k]["available"]:
+            missing.append(f"- {labels[k]}: {r['impls'][k]['reason']}")
+            continue
+        by_status: dict[str, list[str]] = {}
+        for row in rows:
+            run = row["runs"].get(k, {})
+            st = run.get("status", "")
+            if st and st != "ok":
+                by_status.setdefault(st, []).append(row["name"])
+            w = run.get("warm") or {}
+            if w.get("graph_error"):
+                by_status.setdefault(f"warm time not graph-captured (†): {w['graph_error']}", []).append(row["name"])
+            if w.get("error"):
+                by_status.setdefault(w["error"], []).append(row["name"])
+        for st, names in by_status.items():
+            where = "every case" if len(names) == len(rows) else ", ".join(names)
+            missing.append(f"- {labels[k]} ({where}): {st}")
+    return missing
+
+
 def render_section(r: dict) -> str:
     env, ceil = r["env"], r["ceiling"]
     keys = list(r["impls"])
@@ -983,25 +1008,7 @@ def render_section(r: dict) -> str:
             extra = "" if ch["pattern_mismatch"] == 0 and ch["non_finite"] == 0 else f", {ch['pattern_mismatch']} -inf mismatches, {ch['non_finite']} NaN/+inf"
             cells.append(f"{ch['rel_l2']:.1e} {verdict}{extra}")
         L.append(f"| {row['name']} ({dims}) | " + " | ".join(cells) + " |")
-    missing = []
-    for k in keys:
-        if not r["impls"][k]["available"]:
-            missing.append(f"- {labels[k]}: {r['impls'][k]['reason']}")
-            continue
-        by_status: dict[str, list[str]] = {}
-        for row in rows:
-            run = row["runs"].get(k, {})
-            st = run.get("status", "")
-            if st and st != "ok":
-                by_status.setdefault(st, []).append(row["name"])
-            w = run.get("warm") or {}
-            if w.get("graph_error"):
-                by_status.setdefault(f"warm time not graph-captured (†): {w['graph_error']}", []).append(row["name"])
-            if w.get("error"):
-                by_status.setdefault(w["error"], []).append(row["name"])
-        for st, names in by_status.items():
-            where = "every case" if len(names) == len(rows) else ", ".join(names)
-            missing.append(f"- {labels[k]} ({where}): {st}")
+    missing = not_measured(r, keys, labels, rows)
     if missing:
         L.append("")
         L.append("### Not measured, not served, failed or not graph-captured")

@@ -572,25 +572,9 @@ def render_fp8(r: dict) -> str:
                 s += "" if run["run_to_run"] else ", **not deterministic**"
             cells.append(s)
         L.append(f"| {row['name']} ({row.get('check_rows', '?')} rows) | " + " | ".join(cells) + " |")
-    missing = []
-    for k in keys:
-        if not r["impls"][k]["available"]:
-            missing.append(f"- {labels[k]}: {r['impls'][k]['reason']}")
-            continue
-        by_status: dict = {}
-        for row in rows:
-            run = row["runs"].get(k, {})
-            st = run.get("status", "")
-            if st and st != "ok":
-                by_status.setdefault(st, []).append(row["name"])
-            w = run.get("warm") or {}
-            if w.get("graph_error"):
-                by_status.setdefault(f"warm time not graph-captured (†): {w['graph_error']}", []).append(row["name"])
-            if w.get("error"):
-                by_status.setdefault(w["error"], []).append(row["name"])
-        for st, names in by_status.items():
-            where = "every case" if len(names) == len(rows) else ", ".join(names)
-            missing.append(f"- {labels[k]} ({where}): {st}")
+    import peers  # its report helpers (imported here: peers imports this module for --precision fp8)
+
+    missing = peers.not_measured(r, keys, labels, rows)
     if missing:
         L.append("")
         L.append("### Not measured, not served or failed")
