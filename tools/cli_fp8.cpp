@@ -74,42 +74,6 @@ constexpr double kTargetVsBf16 = 1.6;
 
 // One FP8 input set on the device: q8 (B, S_q, H, D), k8 (B, S_k, 1, D) e4m3, q_scale (B, S_q, H)
 // and k_scale (B, S_k, 1) fp32, W bf16 (B, S_q, H), scores (B, S_q, S_k).
-struct Fp8Set {
-  DeviceBuffer q8, k8, qs, ks, w, out, offsets;
-  TensorDesc tq, tk, tw, tout;
-  dsa_indexer::IndexerOptions opt;
-};
-
-std::unique_ptr<Fp8Set> upload_fp8(const HostProblem& p, const fp8in::Fp8Inputs& f) {
-  auto s = std::make_unique<Fp8Set>();
-  const int64_t B = p.batch, H = p.heads;
-  s->q8 = DeviceBuffer(f.q8.size());
-  s->q8.upload(f.q8.data(), f.q8.size());
-  s->k8 = DeviceBuffer(f.k8.size());
-  s->k8.upload(f.k8.data(), f.k8.size());
-  s->qs = DeviceBuffer(f.q_scale.size() * 4);
-  s->qs.upload(f.q_scale.data(), f.q_scale.size() * 4);
-  s->ks = DeviceBuffer(f.k_scale.size() * 4);
-  s->ks.upload(f.k_scale.data(), f.k_scale.size() * 4);
-  s->w = DeviceBuffer(p.w_bf16.size() * 2);
-  s->w.upload(p.w_bf16.data(), p.w_bf16.size() * 2);
-  s->out = DeviceBuffer(static_cast<size_t>(p.rows() * p.cols()) * 4);
-  s->tq = TensorDesc::contiguous(s->q8.get(), DType::e4m3, {B, p.s_q, H, 128});
-  s->tk = TensorDesc::contiguous(s->k8.get(), DType::e4m3, {B, p.s_k, 1, 128});
-  s->tw = TensorDesc::contiguous(s->w.get(), DType::bf16, {B, p.s_q, H});
-  s->tout = TensorDesc::contiguous(s->out.get(), DType::f32, {B, p.s_q, p.s_k});
-  s->opt.q_scale = TensorDesc::contiguous(s->qs.get(), DType::f32, {B, p.s_q, H});
-  s->opt.k_scale = TensorDesc::contiguous(s->ks.get(), DType::f32, {B, p.s_k, 1});
-  s->opt.ratio = p.ratio;
-  s->opt.sm_scale = p.sm_scale;
-  if (!p.offsets.empty()) {
-    s->offsets = DeviceBuffer(p.offsets.size() * 4);
-    s->offsets.upload(p.offsets.data(), p.offsets.size() * 4);
-    s->opt.q_causal_offsets = TensorDesc::contiguous(s->offsets.get(), DType::i32, {static_cast<int64_t>(p.offsets.size())});
-  }
-  return s;
-}
-
 std::vector<std::pair<std::string, KernelFamily>> parse_families(const std::string& list) {
   std::vector<std::pair<std::string, KernelFamily>> v;
   std::stringstream ss(list);
@@ -255,16 +219,17 @@ std::string run_fp8_bench(const Fp8BenchOptions& o, bool* checks_ok) {
     // Input sets: set i is the bf16 problem drawn with seed 42 + i and its per-row quantization.
     const double fp8_bytes = c.p.rows() * c.p.heads * 129.0 + c.p.s_k * 132.0 + c.p.rows() * static_cast<double>(c.p.cols()) * 4;
     const int nsets = std::min(4, std::max(2, static_cast<int>(std::ceil(200e6 / fp8_bytes))));
-    std::vector<std::unique_ptr<Fp8Set>> sets;
+    std::vector<DeviceProblem> sets;
     std::vector<DeviceProblem> bf16_sets;
     HostProblem p0;  // set 0 as an FP8 problem: what the fp64 oracle reads
     for (int i = 0; i < nsets; ++i) {
       HostProblem pi = c.p;
       fp8in::fill_random_rows(pi, 42 + static_cast<uint64_t>(i));
       fp8in::Fp8Inputs fi = fp8in::quantize(pi);
-      sets.push_back(upload_fp8(pi, fi));
       bf16_sets.push_back(upload(pi));
-      if (i == 0) p0 = fp8in::as_fp8_problem(std::move(pi), std::move(fi));
+      HostProblem f8 = fp8in::as_fp8_problem(std::move(pi), std::move(fi));
+      sets.push_back(upload(f8));
+      if (i == 0) p0 = std::move(f8);
     }
     const double pairs = static_cast<double>(visible_pairs(c.p));
     const double flops = 2.0 * c.p.heads * 128 * pairs;
@@ -304,17 +269,17 @@ std::string run_fp8_bench(const Fp8BenchOptions& o, bool* checks_ok) {
     std::map<std::string, std::vector<float>> first_bits;
     for (const auto& [fname, fam] : fams) {
       Row r = make_row(c.name, "e4m3", fname);
-      Fp8Set& s0 = *sets[0];
+      DeviceProblem& s0 = sets[0];
       std::vector<float> got;
       try {
         dd::ScopedContext ctx(0);
-        for (auto& s : sets) s->opt.family = fam;
+        for (auto& s : sets) s.opt.family = fam;
         s0.out.fill_u32(kPoison);
         dsa_indexer::indexer_forward(s0.tq, s0.tk, s0.tw, s0.tout, s0.opt, nullptr);
         sync_device();
         got = download_scores(s0.out);
         auto call = [&](int i) {
-          auto& s = *sets[static_cast<size_t>(i) % sets.size()];
+          auto& s = sets[static_cast<size_t>(i) % sets.size()];
           dsa_indexer::indexer_forward(s.tq, s.tk, s.tw, s.tout, s.opt, nullptr);
         };
         for (int i = 0; i < 3; ++i) call(i);
