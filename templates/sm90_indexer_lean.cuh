@@ -36,6 +36,17 @@
 
 namespace dsa {
 
+// Lean's split variant (kKvSplit, rendered only when set: the variants from before it keep
+// their sources), read through SplitOf.
+template <class Cfg, class = void>
+struct SplitOf {
+  static constexpr bool value = false;
+};
+template <class Cfg>
+struct SplitOf<Cfg, decltype(void(Cfg::kKvSplit))> {
+  static constexpr bool value = Cfg::kKvSplit;
+};
+
 template <class Cfg>
 struct LeanTraits {
   static constexpr int kHeads = 64;
@@ -59,10 +70,12 @@ struct LeanTraits {
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
   // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
   // freed enough for blocks forever, so 128 * (producer + 2 consumers) <= 384 * 168. THD's
-  // producer and fillers derive per-row windows from cu_seqlens and need more than 40.
+  // producer and fillers derive per-row windows from cu_seqlens, and the split variant's
+  // its chunks, and need more than 40.
+  static constexpr bool kSplit = SplitOf<Cfg>::value;
   static constexpr int kEntryRegs = 168;
-  static constexpr int kProducerRegs = kThd ? 56 : 40;
-  static constexpr int kConsumerRegs = kThd ? 224 : 232;
+  static constexpr int kProducerRegs = kThd || kSplit ? 56 : 40;
+  static constexpr int kConsumerRegs = kThd || kSplit ? 224 : 232;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kEntryRegs,
                 "sm90_indexer_lean: setmaxnreg asks for more registers than the CTA was launched with");
   static_assert(Cfg::kHeadDim == 128, "sm90_indexer_lean: kHeadDim must be 128");
@@ -315,22 +328,35 @@ struct LeanCta {
 
 // The producer warp: per work item, the KV ring (lane 0's TMA), each consumer's Q rows (TMA)
 // and its weights (the whole warp, ordinary loads and shared stores).
-template <class Cfg, class Runs>
+template <class Cfg, class Work>
 __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
-                                              const DsaScales& sc, const LeanWork<Runs>& work, const LeanCta& cta, int lane);
+                                              const DsaScales& sc, const Work& work, const LeanCta& cta, int lane);
 // The filler warps: -inf over every column outside the item's KV tiles.
-template <class Cfg, class Runs>
-__device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<Runs>& work, int lane);
+template <class Cfg, class Work>
+__device__ __forceinline__ void lean_fillers(const LeanArgs& a, const Work& work, int lane);
 // A consumer warpgroup: the shared main loop over the item's KV tiles, then its epilogue.
-template <class Cfg, class Epi, class Runs>
+template <class Cfg, class Epi, class Work>
 __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales& sc, const typename Epi::Args& ea,
-                                              const LeanWork<Runs>& work, const LeanCta& cta, int wg, int warp, int lane);
+                                              const Work& work, const LeanCta& cta, int wg, int warp, int lane);
+
+// The work each role walks: whole q-tile sweeps (LeanNoSplit), or the split variant's chunks of
+// them (the launch's LeanSplit).
+struct LeanNoSplit {};
+template <class Split>
+struct LeanIsSplit {
+  static constexpr bool value = false;
+};
+template <>
+struct LeanIsSplit<LeanSplit> {
+  static constexpr bool value = true;
+};
 
 // The kernel body, for both layouts (the layout's differences are compile-time branches): the
 // barriers, then each warp takes its role.
-template <class Cfg, class Epi, class Runs>
+template <class Cfg, class Epi, class Runs, class Split = LeanNoSplit>
 __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
-                                          const DsaScales& sc, const typename Epi::Args& ea, const Runs& runs) {
+                                          const DsaScales& sc, const typename Epi::Args& ea, const Runs& runs,
+                                          const Split& split = {}) {
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg, Epi::kSmemBytes>;
   static_assert(L::kAlloc == Cfg::kSmemBytes, "sm90_indexer_lean: host and template disagree on shared memory");
@@ -368,21 +394,35 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
 
   // Each role walks the same schedule (THD: one packed sequence of q-tiles, a.batch is then the
   // segment count), made after setmaxnreg so that it lives in the role's registers.
+  constexpr bool kSplit = LeanIsSplit<Split>::value;
   if (wg == 0) {
     setmaxnreg_dec<T::kProducerRegs>();
-    const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
-    if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, sc, work, cta, lane);
-    else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
+    if constexpr (kSplit) {
+      const LeanSplitWork<Runs> work{a.num_items, a.batch, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs,
+                                     a.num_items / split.parts, split.chunk};
+      if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, sc, work, cta, lane);
+      else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
+    } else {
+      const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
+      if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, sc, work, cta, lane);
+      else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
+    }
     return;
   }
   setmaxnreg_inc<T::kConsumerRegs>();
-  const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
-  lean_consumer<Cfg, Epi>(a, sc, ea, work, cta, wg, warp, lane);
+  if constexpr (kSplit) {
+    const LeanSplitWork<Runs> work{a.num_items, a.batch, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs,
+                                   a.num_items / split.parts, split.chunk};
+    lean_consumer<Cfg, Epi>(a, sc, ea, work, cta, wg, warp, lane);
+  } else {
+    const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
+    lean_consumer<Cfg, Epi>(a, sc, ea, work, cta, wg, warp, lane);
+  }
 }
 
-template <class Cfg, class Runs>
+template <class Cfg, class Work>
 __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
-                                              const DsaScales& sc, const LeanWork<Runs>& work, const LeanCta& cta, int lane) {
+                                              const DsaScales& sc, const Work& work, const LeanCta& cta, int lane) {
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg>;
   constexpr bool kBshd = !T::kThd;
@@ -396,13 +436,15 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
   }
   u32 stage = 0, phase = 0, q_uses = 0;
   for (i64 k = 0; k < rounds; ++k) {
-    i32 tile, b;
-    if (!work.item(k, tile, b)) continue;
+    i32 tile, b, part;
+    if (!work.item(k, tile, b, part)) continue;
     const i32 tok0 = tile * T::kTokensPerTile;
     i32 n_kv;
     i64 kv_begin = 0;
     if constexpr (kBshd) {
-      n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
+      const LeanRange r = lean_range(work, lean_item<Cfg>(a, b).n_kv(tok0), part);
+      n_kv = r.n;
+      kv_begin = static_cast<i64>(r.first) * kKvRows;
     } else {
       const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tok0, lane));
       n_kv = sp.n_kv;
@@ -446,18 +488,19 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
   }
 }
 
-template <class Cfg, class Runs>
-__device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<Runs>& work, int lane) {
+template <class Cfg, class Work>
+__device__ __forceinline__ void lean_fillers(const LeanArgs& a, const Work& work, int lane) {
   using T = LeanTraits<Cfg>;
   constexpr bool kBshd = !T::kThd;
   const i64 rounds = work.rounds();
   const int ft = threadIdx.x - 32;
   float* out = reinterpret_cast<float*>(a.out);
   for (i64 k = 0; k < rounds; ++k) {
-    i32 tile, b;
-    if (!work.item(k, tile, b)) continue;
+    i32 tile, b, part;
+    if (!work.item(k, tile, b, part)) continue;
     const i32 tok0 = tile * T::kTokensPerTile;
     if constexpr (kBshd) {
+      if (part != 0) continue;  // the split variant: the first chunk's item fills its rows
       const i64 covered = static_cast<i64>(lean_item<Cfg>(a, b).n_kv(tok0)) * kKvRows;
       const i64 c0 = covered < T::kSeqK ? covered : T::kSeqK;
 #pragma unroll 1
@@ -485,9 +528,9 @@ __device__ __forceinline__ void lean_fillers(const LeanArgs& a, const LeanWork<R
   }
 }
 
-template <class Cfg, class Epi, class Runs>
+template <class Cfg, class Epi, class Work>
 __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales& sc, const typename Epi::Args& ea,
-                                              const LeanWork<Runs>& work, const LeanCta& cta, int wg, int warp, int lane) {
+                                              const Work& work, const LeanCta& cta, int wg, int warp, int lane) {
   using T = LeanTraits<Cfg>;
   using L = LeanSmem<Cfg, Epi::kSmemBytes>;
   constexpr bool kBshd = !T::kThd;
@@ -511,12 +554,27 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   // What this lane needs of item (tile, b). THD derives it from cu_seqlens (loads and warp
   // shuffles), so the consumers compute the next item's while their first product of the
   // current item runs on the tensor cores.
-  auto lane_info = [&](i32 tile, i32 b) {
+  auto lane_info = [&](i32 tile, i32 b, i32 part) {
     LeanLane ln;
     const i32 tok0 = tile * T::kTokensPerTile;
     const i32 tok_first = tok0 + cg * TPW;
     const i32 my_tok = tok_first + quarter;           // the token this lane's sums end up with
-    if constexpr (kBshd) {
+    if constexpr (kBshd && Work::kSplit) {
+      // one chunk of the q-tile's KV tiles: the same ranges relative to its first row
+      const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
+      const LeanRange r = lean_range(work, item.n_kv(tok0), part);
+      const i64 kv_begin = static_cast<i64>(r.first) * kKvRows;
+      ln.n_kv = r.n;
+      ln.f_lo = 0;
+      ln.f_hi = lean_rel(item.hi(tok_first), kv_begin, r.n);
+      ln.w_lo = 0;
+      ln.w_hi = lean_rel(item.hi(my_tok), kv_begin, r.n);
+      ln.c_lo = 0;
+      ln.c_hi = lean_rel(T::kSeqK, kv_begin, r.n);
+      ln.row = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK + kv_begin;
+      ln.q_row0 = static_cast<i64>(b) * T::kSeqQ + tok_first;
+    } else if constexpr (kBshd) {
+      (void)part;
       const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
       ln.n_kv = item.n_kv(tok0);
       ln.f_lo = 0;
@@ -549,18 +607,23 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
     }
     return ln;
   };
-  auto next_item = [&](i64& k, i32& tile, i32& b) {
-    while (k < rounds && !work.item(k, tile, b)) ++k;
+  auto next_item = [&](i64& k, i32& tile, i32& b, i32& part) {
+    while (k < rounds && !work.item(k, tile, b, part)) ++k;
     return k < rounds;
   };
-  // FP8: the k scales of item (tile, b)'s KV rows (the whole warp calls it: THD shuffles).
-  auto k_scales = [&](i32 tile, i32 b) {
+  // FP8: the k scales of item (tile, b, part)'s KV rows (the whole warp calls it: THD shuffles).
+  auto k_scales = [&](i32 tile, i32 b, i32 part) {
     LeanKScales r;
     if (sc.k_scale == 0) return r;
     r.stride = sc.k_scale_stride[1];
     if constexpr (kBshd) {
-      r.p = reinterpret_cast<const float*>(sc.k_scale) + b * sc.k_scale_stride[0];
-      r.rows = T::kSeqK;
+      i64 kv_begin = 0;
+      if constexpr (Work::kSplit)
+        kv_begin = static_cast<i64>(lean_range(work, lean_item<Cfg>(a, b).n_kv(tile * T::kTokensPerTile), part).first) * kKvRows;
+      else
+        (void)part;
+      r.p = reinterpret_cast<const float*>(sc.k_scale) + b * sc.k_scale_stride[0] + kv_begin * r.stride;
+      r.rows = T::kSeqK - kv_begin;
     } else {
       const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tile * T::kTokensPerTile, lane));
       r.p = reinterpret_cast<const float*>(sc.k_scale) + sp.kv_begin * r.stride;
@@ -571,21 +634,21 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   i64 k = 0;
   LeanLane ln;
   bool have;
-  i32 cur_tile = 0, cur_b = 0;
+  i32 cur_tile = 0, cur_b = 0, cur_part = 0;
   {
-    have = next_item(k, cur_tile, cur_b);
-    if (have) ln = lane_info(cur_tile, cur_b);
+    have = next_item(k, cur_tile, cur_b, cur_part);
+    if (have) ln = lane_info(cur_tile, cur_b, cur_part);
   }
   while (have) {
     i64 k_n = k + 1;
-    i32 tile_n = 0, b_n = 0;
-    const bool have_n = next_item(k_n, tile_n, b_n);
+    i32 tile_n = 0, b_n = 0, part_n = 0;
+    const bool have_n = next_item(k_n, tile_n, b_n, part_n);
     LeanLane ln_n = ln;
     bool ready_n = false;
     const i32 n_kv = ln.n_kv;
     if (n_kv > 0) {
       LeanKScales kscale;
-      if constexpr (T::kFp8) kscale = k_scales(cur_tile, cur_b);
+      if constexpr (T::kFp8) kscale = k_scales(cur_tile, cur_b, cur_part);
       mbarrier_wait(&cta.w_full[cg], q_uses & 1);
       mbarrier_wait(&cta.q_full[cg], q_uses & 1);
       wreg.load(w_smem, lane & 3);
@@ -595,7 +658,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         mma_tile<T::kFp8>(acc, kv_base0 + stage * T::kKvBytes, q_base);
         named_barrier_arrive(other_bar, 256);
         if (!kBshd && it == 0 && have_n) {
-          ln_n = lane_info(tile_n, b_n);
+          ln_n = lane_info(tile_n, b_n, part_n);
           ready_n = true;
         }
         wgmma_wait_group<0>();
@@ -628,10 +691,11 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       ++q_uses;
     }
     epi.end_item(ln);
-    if (have_n && !ready_n) ln_n = lane_info(tile_n, b_n);
+    if (have_n && !ready_n) ln_n = lane_info(tile_n, b_n, part_n);
     ln = ln_n;
     cur_tile = tile_n;
     cur_b = b_n;
+    cur_part = part_n;
     k = k_n;
     have = have_n;
   }
@@ -644,7 +708,20 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_indexer_lean(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
                       const DsaScales sc) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the BSHD kernel of a THD variant");
+  static_assert(!LeanTraits<Cfg>::kSplit, "sm90_indexer_lean: the unsplit kernel of a split variant");
   lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, {}, LeanStaticRuns<Sched>{});
+}
+
+// BSHD, the split variant (q-tiles x B below the SM count): each q-tile's KV tiles in chunks
+// (split), one work item per chunk. Scores are per cell, so the chunks need no combine: every
+// cell is computed from the same KV tile by the same main loop and head sum as unsplit.
+template <class Cfg, class Sched>
+__global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
+    sm90_indexer_lean_split(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
+                            const DsaScales sc, const LeanSplit split) {
+  static_assert(!LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the split kernel is BSHD only");
+  static_assert(LeanTraits<Cfg>::kSplit, "sm90_indexer_lean: the split kernel of a variant without kKvSplit");
+  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, {}, LeanStaticRuns<Sched>{}, split);
 }
 
 // THD: the schedule of the call's packing is a launch parameter.

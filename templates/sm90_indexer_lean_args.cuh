@@ -20,6 +20,13 @@ struct LeanArgs {
   i32 has_offsets;
 };
 
+// The split variant's launch parameter: each q-tile's KV tiles in `parts` chunks of `chunk`
+// tiles (parts = ceil(the most KV tiles a q-tile can need / chunk)), planned per call from the
+// shape, B and the grid.
+struct LeanSplit {
+  i32 parts, chunk;
+};
+
 // One run of the planner's q-tile order: ranks [rank0, rank0 + count) take tiles
 // first + step * (r - rank0).
 struct LeanRun {

@@ -49,6 +49,7 @@ struct LeanParamRuns {
 
 template <class Runs>
 struct LeanWork {
+  static constexpr bool kSplit = false;  // an item is a whole q-tile's KV sweep
   i64 num_items, batch;
   i32 cta, grid;
   Runs runs;
@@ -60,6 +61,51 @@ struct LeanWork {
     b = static_cast<i32>(pos % batch);
     return runs.tile(pos / batch, tile);
   }
+  __device__ __forceinline__ bool item(i64 k, i32& tile, i32& b, i32& part) const {
+    part = 0;
+    return item(k, tile, b);
+  }
 };
+
+// The split variant (BSHD calls whose q-tiles x B cannot fill the GPU): every q-tile's KV tiles
+// are cut into `parts` chunks of `chunk` tiles (the launch's LeanSplit), and an item is one chunk
+// of one q-tile. Position p is chunk p / base of the unsplit item p % base (base = q-tiles x B),
+// so the CTAs of a round share chunks of K; the order within a chunk is the planner's.
+template <class Runs>
+struct LeanSplitWork {
+  static constexpr bool kSplit = true;
+  i64 num_items, batch;  // num_items = base x parts
+  i32 cta, grid;
+  Runs runs;
+  i64 base;
+  i32 chunk;
+  __device__ __forceinline__ i64 rounds() const { return (num_items + grid - 1) / grid; }
+  __device__ __forceinline__ bool item(i64 k, i32& tile, i32& b, i32& part) const {
+    const i64 slot = (runs.policy() == kLeanSnake && (k & 1)) ? grid - 1 - cta : cta;
+    const i64 pos = k * grid + slot;
+    if (pos >= num_items) return false;
+    part = static_cast<i32>(pos / base);
+    const i64 q = pos - static_cast<i64>(part) * base;
+    b = static_cast<i32>(q % batch);
+    return runs.tile(q / batch, tile);
+  }
+};
+
+// The KV tiles [first, first + n) an item sweeps, of the `full` its rows need.
+struct LeanRange {
+  i32 first, n;
+};
+template <class Work>
+__device__ __forceinline__ LeanRange lean_range(const Work& w, i32 full, i32 part) {
+  if constexpr (!Work::kSplit) {
+    (void)w;
+    (void)part;
+    return LeanRange{0, full};
+  } else {
+    const i32 first = part * w.chunk;
+    const i32 left = full - first;
+    return LeanRange{first, left <= 0 ? 0 : left < w.chunk ? left : w.chunk};
+  }
+}
 
 }  // namespace dsa

@@ -543,6 +543,13 @@ int run_bench(const Args& a) {
   cases.back().p.sm_scale = 1.0f;
   cases.push_back({"bshd H32 r2 S_q 8192", bshd(8192, 4096, 2, 32)});
   cases.push_back({"bshd H16 r2 S_q 8192", bshd(8192, 4096, 2, 16)});
+  // Chunked prefill (issue 23): q-tiles x B below the SMs, the rows ending at S_k (ratio 1, offset
+  // S_k - S_q); lean by name serves them with its split variant.
+  for (int64_t sk : {16384, 65536})
+    for (int64_t sq : {512, 1024}) {
+      cases.push_back({fmt::format("bshd H64 prefill S_q {} S_k {}", sq, sk), bshd(sq, sk, 1, 64)});
+      cases.back().p.offsets = {static_cast<int32_t>(sk - sq)};
+    }
   // Packed training batches (THD, local columns, segments of sq / ratio keys): 3 ragged
   // segments and a realistic 8-segment packing, and one segment (the work of a BSHD row).
   cases.push_back({"thd H64 r2 3 ragged T_q 8192", thd_packing({2731, 4099, 1362}, 2)});

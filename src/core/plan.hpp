@@ -32,6 +32,9 @@ struct Plan {
   // A family's per-call schedule, when it is planned per call rather than compiled in (lean
   // THD: the order of the packing's q-tiles); read by the same family's launch.
   std::shared_ptr<const void> schedule;
+  // Lean's split variant (BSHD calls whose q-tiles x B cannot fill the GPU): each q-tile's KV
+  // tiles in kv_parts chunks of kv_chunk tiles, one work item per chunk (0: not split).
+  int32_t kv_parts = 0, kv_chunk = 0;
 };
 
 // What a plan is for: a launch (everything, the per-call schedule included), or only the variant

@@ -23,6 +23,12 @@ inline ParamDesc input_param() {
   return d;
 }
 inline int64_t input_value(DType qk) { return qk == DType::e4m3 ? 1 : 0; }
+// Lean's split variant (BSHD calls that cannot fill the grid); 0 omitted, as kInput.
+inline ParamDesc split_param() {
+  ParamDesc d{"kKvSplit", ParamDesc::boolean, "bool", "split"};
+  d.omit_zero = true;
+  return d;
+}
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }

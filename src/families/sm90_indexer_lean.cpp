@@ -16,7 +16,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput };
+enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit };
 constexpr const char* kScaleChoices[] = {"any", "1"};
 constexpr const char* kScaleLiterals[] = {"false", "true"};
 constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
@@ -72,7 +72,7 @@ std::shared_ptr<const LeanThdPlan> thd_plan_for(const Problem& p, int64_t grid) 
 
 }  // namespace
 
-Gate lean_check(const Problem& p, const DeviceInfo& dev) {
+Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
   if (dev.cc_major != 9 || dev.cc_minor != 0)
     return Gate::fail("device compute capability", "9.0 (sm_90)", fmt::format("{}.{}", dev.cc_major, dev.cc_minor));
   if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
@@ -88,7 +88,8 @@ Gate lean_check(const Problem& p, const DeviceInfo& dev) {
     return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
   if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
     return Gate::fail("T_q", "< 2^31 - 8", std::to_string(p.t_q));
-  if (!saturated(p, dev))
+  // BSHD calls that cannot fill the grid take the split variant (when the caller serves it)
+  if (!saturated(p, dev) && (p.is_thd() || !split))
     return Gate::fail(p.is_thd() ? "grid saturation (q-tiles of T_q)" : "grid saturation (q-tiles x B)",
                       fmt::format(">= the device's {} SMs", dev.sm_count), std::to_string(work_items(p)));
   return Gate::pass();
@@ -111,16 +112,25 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
   return k;
 }
 
-Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem) {
+Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem,
+               bool split) {
   Plan plan;
   plan.tokens_per_tile = static_cast<int32_t>(kTile);
   if (p.is_thd()) {
     plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {
-    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype);
+    const bool split_here = split && !saturated(p, dev);
+    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here);
     plan.tiles_per_batch = p.s_q / kTile;
     plan.num_tiles = plan.tiles_per_batch * p.batch;
+    if (split_here) {
+      // num_tiles counts work items: one per chunk of each q-tile's KV tiles
+      const LeanSplitPlan sp = lean_split_plan(p.s_k, plan.num_tiles, dev.sm_count);
+      plan.kv_parts = sp.parts;
+      plan.kv_chunk = sp.chunk;
+      plan.num_tiles *= sp.parts;
+    }
   }
   plan.spec.family = &family;
   plan.spec.dynamic_smem += static_cast<uint32_t>(extra_smem);
@@ -173,9 +183,10 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
   const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
   if (!p.is_thd()) {
     // The scores kernel's fourth parameter is the FP8 scales; another epilogue's kernel (extra)
-    // takes its own arguments there instead.
-    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra ? extra : &scales};
-    launch_one(k.functions[0], plan.launches[0], stream, params, what);
+    // takes its own arguments there instead. The split variant's fifth is its chunks.
+    dsa::LeanSplit split{plan.kv_parts, plan.kv_chunk};
+    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra ? extra : &scales, &split};
+    launch_one(k.functions[0], plan.launches[0], stream, params, plan.kv_parts > 0 ? "cuLaunchKernelEx(sm90_indexer_lean_split)" : what);
     return;
   }
   // cuLaunchKernelEx copies the parameters, the schedule included, at the call.
@@ -207,11 +218,15 @@ class LeanFamily final : public Family {
         weights_param(),
         {"kUnitScale", ParamDesc::choice, "bool", "scale", kScaleChoices, kScaleLiterals, 2},
         {"kKvStages", ParamDesc::integer, "int", "s"},
-        input_param()};
+        input_param(),
+        split_param()};
     return p;
   }
 
   Gate check(const Problem& p, const DeviceInfo& dev) const override { return lean_check(p, dev); }
+  bool automatic_serves(const Problem& p, const DeviceInfo& dev) const override {
+    return kLeanSplitAutomatic || p.is_thd() || saturated(p, dev);
+  }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
 
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
@@ -224,7 +239,8 @@ class LeanFamily final : public Family {
       return;
     }
     lean_render_schedule(spec, g);
-    g.kernels.push_back("dsa::sm90_indexer_lean<DsaKernelConfig, DsaLeanSchedule>");
+    g.kernels.push_back(spec.values[kKvSplit] ? "dsa::sm90_indexer_lean_split<DsaKernelConfig, DsaLeanSchedule>"
+                                              : "dsa::sm90_indexer_lean<DsaKernelConfig, DsaLeanSchedule>");
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
@@ -412,6 +428,36 @@ LeanThdPlan lean_thd_plan(const std::vector<int32_t>& kv, int64_t grid, LeanThdO
   return plan;
 }
 
+LeanSplitPlan lean_split_plan(int64_t s_k, int64_t base_items, int64_t grid) {
+  LeanSplitPlan best;
+  const int64_t n = std::max<int64_t>(1, (s_k + LeanGeometry::kKvRows - 1) / LeanGeometry::kKvRows);
+  base_items = std::max<int64_t>(1, base_items);
+  grid = std::max<int64_t>(1, grid);
+  // Fewer parts first, so that a tie keeps the fewest items (the least fixed work).
+  for (int64_t want = 1; want <= std::min<int64_t>(n, kLeanMaxParts); ++want) {
+    const int64_t chunk = (n + want - 1) / want;
+    if (want > 1 && chunk < kLeanMinChunk) break;
+    const int64_t parts = (n + chunk - 1) / chunk;
+    if (parts != want) continue;  // the same chunks as a smaller count
+    // Items in rounds of `grid`: position p is chunk p / base_items (LeanSplitWork), so a
+    // round's items are consecutive chunks, and only the last chunk (n - (parts - 1) x chunk
+    // tiles) is shorter. The busiest CTA: one item per round, the longest of each round; the
+    // rounds that start inside the last chunk have only it.
+    const int64_t items = base_items * parts;
+    const int64_t rounds = (items + grid - 1) / grid;
+    const int64_t tail_rounds = rounds - std::min(rounds, ((parts - 1) * base_items + grid - 1) / grid);
+    const int64_t last = n - (parts - 1) * chunk;
+    const double makespan = static_cast<double>(rounds - tail_rounds) * (static_cast<double>(chunk) + LeanGeometry::kTileOverhead) +
+                            static_cast<double>(tail_rounds) * (static_cast<double>(last) + LeanGeometry::kTileOverhead);
+    if (best.chunk == 0 || makespan < best.makespan) {
+      best.parts = static_cast<int32_t>(parts);
+      best.chunk = static_cast<int32_t>(chunk);
+      best.makespan = makespan;
+    }
+  }
+  return best;
+}
+
 void set_lean_thd_order(LeanThdOrder order) { g_thd_order.store(order, std::memory_order_relaxed); }
 
 const Family& lean_family() {
@@ -419,7 +465,7 @@ const Family& lean_family() {
   return f;
 }
 
-KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk) {
+KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk, bool split) {
   KernelSpec s;
   s.family = &lean_family();
   s.values[kLayout] = layout_value(layout);
@@ -429,6 +475,7 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kUnitScale] = unit_scale ? 1 : 0;
   s.values[kStages] = LeanGeometry::kKvStages;
   s.values[kInput] = input_value(qk);
+  s.values[kKvSplit] = split ? 1 : 0;
   s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, LeanGeometry::kKvStages, qk));
   return s;
 }

@@ -69,20 +69,42 @@ LeanThdPlan lean_thd_plan(const std::vector<int32_t>& kv, int64_t grid, LeanThdO
 // Process-wide, for measuring one order against the other (dsa-indexer bench --thd-order).
 void set_lean_thd_order(LeanThdOrder order);
 
+// The split variant (templates/sm90_indexer_lean.cuh, sm90_indexer_lean_split): BSHD calls whose
+// q-tiles x B are fewer than the SMs cut every q-tile's KV tiles into `parts` chunks of `chunk`
+// tiles, one work item each. The cost model assumes every q-tile sweeps all of S_k (rows that end
+// at S_k, as chunked prefill's offsets make them; shorter windows leave chunks empty, and those
+// cost nearly nothing): items of chunk + kTileOverhead, handed out in rounds of `grid`.
+struct LeanSplitPlan {
+  int32_t parts = 1, chunk = 0;
+  double makespan = 0;  // the model's cost of the busiest CTA, in KV tiles
+};
+// A chunk is at least this many KV tiles (512 keys): below it the per-item fixed work (Q and
+// weights, the first product's latency) outweighs what a better balance could gain.
+inline constexpr int32_t kLeanMinChunk = 8;
+// At most this many chunks per q-tile (the planner's search, O(1) each, runs per call).
+inline constexpr int32_t kLeanMaxParts = 64;
+LeanSplitPlan lean_split_plan(int64_t s_k, int64_t base_items, int64_t grid);
+// Whether automatic calls take the split variant where its gates hold: off until it has run on a
+// GPU (bitwise against generic); until then unsaturated calls name it (family=lean).
+inline constexpr bool kLeanSplitAutomatic = false;
+
 const Family& lean_family();
 
 // The lean family's gate, plan, schedule and launch, for a family that runs the same sweep with
 // another epilogue (the fused top-k's sweep, sm90_topk_fused.cpp): plan.spec is made `family`'s,
 // with extra_smem bytes of shared memory for its epilogue; lean_launch passes `extra` as the
 // kernel's fourth parameter (BSHD; nullptr for the scores kernel).
-Gate lean_check(const Problem& p, const DeviceInfo& dev);
+// `split`: whether BSHD calls that cannot fill the grid pass (and are planned split); the fused
+// top-k's sweep keeps one item per q-tile (its per-row selection state spans the whole row).
+Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split = true);
 std::string lean_gate_key(const Problem& p, const DeviceInfo& dev);
-Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem);
+Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem,
+               bool split = true);
 void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
 void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what);
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
-                     DType qk = DType::bf16);
+                     DType qk = DType::bf16, bool split = false);
 // Whether automatic FP8 (e4m3) calls take lean where its gates hold: off until its FP8 main loop
 // has run on a GPU (bitwise against generic FP8); until then FP8 calls name it (family=lean).
 inline constexpr bool kLeanFp8Automatic = false;

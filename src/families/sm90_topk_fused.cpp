@@ -85,11 +85,11 @@ class TopkFusedSweepFamily final : public Family {
   const std::vector<ParamDesc>& params() const override { return lean_family().params(); }
   Gate check(const Problem& p, const DeviceInfo& dev) const override {
     if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
-    return lean_check(p, dev);
+    return lean_check(p, dev, /*split=*/false);
   }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
-    return lean_plan(p, dev, purpose, *this, kSweepSmem);
+    return lean_plan(p, dev, purpose, *this, kSweepSmem, /*split=*/false);
   }
   void render(const KernelSpec& spec, GeneratedSource& g) const override {
     lean_render_schedule(spec, g);

@@ -377,6 +377,13 @@ TEST_CASE("fp8: lean == generic bitwise", "[fp8]") {
   b.sm_scale = 0.25f;
   same(b, 50003);
   same(fp8(bshd(1, 1056, 700, 64, 4), 6), 50004);             // no scales
+  // lean's split variant (q-tiles x B below the SMs), its chunks offset into k_scale
+  HostProblem c = fp8(bshd(1, 512, 16384, 64, 1), 0);
+  c.offsets = {16384 - 512};
+  same(c, 50007);
+  HostProblem d = fp8(bshd(2, 256, 9000, 64, 1), 2);
+  d.offsets = {9000 - 256, 100};
+  same(d, 50008);
   same(fp8(thd({4000, 17, 3000}, {2000, 40, 3000}, 64, 2, Layout::thd_local), 0), 50005);
   same(fp8(thd({5000, 3000}, {2500, 1500}, 64, 1, Layout::thd_global), 2), 50006);
 }

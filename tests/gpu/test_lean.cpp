@@ -105,7 +105,7 @@ TEST_CASE("lean: a forced lean call names the failed gate on the real device", "
     CHECK(g.scores.size() == static_cast<size_t>(p.rows() * p.cols()));
   };
   expect_gate(bshd(1, 2048, 1024, 32, 2), "heads H");
-  expect_gate(bshd(1, 1024, 512, 64, 2), "grid saturation");  // 128 q-tiles < 132 SMs
+  expect_gate(thd({500, 300}, {250, 150}, 64, 2, Layout::thd_local), "grid saturation");  // 100 q-tiles < 132 SMs
   HostProblem l = bshd(1, 2048, 1024, 64, 2);
   l.lse = true;
   expect_gate(l, "lse");
@@ -114,6 +114,46 @@ TEST_CASE("lean: a forced lean call names the failed gate on the real device", "
   w.ke.assign(2048, 100);
   expect_gate(w, "explicit windows");
   expect_gate(bshd(1, 2052, 1024, 64, 2), "S_q");
+}
+
+// ---------------- the split variant ----------------
+// BSHD calls whose q-tiles x B are fewer than the SMs: lean by name cuts every q-tile's KV tiles
+// into chunks (one work item each). Scores are per cell, so the chunks change no bit: against the
+// oracle, and bitwise against generic and the dispatcher (which takes generic for these shapes
+// until kLeanSplitAutomatic is set).
+
+TEST_CASE("lean split: unsaturated shapes against the fp64 oracle and bitwise against generic", "[lean][lean_split]") {
+  // chunked prefill: S_q 256 over 16384 keys, the rows ending at S_k (four chunks of 64 tiles)
+  HostProblem a = bshd(1, 256, 16384, 64, 1);
+  a.offsets = {16384 - 256};
+  check_lean(a, 901);
+  // S_q 64 over 8192 keys (sixteen chunks of 8), sm_scale, fp32 W
+  HostProblem b = bshd(1, 64, 8192, 64, 1);
+  b.offsets = {8192 - 64};
+  b.sm_scale = 0.125f;
+  b.w_f32 = true;
+  check_lean(b, 902);
+  // B 3 of 5 q-tiles: one batch masked everywhere, one near INT32_MAX, a ragged S_k tail
+  HostProblem c = bshd(3, 40, 9999, 64, 2);
+  c.offsets = {2 * 9999 - 40, -5000, INT32_MAX - 400};
+  check_lean(c, 903);
+  // no offsets: short windows leave most chunks empty (their rows' fillers still run)
+  check_lean(bshd(1, 512, 4096, 64, 1), 904);
+  // one q-tile over 65536 keys: 64 chunks of 16 tiles
+  HostProblem d = bshd(1, 8, 65536, 64, 1);
+  d.offsets = {65536 - 8};
+  check_lean(d, 905);
+  // 128 q-tiles (nearly saturated): one chunk, the split kernel all the same
+  HostProblem e = bshd(1, 1024, 700, 64, 1);
+  e.offsets = {700 - 1024 + 600};
+  check_lean(e, 906);
+}
+
+TEST_CASE("lean split: run to run bitwise, and bf16 W == fp32 W", "[lean][lean_split]") {
+  HostProblem p = bshd(1, 512, 20000, 64, 1);
+  p.offsets = {20000 - 512};
+  p.sm_scale = 0.5f;
+  run_determinism_and_w_dtype(KernelFamily::lean, p);
 }
 
 // ---------------- THD ----------------

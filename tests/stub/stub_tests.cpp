@@ -152,6 +152,14 @@ int child_forward() {
   const auto s = dsa_indexer::kernel_cache_stats();
   expect(s.compiles + s.disk_hits == 5, fmt::format("5 variants produced once each ({} compiles, {} disk hits)", s.compiles, s.disk_hits));
   expect(s.hits == 5, fmt::format("the second round hit memory 5 times (got {})", s.hits));
+  // Lean by name where q-tiles x B cannot fill the SMs: its split variant, 64 q-tiles x 2 chunks.
+  Bshd split(1, 512, 16384);
+  split.opt.ratio = 1;
+  split.run(KernelFamily::lean);
+  int split_grid = 0;
+  const std::string split_kernel = stub_last_kernel(&split_grid);
+  expect(contains(split_kernel, "sm90_indexer_lean_split") && split_grid == 128,
+         fmt::format("BSHD 512x16384 by name runs lean's split kernel on 128 CTAs: {} on {}", split_kernel, split_grid));
   // Validation still guards the boundary: host memory is not device memory.
   std::vector<char> host(1 << 20);
   Bshd bad(1, 64, 64);

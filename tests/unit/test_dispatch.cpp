@@ -128,7 +128,6 @@ TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]"
     c.out.data = fake(0x400004);
     cases.push_back({"misaligned scores", c, "operand alignment"});
   }
-  cases.push_back({"grid too small", lean_call(1, 1024, 512), "grid saturation"});
   {
     Call c = lean_call();
     c.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {1, 8192});
@@ -154,10 +153,15 @@ TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]"
       if (std::string(other.gate) != c.gate) CHECK_THAT(e, !Contains(std::string("lean: ") + other.gate));
     CHECK(&pick(c.call) == &generic_family());
   }
-  // the saturation gate reads the device's SM count: 1024 q-tiles saturate 132 SMs, not 2048
+  // the saturation verdict reads the device's SM count: 1024 q-tiles saturate 132 SMs, not
+  // 2048; below it BSHD calls take the split variant (lean_split.cpp's tests), which automatic
+  // calls take only once kLeanSplitAutomatic is set
   DeviceInfo big{0, 2048, 9, 0, 232448, "fake 2048-SM Hopper"};
-  CHECK_THAT(lean_error(lean_call(), false, big), Contains("grid saturation") && Contains("2048 SMs"));
+  CHECK(lean_error(lean_call(), false, big) == "accepted");
+  CHECK(&pick(lean_call(), KernelFamily::automatic, false, big) == (kLeanSplitAutomatic ? &lean_family() : &generic_family()));
   CHECK(&pick(lean_call(2), KernelFamily::automatic, false, big) == &lean_family());
+  CHECK(lean_error(lean_call(1, 1024, 512)) == "accepted");
+  CHECK(&pick(lean_call(1, 1024, 512)) == (kLeanSplitAutomatic ? &lean_family() : &generic_family()));
   DeviceInfo h20{0, 78, 9, 0, 232448, "fake 78-SM Hopper"};
   CHECK(&pick(lean_call(1, 1024, 512), KernelFamily::automatic, false, h20) == &lean_family());
   // a device that is not sm_90 fails the first gate

@@ -140,7 +140,9 @@ TEST_CASE("manifest: batch= and sms= are what a gate reads besides the shape", "
   const auto specs = manifest_specs(v, DeviceInfo::h200());
   // 128 q-tiles: lean only where B or the SM count makes the grid saturated.
   CHECK(specs == std::vector<KernelSpec>{lean_spec(1024, 512, DType::bf16, false), generic_spec(64, DType::bf16, false, Layout::bshd)});
-  CHECK_THROWS_WITH(manifest_specs(parse_manifest("sq=1024 sk=512 family=lean\n", "m"), DeviceInfo::h200()), Contains("saturation"));
+  // named, an unsaturated shape is lean's split variant (automatic calls take it once validated)
+  CHECK(manifest_specs(parse_manifest("sq=1024 sk=512 family=lean\n", "m"), DeviceInfo::h200()) ==
+        std::vector<KernelSpec>{lean_spec(1024, 512, DType::bf16, false, Layout::bshd, DType::bf16, true)});
   CHECK_THROWS_WITH(parse_manifest("layout=thd_local sq=64 sk=64 batch=2\n", "m"), Contains("batch") && Contains("THD"));
   CHECK_THROWS_WITH(parse_manifest("sq=64 sk=64 sms=0\n", "m"), Contains("sms") && Contains("[1, 65535]"));
   CHECK_THROWS_AS(parse_manifest("sq=64 sk=64 batch=0\n", "m"), dsa_indexer::InvalidArgument);
@@ -352,7 +354,7 @@ TEST_CASE("manifest: the default manifest's scores lines keep their variants, it
 
 // Issue 24, class 5: messages that name the cause and, for manifests, the file and line.
 TEST_CASE("messages: a manifest line the planner refuses names the file and line, not indexer_forward", "[messages]") {
-  const std::string text = "# shapes\nlayout=bshd heads=64 sq=8192 sk=4096\n\nsq=64 sk=64 family=lean\n";
+  const std::string text = "# shapes\nlayout=bshd heads=64 sq=8192 sk=4096\n\nlayout=thd_local sq=64 sk=64 family=lean\n";
   try {
     manifest_specs(parse_manifest(text, "shapes.txt"), DeviceInfo::h200());
     FAIL("the lean gate should refuse line 4");
