@@ -184,6 +184,9 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
         const u32 kv_base = kv_base0 + stage * T::kKvBytes;
         mma_tile<T::kFp8>(acc, kv_base, q_base);
         named_barrier_arrive(other_bar, 256);
+        KScalePair ksc;
+        if constexpr (T::kFp8)
+          ksc = load_k_scales(k_scale, kv_begin + static_cast<i64>(it) * T::kKvRows + 16 * warp_in_wg + (lane >> 2));
         wgmma_wait_group<0>();
         wgmma_fence_operands(acc);
         if (lane == 0) mbarrier_arrive(&kv_empty[stage]);
@@ -194,7 +197,7 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
         const i64 kabs0 = kv_begin + static_cast<i64>(it) * T::kKvRows;
         const bool masked = !(kabs0 >= full_lo && kabs0 + T::kKvRows <= full_hi);
         if constexpr (T::kFp8)
-          epilogue_tile<Cfg, true>(acc, w_cls, rows, kabs0, masked, a.sm_scale, out, a.out_cols, warp_in_wg, lane, k_scale);
+          epilogue_tile<Cfg, true>(acc, w_cls, rows, kabs0, masked, a.sm_scale, out, a.out_cols, warp_in_wg, lane, ksc);
         else
           epilogue_tile<Cfg>(acc, w_cls, rows, kabs0, masked, a.sm_scale, out, a.out_cols, warp_in_wg, lane);
       }

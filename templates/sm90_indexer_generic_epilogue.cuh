@@ -53,33 +53,39 @@ struct KScales {
   i64 stride = 1, k_rows = 0;
 };
 
-// kKScaled (FP8): a cell is sm_scale * (k_scale * head sum), in that fixed order.
+// The scales of this lane's two KV rows of a tile (kr and kr + 8; 1 where there are none),
+// loaded while the tile's product runs, so that their latency is not the epilogue's.
+struct KScalePair {
+  float v[2] = {1.0f, 1.0f};
+};
+__device__ __forceinline__ KScalePair load_k_scales(const KScales& ks, i64 kr) {
+  KScalePair r;
+  if (ks.p != nullptr) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (kr + 8 * e < ks.k_rows) r.v[e] = __ldg(ks.p + (kr + 8 * e) * ks.stride);
+  }
+  return r;
+}
+
+// kKScaled (FP8): a cell is sm_scale * (k_scale * head sum), in that fixed order; ksc holds the
+// k scales of this lane's rows (load_k_scales).
 template <class Cfg, bool kKScaled = false>
 __device__ __forceinline__ void epilogue_tile(const float (&acc)[128], u32 w_cls, EpilogueRows<Cfg>& rows,
                                               i64 kabs0, bool masked, float sm_scale, float* out, i64 out_cols,
-                                              int warp_in_wg, int lane, KScales ks = KScales{}) {
+                                              int warp_in_wg, int lane, KScalePair ksc = KScalePair{}) {
   using T = GenericTraits<Cfg>;
   constexpr int H = T::kHeads, TPW = T::kTokensPerConsumer, P = 2 * TPW;
   float part[P];
   head_sum<H, TPW>(acc, SmemWeights<H>{w_cls}, part, lane);
   // (3) part[j]: token slot j >> 1, accumulator row 16 * warp + lane / 4 + 8 * (j & 1)
   const i64 kr = kabs0 + 16 * warp_in_wg + (lane >> 2);
-  float ksc[2] = {1.0f, 1.0f};
-  if constexpr (kKScaled) {
-    if (ks.p != nullptr) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const i64 kabs = kr + 8 * e;
-        if (kabs < ks.k_rows) ksc[e] = __ldg(ks.p + kabs * ks.stride);
-      }
-    }
-  }
 #pragma unroll
   for (int j = 0; j < P / 4; ++j) {
     const int slot = j >> 1;
     const i64 kabs = kr + 8 * (j & 1);
     float v;
-    if constexpr (kKScaled) v = (part[j] * ksc[j & 1]) * sm_scale;
+    if constexpr (kKScaled) v = (part[j] * ksc.v[j & 1]) * sm_scale;
     else v = part[j] * sm_scale;
     const i64 col = kabs - rows.col0[slot];
     if (masked) {

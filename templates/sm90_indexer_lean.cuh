@@ -657,6 +657,17 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         named_barrier_sync(my_bar, 256);
         mma_tile<T::kFp8>(acc, kv_base0 + stage * T::kKvBytes, q_base);
         named_barrier_arrive(other_bar, 256);
+        // FP8: this lane's two k scales load while the product runs (1 where there are none)
+        float ksc[2] = {1.0f, 1.0f};
+        if constexpr (T::kFp8) {
+          if (kscale.p != nullptr) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + 8 * j;
+              if (rel < kscale.rows) ksc[j] = __ldg(kscale.p + rel * kscale.stride);
+            }
+          }
+        }
         if (!kBshd && it == 0 && have_n) {
           ln_n = lane_info(tile_n, b_n, part_n);
           ready_n = true;
@@ -680,7 +691,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
               const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + 8 * j;
-              if (rel < kscale.rows) part[j] = part[j] * __ldg(kscale.p + rel * kscale.stride);
+              if (rel < kscale.rows) part[j] = part[j] * ksc[j];
             }
           }
         }

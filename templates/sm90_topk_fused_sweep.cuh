@@ -40,6 +40,7 @@ struct LeanTopkRow {
 };
 constexpr u32 kLeanTopkNoBin = 0xffffffffu;
 static_assert(sizeof(LeanTopkRow) == kLeanTopkRowBytes, "sm90_topk_fused_sweep: LeanTopkRow layout");
+static_assert(kLeanTopkTileCols == kKvRows, "sm90_topk_fused_sweep: a row gains at most one KV tile of cells between checks");
 
 // Lane L holds bins 8L..8L+7 of a 256-bin packed histogram. The lowest bin b whose suffix count
 // (bins >= b) reaches `need`, the count above it and its own count, on every lane; false when
@@ -187,7 +188,9 @@ struct LeanTopkEpilogue {
     u32 b, above, cnt;
     if (!lean_topk_suffix_bin(R.h1, k, lane, b, above, cnt)) return;
     u32 prefix = b << 24;
-    if (b != R.b1) {
+    const u32 b1 = R.b1;  // every lane reads it before lane 0 may write it
+    __syncwarp();
+    if (b != b1) {
       // A new coarse bin (they only rise): its entries so far are not in h2; it counts the next.
 #pragma unroll
       for (int i = 0; i < 4; ++i) R.h2[4 * lane + i] = 0u;

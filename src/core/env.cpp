@@ -111,7 +111,7 @@ EnvConfig parse_env(const EnvGetter& get) {
 
   std::string cands = get_ours(get, "DSA_INDEXER_TOPK_CANDIDATES");
   if (!cands.empty())
-    c.topk_candidates = static_cast<long long>(parse_count(cands, "DSA_INDEXER_TOPK_CANDIDATES", 1, 16384, "an integer"));
+    c.topk_candidates = static_cast<long long>(parse_count(cands, "DSA_INDEXER_TOPK_CANDIDATES", 1, 8192, "an integer"));
 
   std::string lvl = get_ours(get, "DSA_INDEXER_LOG");
   if (lvl.empty() || lvl == "warn")

@@ -85,6 +85,7 @@ struct Problem {
   TopkOutputs topk;                   // Operation::topk only
   TopkSweepOutputs sweep;             // Operation::topk_sweep only
   const Problem* call = nullptr;      // Operation::topk_sweep: the top-k call whose block it is
+  dsa_indexer::KernelFamily call_family = dsa_indexer::KernelFamily::automatic;  // and the family serving that call
 
   std::vector<int32_t> cu_q_host;     // THD: the validated cu_seqlens
   std::vector<int32_t> cu_k_host;

@@ -59,6 +59,7 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   s.sweep.k = p.topk.k;
   s.sweep.refresh = kTopkFusedRefresh;
   s.call = &p;
+  s.call_family = KernelFamily::topk_fused;
   return s;
 }
 
@@ -223,7 +224,8 @@ int64_t topk_fused_candidates(int64_t k, int64_t s_k) {
   else if (env().topk_candidates > 0) ld = env().topk_candidates;
   ld = std::max<int64_t>(ld, k + tile);
   ld = (ld + 3) / 4 * 4;
-  return std::min<int64_t>(ld, dsa::kLeanTopkMaxLd);
+  // the candidates kernel stages a whole list in shared memory up to kTopkCandMaxLd entries
+  return std::min<int64_t>(ld, std::min<int64_t>(dsa::kLeanTopkMaxLd, dsa::kTopkCandMaxLd));
 }
 
 void set_topk_fused_candidates(int64_t entries) { g_candidates.store(entries, std::memory_order_relaxed); }

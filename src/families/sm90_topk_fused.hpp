@@ -18,7 +18,7 @@ const Family& topk_fused_sweep_family();
 // Candidate entries per row of a call: min(max(4k, 1024), S_k + 64), at least k + 64 (one tile
 // past k, so that a compaction always has room), a multiple of 4; DSA_INDEXER_TOPK_CANDIDATES
 // or set_topk_fused_candidates (tests: a tiny buffer forces compactions) replace the planned
-// value, still at least k + 64.
+// value, still at least k + 64; at most 8192 (the candidates kernel's shared-memory list).
 int64_t topk_fused_candidates(int64_t k, int64_t s_k);
 // Process-wide override of the planned value (0: none), for tests and measurements.
 void set_topk_fused_candidates(int64_t entries);

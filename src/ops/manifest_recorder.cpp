@@ -93,7 +93,7 @@ void ManifestRecorder::record(const Problem& p, const DeviceInfo& dev, const Ker
       if (!p.call) return;
       const Problem& call = *p.call;
       const KernelSpec call_spec =
-          make_plan(call, dev, choose_family(call, dev, KernelFamily::automatic, false), PlanPurpose::spec_only).spec;
+          make_plan(call, dev, choose_family(call, dev, p.call_family, false), PlanPurpose::spec_only).spec;
       line = manifest_line(call, dev, call_spec, profile_);
     } else {
       line = manifest_line(p, dev, spec, profile_);

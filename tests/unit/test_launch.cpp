@@ -54,6 +54,43 @@ TEST_CASE("launch: TMA geometry for BSHD and THD", "[launch]") {
   CHECK(kt.dims[1] == 16);
 }
 
+TEST_CASE("launch: TMA geometry for FP8 inputs: one 128-byte box per row, the kernels' tile bytes", "[launch][fp8]") {
+  // E4M3: elements of one byte, a row of D = 128 is one 128-byte swizzled box (bf16: two of 64)
+  Call c = bshd_call(2, 100, 50, 64);
+  c.q.dtype = c.k.dtype = DType::e4m3;
+  Problem p = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  REQUIRE(p.qk_dtype == DType::e4m3);
+  TmaGeometry q = q_tma_geometry(p, 4), k = k_tma_geometry(p);
+  CHECK(q.elem_bytes == 1);
+  CHECK(k.elem_bytes == 1);
+  CHECK(q.rank == 4);
+  CHECK(q.dims[0] == 128);
+  CHECK(q.strides_bytes[0] == 128);       // one token-head row of D bytes
+  CHECK(q.strides_bytes[1] == 64 * 128);  // one token
+  CHECK(q.box[0] == 128);                 // the 128B swizzle span, in bytes
+  CHECK(q.box[1] * q.box[2] == 256);      // one consumer's packed rows
+  CHECK(uint64_t(q.box[0]) * q.box[1] * q.box[2] * q.elem_bytes == 32768);  // InputTiles<true>::kQBytes
+  CHECK(k.rank == 3);
+  CHECK(k.box[0] == 128);
+  CHECK(k.box[1] == 64);
+  CHECK(uint64_t(k.box[0]) * k.box[1] * k.elem_bytes == 8192);  // InputTiles<true>::kKvBytes
+  CHECK(k.strides_bytes[0] == 128);
+  // THD: rank 3 and 2, the same boxes
+  ThdCall t;
+  make_thd(t, 64);
+  t.q.dtype = t.k.dtype = DType::e4m3;
+  Problem pt = validate(t.q, t.k, t.w, t.out, t.opt, nullptr);
+  TmaGeometry qt = q_tma_geometry(pt, 4), kt = k_tma_geometry(pt);
+  CHECK(qt.rank == 3);
+  CHECK(qt.elem_bytes == 1);
+  CHECK(uint64_t(qt.box[0]) * qt.box[1] * qt.box[2] == 32768);
+  CHECK(kt.rank == 2);
+  CHECK(uint64_t(kt.box[0]) * kt.box[1] == 8192);
+  // the bf16 maps of the same shape differ (elem_bytes is part of the memo's key)
+  Call b = bshd_call(2, 100, 50, 64);
+  CHECK_FALSE(q == q_tma_geometry(validate(b.q, b.k, b.w, b.out, b.opt, nullptr), 4));
+}
+
 TEST_CASE("launch: the tensor-map memo keys on every geometry field", "[launch]") {
   // TmaMemo re-encodes unless base and geometry equal the previous call's; equality must
   // see every field (the encode itself needs the driver and is covered by the GPU tests).

@@ -18,6 +18,7 @@
 #include "ops/topk.hpp"
 #include "ops/warmup.hpp"
 #include "problems.hpp"
+#include "sm90_topk_candidates_args.cuh"
 #include "sm90_topk_fused_args.cuh"
 
 using namespace dsa_indexer::detail;
@@ -95,7 +96,10 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
       CHECK(ld >= k + tile);
       CHECK(ld % 4 == 0);
       CHECK(ld <= dsa::kLeanTopkMaxLd);
+      CHECK(ld <= dsa::kTopkCandMaxLd);  // the candidates kernel's shared-memory list
     }
+  set_topk_fused_candidates(100000);
+  CHECK(topk_fused_candidates(7, 65536) == dsa::kTopkCandMaxLd);
   set_topk_fused_candidates(100);
   CHECK(topk_fused_candidates(7, 65536) == 100);
   CHECK(topk_fused_candidates(512, 65536) == 512 + tile);  // a forced size still holds k + one tile
