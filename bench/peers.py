@@ -21,9 +21,14 @@ installed, is reported with the reason, never dropped):
 
 Shapes: those of `dsa-indexer bench` (tools/dsa_indexer_cli.cpp run_bench, same order): H 64,
 D 128, B 1, sm_scale 0.125, ratio 2 with S_k = S_q/2 for S_q 2048..16384, ratio 4 with
-S_k = S_q/4, then at S_q 8192 ratio 2: fp32 W, B 4, sm_scale 1, H 32, H 16, and a 3-segment
-THD problem; inputs N(0,1) rounded to bf16 with zeros replaced. Every implementation gets the
-case's B and sm_scale.
+S_k = S_q/4, then at S_q 8192 ratio 2: fp32 W, B 4, sm_scale 1, H 32, H 16; the chunked-prefill
+rows (issue 23) S_q 512 and 1024 against S_k 16384 and 65536, ratio 1, q_causal_offsets
+[S_k - S_q] (every row's window ends at S_k: row i sees keys [0, S_k - S_q + i + 1)); then the
+THD packings; inputs N(0,1) rounded to bf16 with zeros replaced. Every implementation gets the
+case's B, sm_scale and offsets (ours, cuDNN-frontend: q_causal_offsets; Triton: its offsets
+argument; eager: the same window rule), and so does the oracle of its check. The largest
+prefill row holds 1024 x 65536 fp32 scores (256 MiB) per input set, 2 sets; eager computes it
+in chunks of 64 rows (1 GiB of fp32 logits).
 
 Timing (CUDA events, the median of N calls; N adapts to a time budget per cell):
 - cold: calls enqueued back to back over 2-4 rotating input sets of >= 200 MB together (more
@@ -87,9 +92,13 @@ DEVICE = "cuda"
 
 SM_SCALE = 0.125  # the CLI bench's bshd() default
 # q-tiles (of 8 query rows) x B of the BSHD validation shapes: more than the H200's 132 SMs, so
-# that lean (which needs q-tiles x B >= the SMs) serves the validation shape of a case it
-# serves (raised to the device's SM count on a larger GPU).
+# that lean takes its fused sweep (q-tiles x B >= the SMs) on the validation shape of a case
+# that has that many (raised to the device's SM count on a larger GPU); a case with fewer (the
+# prefill rows: lean's split variant) keeps its S_q, so its check runs the variant it is timed with.
 LEAN_CHECK_TILES = 160
+# The validation shape of a case with offsets keeps 1/PREFILL_CHECK_SCALE of its keys before the
+# first row's own (the history, S_k - S_q at ratio 1), + 3 (a ragged S_k tail).
+PREFILL_CHECK_SCALE = 16
 
 
 @dataclass
@@ -105,6 +114,13 @@ class Case:
     series: str = ""  # plot series ("h64r2") or ""
     batch: int = 1  # BSHD B (THD: the segments)
     sm_scale: float = SM_SCALE
+    # q_causal_offsets, one per batch (THD: segment); [] (the default): not passed, all 0. Row i
+    # of batch b sees keys [0, clamp(floor((offsets[b] + i + 1) / ratio), 0, S_k)).
+    offsets: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.offsets and len(self.offsets) != len(self.seg_q()) - 1:
+            raise ValueError(f"Case {self.name!r}: {len(self.offsets)} offsets for {len(self.seg_q()) - 1} batches / segments")
 
     @property
     def thd(self) -> bool:
@@ -133,18 +149,25 @@ class Case:
     def seg_k(self):
         return list(self.cu_k) if self.thd else [b * self.s_k for b in range(self.batch + 1)]
 
+    def q_offsets(self) -> list:
+        """The offset of every batch / segment (zeros when the case has none)."""
+        return list(self.offsets) or [0] * (len(self.seg_q()) - 1)
+
     def visible_pairs(self) -> int:
         from dsa_indexer import visible_pairs_thd
 
-        return visible_pairs_thd(self.seg_q(), self.seg_k(), self.ratio)
+        return visible_pairs_thd(self.seg_q(), self.seg_k(), self.ratio, self.q_offsets())
 
     def flops(self) -> float:
         return 2.0 * self.heads * HEAD_DIM * self.visible_pairs()
 
     def dims(self) -> str:
+        off = ""
+        if self.offsets:
+            off = f", offset {self.offsets[0]}" if len(set(self.offsets)) == 1 else f", offsets {self.offsets}"
         if self.thd:
-            return f"cu_q {self.cu_q}, cu_k {self.cu_k}"
-        return (f"B {self.batch}, " if self.batch != 1 else "") + f"S_q {self.s_q}, S_k {self.s_k}"
+            return f"cu_q {self.cu_q}, cu_k {self.cu_k}{off}"
+        return (f"B {self.batch}, " if self.batch != 1 else "") + f"S_q {self.s_q}, S_k {self.s_k}{off}"
 
 
 def thd_case(name: str, seg_q: list, ratio: int) -> Case:
@@ -166,6 +189,9 @@ def bench_cases(quick: bool) -> list[Case]:
         Case("bshd H32 r2 S_q 8192", 32, 2, 8192, 4096),
         Case("bshd H16 r2 S_q 8192", 16, 2, 8192, 4096),
     ]
+    # Chunked prefill (issue 23): q-tiles x B below the SMs, the rows ending at S_k (ratio 1,
+    # offset S_k - S_q); lean by name serves them with its split variant.
+    cases += [Case(f"bshd H64 prefill S_q {sq} S_k {sk}", 64, 1, sq, sk, offsets=[sk - sq]) for sk in (16384, 65536) for sq in (512, 1024)]
     # THD, local columns (the CLI's thd_packing): segments of s query and s // ratio key rows
     for t_q in (8192, 16384):
         for ratio in (2, 4):
@@ -177,17 +203,40 @@ def bench_cases(quick: bool) -> list[Case]:
     return cases[:4] if quick else cases
 
 
+def _shifted_offsets(c: Case, seg_q: list, seg_k: list) -> list:
+    """The offsets of a validation shape with segments seg_q / seg_k: each batch / segment keeps
+    its distance from the bottom-right alignment (offset S_k * ratio - S_q, whose last row ends at
+    S_k), so rows that end at S_k in the case end at S_k in its validation shape."""
+    if not c.offsets:
+        return []
+    old_q, old_k = c.seg_q(), c.seg_k()
+    out = []
+    for b, o in enumerate(c.offsets):
+        old_end = (old_k[b + 1] - old_k[b]) * c.ratio - (old_q[b + 1] - old_q[b])
+        new_end = (seg_k[b + 1] - seg_k[b]) * c.ratio - (seg_q[b + 1] - seg_q[b])
+        out.append(o - old_end + new_end)
+    return out
+
+
 def small_case(c: Case, q_tiles: int = LEAN_CHECK_TILES) -> Case:
     """The validation shape of a case: same H, ratio, W dtype, B, sm_scale and layout. BSHD:
-    S_q = 8 * ceil(q_tiles / B) (enough q-tiles for lean), a ragged S_k tail (S_q / ratio + 3);
-    THD: the segments scaled down by an integer factor to >= 8 * q_tiles packed rows, ragged
-    keys (one more per segment boundary)."""
+    S_q = 8 * ceil(q_tiles / B) (enough q-tiles for lean's fused sweep), or the case's S_q where
+    it has fewer (the prefill rows: lean's split variant, as in the timed call); a ragged S_k
+    tail: S_q / ratio + 3, plus, with offsets, 1/PREFILL_CHECK_SCALE of the keys before the first
+    row's own (S_k - S_q / ratio); THD: the segments scaled down by an integer factor to >= 8 *
+    q_tiles packed rows, ragged keys (one more per segment boundary). Offsets keep each batch's
+    / segment's distance from the bottom-right alignment (rows ending at S_k still do)."""
     kw = dict(w_f32=c.w_f32, batch=c.batch, sm_scale=c.sm_scale)
     if c.thd:
         f = max(1, c.t_q // (8 * q_tiles))
-        return Case(c.name + " (check)", c.heads, c.ratio, cu_q=[v // f for v in c.cu_q], cu_k=[v // f + (v > 0) for v in c.cu_k], **kw)
-    s_q = 8 * -(-q_tiles // c.batch)
-    return Case(c.name + " (check)", c.heads, c.ratio, s_q, s_q // c.ratio + 3, **kw)
+        cu_q, cu_k = [v // f for v in c.cu_q], [v // f + (v > 0) for v in c.cu_k]
+        return Case(c.name + " (check)", c.heads, c.ratio, cu_q=cu_q, cu_k=cu_k, offsets=_shifted_offsets(c, cu_q, cu_k), **kw)
+    s_q = min(c.s_q, 8 * -(-q_tiles // c.batch))
+    s_k = s_q // c.ratio + 3
+    if c.offsets:
+        s_k += max(0, c.s_k * c.ratio - c.s_q) // c.ratio // PREFILL_CHECK_SCALE
+    seg_q, seg_k = [b * s_q for b in range(c.batch + 1)], [b * s_k for b in range(c.batch + 1)]
+    return Case(c.name + " (check)", c.heads, c.ratio, s_q, s_k, offsets=_shifted_offsets(c, seg_q, seg_k), **kw)
 
 
 def legacy_small_dims(case: dict) -> str:
@@ -236,7 +285,8 @@ class Inputs:
         self.cu_k_host = c.seg_k()
         self.cu_q = torch.tensor(self.cu_q_host, dtype=torch.int32, device=device)
         self.cu_k = torch.tensor(self.cu_k_host, dtype=torch.int32, device=device)
-        self.offsets = torch.zeros(len(self.cu_q_host) - 1, dtype=torch.int32, device=device)
+        self.offsets_host = c.q_offsets()  # q_causal_offsets (zeros when the case has none)
+        self.offsets = torch.tensor(self.offsets_host, dtype=torch.int32, device=device)
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.q, self.k, self.w, self.out))
@@ -276,12 +326,15 @@ def dsa_impl(family: str) -> Impl:
         version = dsa_indexer.version()
     except Exception as e:  # noqa: BLE001 (the loader's error is the reason shown)
         return Impl(f"dsa_{family}", label, 2e-7, available=False, reason=f"library not loaded: {e}")
-    if family not in dsa_indexer._lib.FAMILIES:
+    names = dsa_indexer._lib.families("scores")  # the library's registry: "auto" and the family names
+    if family not in names:
         return Impl(f"dsa_{family}", label, 2e-7, available=False,
-                    reason=f"this binding has no family {family!r} (it has {', '.join(dsa_indexer._lib.FAMILIES)})")
+                    reason=f"this binding has no family {family!r} (it has {', '.join(names)})")
 
     def make(c: Case, x: Inputs):
         kw = dict(ratio=c.ratio, sm_scale=c.sm_scale, out=x.out, family=family)
+        if c.offsets:
+            kw["q_causal_offsets"] = x.offsets
         if c.thd:
             kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=c.max_q, max_seqlen_k=c.n_cols,
                       cu_seqlens_q_host=x.cu_q_host, cu_seqlens_k_host=x.cu_k_host)
@@ -325,10 +378,11 @@ def eager_impl() -> Impl:
             q0, q1 = x.cu_q_host[b], x.cu_q_host[b + 1]
             k0, k1 = x.cu_k_host[b], x.cu_k_host[b + 1]
             len_k = k1 - k0
+            off = x.offsets_host[b]
             rows = max(1, budget // (4 * H * max(len_k, 1)))
             for r0 in range(0, q1 - q0, rows):
                 r1 = min(r0 + rows, q1 - q0)
-                ke_last = min(max((r1) // c.ratio, 0), len_k)  # window end of the chunk's last row
+                ke_last = min(max((off + r1) // c.ratio, 0), len_k)  # window end of the chunk's last row
                 dst = x.out2[q0 + r0 : q0 + r1]
                 if ke_last == 0:
                     dst.fill_(neg)
@@ -338,7 +392,7 @@ def eager_impl() -> Impl:
                 if sm_scale != 1.0:
                     s.mul_(sm_scale)
                 i = torch.arange(r0, r1, device=s.device)
-                ke = torch.clamp(torch.div(i + 1, c.ratio, rounding_mode="floor"), 0, len_k)
+                ke = torch.clamp(torch.div(off + i + 1, c.ratio, rounding_mode="floor"), 0, len_k)
                 s.masked_fill_(torch.arange(ke_last, device=s.device)[None, :] >= ke[:, None], neg)
                 dst[:, :ke_last] = s
                 dst[:, ke_last:] = neg
@@ -356,7 +410,8 @@ def triton_impl() -> Impl:
         return Impl("triton", "Triton (fused)", 1e-5, available=False, reason=f"import failed: {e}")
 
     def make(c: Case, x: Inputs):
-        # BSHD batches are segments of equal length (x.cu_q = [0, S_q, 2 S_q, ...]).
+        # BSHD batches are segments of equal length (x.cu_q = [0, S_q, 2 S_q, ...]); x.offsets
+        # holds the case's offsets (zeros when it has none).
         return lambda: indexer_forward_triton(x.q3, x.k2, x.w2, x.out2, x.cu_q, x.cu_k, x.offsets, c.max_q, c.ratio, c.sm_scale)
 
     def unsupported(c: Case) -> str:
@@ -394,8 +449,12 @@ def cudnn_impl(wheel_dirs, site_dir: Path) -> Impl:
         notes.append(f"cudnn-frontend {cudnn.__version__}")
 
     def make(c: Case, x: Inputs):
-        # BSHD (B, S_q, H, D) with any B and sm_scale a runtime argument (not in its compile key).
+        # BSHD (B, S_q, H, D) with any B and sm_scale a runtime argument (not in its compile key);
+        # q_causal_offsets int32 (B,) / (n_seg,) on the device, passed only where the case has
+        # offsets (whether they are given is in its compile key).
         kw = dict(ratio=c.ratio, sm_scale=c.sm_scale)
+        if c.offsets:
+            kw["q_causal_offsets"] = x.offsets
         if c.thd:
             kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=c.max_q, max_seqlen_k=c.n_cols)
         return lambda: indexer_forward_wrapper(x.q, x.k, x.w, out=x.out, **kw)
@@ -424,6 +483,8 @@ def check(impl: Impl, c: Case, device: str, q_tiles: int = LEAN_CHECK_TILES, cac
     if hit is None:
         x = Inputs(s, seed=7, device=device)
         kw = dict(ratio=s.ratio, sm_scale=s.sm_scale)
+        if s.offsets:
+            kw["q_causal_offsets"] = x.offsets
         if s.thd:
             kw.update(cu_seqlens_q=x.cu_q, cu_seqlens_k=x.cu_k, max_seqlen_q=s.max_q, max_seqlen_k=s.n_cols)
         hit = (x, indexer_forward_reference(x.q, x.k, x.w, **kw))
@@ -814,6 +875,20 @@ def _is_thd(row: dict) -> bool:
     return bool(row["case"].get("cu_q"))
 
 
+def _is_prefill(row: dict) -> bool:
+    """A row with q_causal_offsets (the chunked-prefill rows): no target of its own yet, and
+    counted in none of the others (they are about full causal problems from token 0)."""
+    return bool(row["case"].get("offsets"))
+
+
+def _full_bshd(row: dict) -> bool:
+    return not _is_thd(row) and not _is_prefill(row)
+
+
+def _full_thd(row: dict) -> bool:
+    return _is_thd(row) and not _is_prefill(row)
+
+
 def _lean_vs(peer: str, pred):
     def value(row: dict, mode: str, rows: list):
         del rows
@@ -849,12 +924,12 @@ def _row_sq(row: dict) -> int:
 
 
 TARGETS = [
-    ("lean >= 1.3x cuDNN-frontend at S_q >= 4096 (BSHD)", _lean_vs(CUDNN, lambda row: not _is_thd(row) and _row_sq(row) >= 4096), 1.3, "{:.2f}x"),
-    ("lean >= 1.2x cuDNN-frontend at S_q 2048 (BSHD)", _lean_vs(CUDNN, lambda row: not _is_thd(row) and _row_sq(row) < 4096), 1.2, "{:.2f}x"),
-    ("lean >= 1.15x generic (BSHD)", _lean_vs(GENERIC, lambda row: not _is_thd(row)), 1.15, "{:.2f}x"),
+    ("lean >= 1.3x cuDNN-frontend at S_q >= 4096 (BSHD)", _lean_vs(CUDNN, lambda row: _full_bshd(row) and _row_sq(row) >= 4096), 1.3, "{:.2f}x"),
+    ("lean >= 1.2x cuDNN-frontend at S_q 2048 (BSHD)", _lean_vs(CUDNN, lambda row: _full_bshd(row) and _row_sq(row) < 4096), 1.2, "{:.2f}x"),
+    ("lean >= 1.15x generic (BSHD)", _lean_vs(GENERIC, _full_bshd), 1.15, "{:.2f}x"),
     (f"lean >= 650 TFLOP/s at {TFLOPS_TARGET_CASE} (H 64, ratio 2, B 1)", _lean_tflops, 650.0, "{:.0f} TF/s"),
-    ("lean THD >= 1.3x cuDNN-frontend THD (local columns)", _lean_vs(CUDNN, _is_thd), 1.3, "{:.2f}x"),
-    ("lean THD >= 1.15x generic THD", _lean_vs(GENERIC, _is_thd), 1.15, "{:.2f}x"),
+    ("lean THD >= 1.3x cuDNN-frontend THD (local columns)", _lean_vs(CUDNN, _full_thd), 1.3, "{:.2f}x"),
+    ("lean THD >= 1.15x generic THD", _lean_vs(GENERIC, _full_thd), 1.15, "{:.2f}x"),
     ("lean THD (one segment) TFLOP/s >= 0.95x lean BSHD of the same shape", _lean_thd_vs_bshd, 0.95, "{:.3f}x"),
 ]
 
@@ -879,8 +954,10 @@ def _method(r: dict) -> str:
                 "(L2 is 60 MB), 3 warm-up calls, median of N calls (N adapts to a time budget per cell; in the JSON). "
                 "This run predates the warm timing and the lean family.")
     m = r.get("method", {})
-    return ("the shapes of `dsa-indexer bench` (D 128, no offsets, B 1 but in the B4 case, sm_scale 0.125 but in the scale1 "
-            "case (1, as the CLI's), THD with local columns and host cu_seqlens, inputs N(0,1) in bf16 without zeros), every implementation given the case's B and sm_scale; "
+    return ("the shapes of `dsa-indexer bench` (D 128, no offsets but in the prefill rows (ratio 1, q_causal_offsets S_k - S_q: "
+            "every row's window ends at S_k; not counted in the targets below), B 1 but in the B4 case, sm_scale 0.125 but in the scale1 "
+            "case (1, as the CLI's), THD with local columns and host cu_seqlens, inputs N(0,1) in bf16 without zeros), every implementation "
+            "given the case's B, sm_scale and offsets; "
             "CUDA events, median of N (N adapts to a time budget per cell; in the JSON). **Cold**: calls enqueued back to back over "
             "2-4 rotating input sets of >= 200 MB together (L2 is 60 MB), 3 warm-up calls. **Warm**: the same inputs every call, "
             f"a `torch.cuda.CUDAGraph` of up to {m.get('per_graph', PER_GRAPH)} back-to-back captured calls replayed "

@@ -107,10 +107,45 @@ def _cpp_value(text: str):
 
 
 def _eval_int(expr: str, env: dict) -> int:
-    """An integer expression of the CLI's case list: literals, the loop variable, / and *."""
+    """An integer expression of the CLI's case list: literals, the loop variables, / and *."""
     expr = expr.strip()
     assert re.fullmatch(r"[0-9a-z_ */+-]+", expr), expr
     return int(eval(expr.replace("/", "//"), {"__builtins__": {}}, dict(env)))  # noqa: S307 (checked above)
+
+
+def _cpp_expr(text: str, env: dict):
+    """A value assigned in the case list: a literal, or an integer expression of the loop
+    variables (a static_cast around it dropped), or a braced list of those."""
+    text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        return [_cpp_expr(v, env) for v in text[1:-1].split(",") if v.strip()]
+    try:
+        return _cpp_value(text)
+    except ValueError:
+        return _eval_int(re.sub(r"^static_cast<\w+>\((.*)\)$", r"\1", text), env)
+
+
+_FOR = re.compile(r"for \(int64_t (\w+) : \{([0-9, ]+)\}\)\s*(.*)")
+
+
+def _net_braces(line: str) -> int:
+    line = re.sub(r'"[^"]*"', '""', line)
+    return line.count("{") - line.count("}")
+
+
+def _statement_end(lines: list, i: int) -> int:
+    """The index after the statement that starts at lines[i]: a `for (int64_t v : {...})` header
+    takes the next statement, or its braced block, with it."""
+    m = _FOR.fullmatch(lines[i])
+    if not m or m.group(3) not in ("", "{"):
+        return i + 1
+    if m.group(3) == "":
+        return _statement_end(lines, i + 1)
+    depth, j = 1, i + 1
+    while depth:
+        depth += _net_braces(lines[j])
+        j += 1
+    return j
 
 
 def _host_problem_defaults(support: str) -> dict:
@@ -156,14 +191,33 @@ def _cli_bench_cases(src: str, support: str) -> list:
             thd_defaults[member] = _cpp_value(v)
     cases = []
     block = None  # members of a `{ HostProblem p; ... }` block
-    for line in body.splitlines():
-        line = line.strip()
-        if m := re.fullmatch(r'for \(int64_t (\w+) : \{([0-9, ]+)\}\) cases\.push_back\(\{fmt::format\("([^"]*)", \1\), bshd\(([^)]*)\)\}\);', line):
-            var, values, fmt, args = m.groups()
-            for v in (int(x) for x in values.split(",")):
-                cases.append(dict(bshd(args.split(","), {var: v}), name=fmt.replace("{}", str(v))))
+
+    def run(lines: list, env: dict) -> None:
+        """The statements of `lines` with the loop variables of `env`; loops over brace lists
+        (nested, with a braced block or one statement) run once per value."""
+        i = 0
+        while i < len(lines):
+            end = _statement_end(lines, i)
+            if m := _FOR.fullmatch(lines[i]):
+                var, values, rest = m.groups()
+                inner = lines[i + 1 : end - (rest == "{")] if rest in ("", "{") else [rest]
+                for v in (int(x) for x in values.split(",")):
+                    run(inner, dict(env, **{var: v}))
+            else:
+                statement(lines[i], env)
+            i = end
+
+    def statement(line: str, env: dict) -> None:
+        nonlocal block
+        if m := re.fullmatch(r'cases\.push_back\(\{fmt::format\("([^"]*)", ([\w, ]+)\), bshd\(([^)]*)\)\}\);', line):
+            fmt, names, args = m.groups()
+            values = [str(_eval_int(n, env)) for n in names.split(",")]
+            assert fmt.count("{}") == len(values), line
+            for v in values:
+                fmt = fmt.replace("{}", v, 1)
+            cases.append(dict(bshd(args.split(","), env), name=fmt))
         elif m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", bshd\(([^)]*)\)\}\);', line):
-            cases.append(dict(bshd(m.group(2).split(","), {}), name=m.group(1)))
+            cases.append(dict(bshd(m.group(2).split(","), env), name=m.group(1)))
         elif m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", thd_packing\(\{([0-9, ]+)\}, ([0-9]+)\)\}\);', line):
             name, segs, ratio = m.group(1), [int(v) for v in m.group(2).split(",")], int(m.group(3))
             p = dict(thd_defaults, ratio=ratio, cu_q=[0], cu_k=[0])
@@ -172,16 +226,18 @@ def _cli_bench_cases(src: str, support: str) -> list:
                 p["cu_k"] = p["cu_k"] + [p["cu_k"][-1] + v // ratio]
             cases.append(dict(p, name=name))
         elif m := re.fullmatch(r"cases\.back\(\)\.p\.(\w+) = (.+);", line):
-            cases[-1][m.group(1)] = _cpp_value(m.group(2))
+            cases[-1][m.group(1)] = _cpp_expr(m.group(2), env)
         elif line == "HostProblem p;":
             block = dict(defaults)
         elif block is not None and (m := re.fullmatch(r"p\.(\w+) = (.+);", line)):
-            block[m.group(1)] = _cpp_value(m.group(2))
+            block[m.group(1)] = _cpp_expr(m.group(2), env)
         elif block is not None and (m := re.fullmatch(r'cases\.push_back\(\{"([^"]*)", p\}\);', line)):
             cases.append(dict(block, name=m.group(1)))
             block = None
         elif "cases.push_back" in line or "cases.back()" in line:
             raise AssertionError(f"the parser of run_bench's case list does not read: {line}")
+
+    run([line.strip() for line in body.splitlines()], {})
     return cases
 
 
@@ -199,6 +255,7 @@ def test_cases_match_the_cli_bench():
             assert (c.cu_q, c.cu_k) == (k["cu_q"], k["cu_k"]), c.name
         else:
             assert (c.batch, c.s_q, c.s_k) == (k["batch"], k["s_q"], k["s_k"]), c.name
+        assert c.offsets == k.get("offsets", []), c.name  # HostProblem::offsets, empty: not given
     assert peers.bench_cases(quick=True) == cases[:4]  # the CLI's --quick: cases.resize(4)
     assert "if (quick) cases.resize(4);" in _cpp_function(src, "int run_bench(")
 
@@ -239,12 +296,47 @@ HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads, bool wf32 = f
         _cli_bench_cases(src.replace("cases.back().p.batch = 4;", "cases.back().p.set(4);"), support)
 
 
-def _pairs_brute(seg_q, seg_k, ratio):
+def test_cli_parser_reads_nested_loops_and_offsets():
+    src = """int run_bench(const Args& a) {
+  cases.push_back({"first", bshd(64, 32, 2, 64)});
+  for (int64_t sk : {100, 200})
+    for (int64_t sq : {8, 16}) {
+      cases.push_back({fmt::format("p S_q {} S_k {}", sq, sk), bshd(sq, sk, 1, 64)});
+      cases.back().p.offsets = {static_cast<int32_t>(sk - sq)};
+    }
+  for (int64_t b : {2, 3})
+    for (int64_t sq : {24})
+      cases.push_back({fmt::format("b{} {}", b, sq), bshd(sq, sq * 2, 4, 32)});
+  cases.push_back({"last", bshd(8, 4, 2, 16)});
+}
+
+HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads) {
+  HostProblem p;
+  p.s_q = sq;
+  p.s_k = sk;
+  p.ratio = ratio;
+  p.heads = heads;
+  return p;
+}
+"""
+    support = "struct HostProblem {\n  int heads = 64;\n  int64_t batch = 1;\n  int64_t ratio = 1;\n  float sm_scale = 1.0f;\n  bool w_f32 = false;\n  Layout layout = Layout::bshd;\n};\n"
+    cli = _cli_bench_cases(src, support)
+    assert [c["name"] for c in cli] == ["first", "p S_q 8 S_k 100", "p S_q 16 S_k 100", "p S_q 8 S_k 200", "p S_q 16 S_k 200",
+                                        "b2 24", "b3 24", "last"]
+    assert [(c["s_q"], c["s_k"], c["ratio"], c.get("offsets")) for c in cli[1:5]] == [
+        (8, 100, 1, [92]), (16, 100, 1, [84]), (8, 200, 1, [192]), (16, 200, 1, [184])]
+    assert "offsets" not in cli[0] and "offsets" not in cli[5] and (cli[5]["s_k"], cli[5]["ratio"], cli[5]["heads"]) == (48, 4, 32)
+    assert _cpp_expr("{static_cast<int32_t>(sk - sq), 3}", {"sk": 9, "sq": 4}) == [5, 3] and _cpp_expr("1.0f", {}) == 1.0
+
+
+def _pairs_brute(seg_q, seg_k, ratio, offsets=None):
+    """Visible (i, j) cells straight from the contract: j < S_k and j < floor((offset + i + 1) / ratio)."""
     n = 0
     for b in range(len(seg_q) - 1):
         sq, sk = seg_q[b + 1] - seg_q[b], seg_k[b + 1] - seg_k[b]
+        o = offsets[b] if offsets else 0
         for i in range(sq):
-            n += sum(1 for j in range(sk) if j < (i + 1) // ratio)
+            n += sum(1 for j in range(sk) if j < (o + i + 1) // ratio)
     return n
 
 
@@ -254,6 +346,85 @@ def _pairs_brute(seg_q, seg_k, ratio):
 def test_visible_pairs(case):
     assert case.visible_pairs() == _pairs_brute(case.seg_q(), case.seg_k(), case.ratio)
     assert case.flops() == 2 * case.heads * 128 * case.visible_pairs()
+
+
+@pytest.mark.parametrize("case", [
+    peers.Case("ends at S_k", 64, 1, 24, 40, offsets=[16]),  # the prefill rows' rule, small
+    peers.Case("ratio 2", 64, 2, 30, 50, offsets=[41]),
+    peers.Case("ratio 4, past S_k", 32, 4, 33, 20, offsets=[70]),  # windows clamped to S_k
+    peers.Case("negative", 64, 2, 20, 9, offsets=[-7]),  # empty windows first
+    peers.Case("per batch", 64, 1, 16, 24, batch=3, offsets=[8, 0, -3]),
+    peers.Case("thd", 16, 2, cu_q=[0, 12, 12, 40], cu_k=[0, 30, 39, 45], offsets=[20, 5, 3]),
+])
+def test_visible_pairs_with_offsets(case):
+    brute = _pairs_brute(case.seg_q(), case.seg_k(), case.ratio, case.offsets)
+    assert case.visible_pairs() == brute and brute != _pairs_brute(case.seg_q(), case.seg_k(), case.ratio)
+    assert case.flops() == 2 * case.heads * 128 * brute
+    assert case.q_offsets() == case.offsets and peers.case_from_dict(peers.asdict(case)) == case
+    assert peers.Case("no offsets", 64, 2, 40, 20).q_offsets() == [0]
+    assert peers.Case("no offsets", 64, 2, 40, 20, batch=3).q_offsets() == [0, 0, 0]
+    with pytest.raises(ValueError, match="offsets"):
+        peers.Case("bad", 64, 1, 16, 24, batch=2, offsets=[8])
+
+
+PREFILL = ["bshd H64 prefill S_q 512 S_k 16384", "bshd H64 prefill S_q 1024 S_k 16384",
+           "bshd H64 prefill S_q 512 S_k 65536", "bshd H64 prefill S_q 1024 S_k 65536"]
+
+
+def _row_end(c, b: int, i: int) -> int:
+    """The end of row i's window in batch b: clamp(floor((offset + i + 1) / ratio), 0, S_k)."""
+    return min(max((c.q_offsets()[b] + i + 1) // c.ratio, 0), c.seg_k()[b + 1] - c.seg_k()[b])
+
+
+def test_prefill_cases():
+    """The CLI's chunked-prefill rows (issue 23), same names and place: after H16, before THD;
+    ratio 1, offset S_k - S_q, so row i sees keys [0, S_k - S_q + i + 1)."""
+    names = [c.name for c in peers.bench_cases(quick=False)]
+    i = names.index(PREFILL[0])
+    assert names[i - 1] == "bshd H16 r2 S_q 8192" and names[i : i + 4] == PREFILL and names[i + 4].startswith("thd ")
+    prefill = [c for c in peers.bench_cases(quick=False) if c.offsets]
+    assert [c.name for c in prefill] == PREFILL
+    assert not any(c.offsets for c in peers.bench_cases(quick=True))
+    for c in prefill:
+        assert c.name == f"bshd H64 prefill S_q {c.s_q} S_k {c.s_k}"
+        assert (c.heads, c.ratio, c.batch, c.thd, c.w_f32, c.sm_scale, c.series) == (64, 1, 1, False, False, 0.125, "")
+        assert c.offsets == [c.s_k - c.s_q] and c.dims() == f"S_q {c.s_q}, S_k {c.s_k}, offset {c.s_k - c.s_q}"
+        assert _row_end(c, 0, 0) == c.s_k - c.s_q + 1 and _row_end(c, 0, c.s_q - 1) == c.s_k
+        pairs = c.s_q * (c.s_k - c.s_q) + c.s_q * (c.s_q + 1) // 2  # sum over i of S_k - S_q + i + 1
+        assert c.visible_pairs() == pairs and c.flops() == 2.0 * 64 * 128 * pairs
+        assert c.s_q // 8 * c.batch < 132  # q-tiles x B below the H200's SMs: lean's split variant
+    big = prefill[-1]  # the largest score matrix: 1024 x 65536 fp32 = 256 MiB per input set
+    assert 4 * big.t_q * big.n_cols == 256 << 20
+
+
+def test_small_case_of_a_prefill_case_ends_at_s_k():
+    for c in (c for c in peers.bench_cases(quick=False) if c.offsets):
+        for q_tiles in (peers.LEAN_CHECK_TILES, 132, 300):
+            s = peers.small_case(c, q_tiles)
+            assert (s.heads, s.ratio, s.batch, s.w_f32, s.sm_scale, s.thd) == (c.heads, c.ratio, c.batch, c.w_f32, c.sm_scale, False)
+            assert s.s_q == c.s_q  # the case's q-tiles: lean takes the split variant it is timed with
+            assert s.s_k - s.s_q == (c.s_k - c.s_q) // peers.PREFILL_CHECK_SCALE + 3 and c.s_q < s.s_k < c.s_k
+            assert s.s_k % 64 != 0 and s.offsets[0] % 64 != 0  # windows straddle the 64-key tiles
+            assert s.offsets == [s.s_k - s.s_q]  # rows still end at S_k
+            assert _row_end(s, 0, s.s_q - 1) == s.s_k and _row_end(s, 0, 0) == s.s_k - s.s_q + 1
+            assert s.visible_pairs() == _pairs_brute(s.seg_q(), s.seg_k(), s.ratio, s.offsets) < c.visible_pairs()
+            assert s.dims() == f"S_q {s.s_q}, S_k {s.s_k}, offset {s.offsets[0]}"
+
+
+def test_small_case_keeps_the_distance_from_s_k():
+    """Offsets of a validation shape keep each batch's distance from the bottom-right alignment
+    (offset S_k * ratio - S_q): a row that ends d keys before S_k still does."""
+    c = peers.Case("gap", 64, 2, 2048, 3000, batch=2, offsets=[2 * 3000 - 2048, 2 * 3000 - 2048 - 40])
+    s = peers.small_case(c)
+    assert s.s_q == 8 * -(-peers.LEAN_CHECK_TILES // 2) and s.s_k < c.s_k
+    assert [2 * s.s_k - s.s_q - o for o in s.offsets] == [0, 40]
+    assert _row_end(s, 0, s.s_q - 1) == s.s_k and _row_end(s, 1, s.s_q - 1) == s.s_k - 20
+    t = peers.Case("thd", 64, 1, cu_q=[0, 2000, 3000], cu_k=[0, 4000, 5000], offsets=[2000, 0])
+    st = peers.small_case(t, q_tiles=10)
+    sq, sk = [b - a for a, b in zip(st.cu_q, st.cu_q[1:])], [b - a for a, b in zip(st.cu_k, st.cu_k[1:])]
+    assert st.offsets == [sk[0] - sq[0], sk[1] - sq[1]]  # segment 1: offset 0 = S_k - S_q there too
+    assert _row_end(st, 0, sq[0] - 1) == sk[0]
+    assert peers.small_case(peers.Case("none", 64, 2, 8192, 4096)).offsets == []
 
 
 def test_batches_are_segments():
@@ -270,10 +441,72 @@ def test_small_cases_keep_the_configuration():
         assert 0 < s.visible_pairs() < c.visible_pairs()
         if s.thd:
             assert s.cu_q[0] == s.cu_k[0] == 0 and s.cu_q == sorted(s.cu_q) and s.cu_k == sorted(s.cu_k)
-        else:  # lean's gate: S_q a multiple of 8, q-tiles x B >= the H200's 132 SMs
-            assert s.s_q % 8 == 0 and s.s_q // 8 * s.batch >= 132 and s.s_k % 4 != 0  # a ragged S_k tail
+        else:  # lean's gate: S_q a multiple of 8; q-tiles x B >= the H200's 132 SMs where the case has them
+            assert s.s_q % 8 == 0 and s.s_k % 4 != 0  # a ragged S_k tail
+            if c.s_q // 8 * c.batch >= 132:  # lean's fused sweep
+                assert s.s_q // 8 * s.batch >= 132
+            else:  # fewer (the prefill rows): the case's S_q, lean's split variant as in the timed call
+                assert s.s_q == c.s_q
         bigger = peers.small_case(c, q_tiles=300)
-        assert bigger.thd or bigger.s_q // 8 * bigger.batch >= 300
+        assert bigger.thd or bigger.s_q // 8 * bigger.batch >= min(300, c.s_q // 8 * c.batch)
+
+
+def test_offsets_reach_every_implementation(monkeypatch, tmp_path):
+    """Our library and cuDNN-frontend get q_causal_offsets exactly where the case has offsets
+    (their compile keys tell "given" apart), Triton its offsets argument always (zeros when none):
+    the calls recorded with stand-ins for the binding's forward, cuDNN-frontend and Triton."""
+    import types
+
+    import dsa_indexer
+
+    calls = []
+    monkeypatch.setattr(dsa_indexer, "version", lambda: "0.0.0")
+    monkeypatch.setattr(dsa_indexer, "library_path", lambda: "libdsa_indexer.so")
+    monkeypatch.setattr(dsa_indexer._lib, "families", lambda operation="scores": {"auto": 0, "generic": 1, "lean": 3})
+    monkeypatch.setattr(dsa_indexer, "indexer_forward", lambda q, k, w, **kw: calls.append(("dsa", kw)))
+    cudnn, dsa_mod = types.ModuleType("cudnn"), types.ModuleType("cudnn.deepseek_sparse_attention")
+    cudnn.__version__ = "1.32.0"
+    dsa_mod.indexer_forward_wrapper = lambda q, k, w, **kw: calls.append(("cudnn", kw))
+    cudnn.deepseek_sparse_attention = dsa_mod
+    triton, triton_indexer = types.ModuleType("triton"), types.ModuleType("triton_indexer")
+    triton.__version__ = "3.0.0"
+    triton_indexer.indexer_forward_triton = lambda *a: calls.append(("triton", a))
+    for name, mod in (("cudnn", cudnn), ("cudnn.deepseek_sparse_attention", dsa_mod), ("cutlass", types.ModuleType("cutlass")),
+                      ("triton", triton), ("triton_indexer", triton_indexer)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setenv("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+    impls = [peers.dsa_impl("lean"), peers.dsa_impl("generic"), peers.triton_impl(), peers.cudnn_impl([], tmp_path)]
+    assert all(im.available for im in impls), [im.reason for im in impls]
+    assert peers.dsa_impl("frob").reason == "this binding has no family 'frob' (it has auto, generic, lean)"
+    for c in (next(c for c in peers.bench_cases(quick=False) if c.name == PREFILL[-1]), peers.bench_cases(quick=True)[0]):
+        x = types.SimpleNamespace(q="q", k="k", w="w", out="out", q3="q3", k2="k2", w2="w2", out2="out2", cu_q="cu_q", cu_k="cu_k",
+                                  cu_q_host=c.seg_q(), cu_k_host=c.seg_k(), offsets="OFFSETS", offsets_host=c.q_offsets())
+        calls.clear()
+        for im in impls:
+            assert not (im.unsupported and im.unsupported(c)), im.key
+            im.make(c, x)()
+        (_, lean), (_, generic), (_, tri), (_, cud) = calls
+        for kw in (lean, generic, cud):
+            assert kw.get("q_causal_offsets") == ("OFFSETS" if c.offsets else None), c.name
+            assert (kw["ratio"], kw["sm_scale"]) == (c.ratio, c.sm_scale)
+        assert (lean["family"], generic["family"]) == ("lean", "generic")
+        assert tri[6] == "OFFSETS" and tri[8] == c.ratio  # indexer_forward_triton(q, k, w, out, cu_q, cu_k, offsets, max_q, ratio, ...)
+
+
+def test_prefill_rows_in_the_section_and_outside_the_targets():
+    r = _results()
+    s = peers.render_section(r)
+    small = peers.small_case(next(c for c in peers.bench_cases(quick=False) if c.name == PREFILL[0]))
+    assert (small.s_q, small.s_k, small.offsets) == (512, 1507, [995])
+    assert f"| {PREFILL[0]} | 8.3 M |" in s and f"| {PREFILL[0]} (S_q 512, S_k 1507, offset 995) |" in s
+    assert "q_causal_offsets S_k - S_q" in s
+    targets = s.split("### Targets of the lean family")[1].split("###")[0]
+    for row in r["cases"]:  # the prefill rows count in no target: lean far behind every peer there changes none
+        if row["case"]["offsets"]:
+            row["runs"]["dsa_lean"] = dict(_t(5000.0, 10.0), status="ok", check=_OK, warm=_t(5000.0, 10.0, per_graph=10, mode="graph"))
+    again = peers.render_section(r)
+    assert again.split("### Targets of the lean family")[1].split("###")[0] == targets
+    assert "5000.0 us · 10 TF/s" in again
 
 
 def test_not_served_reason_strips_the_prefix():
