@@ -47,13 +47,25 @@ struct SplitOf<Cfg, decltype(void(Cfg::kKvSplit))> {
   static constexpr bool value = Cfg::kKvSplit;
 };
 
+// The indexer heads (kHeads, rendered only when not 64: the variants from before H 32 and 16
+// keep their sources), read through HeadsOf.
+template <class Cfg, class = void>
+struct HeadsOf {
+  static constexpr int value = 64;
+};
+template <class Cfg>
+struct HeadsOf<Cfg, decltype(void(Cfg::kHeads))> {
+  static constexpr int value = Cfg::kHeads;
+};
+
 template <class Cfg>
 struct LeanTraits {
-  static constexpr int kHeads = 64;
+  static constexpr int kHeads = HeadsOf<Cfg>::value;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kTokensPerConsumer = kPackedRows / kHeads;           // 4
-  static constexpr int kTokensPerTile = kConsumers * kTokensPerConsumer;    // 8
+  static constexpr int kTokensPerConsumer = kPackedRows / kHeads;           // 4 (H 64), 8 (H 32), 16 (H 16)
+  static constexpr int kTokensPerTile = kConsumers * kTokensPerConsumer;    // 8, 16, 32
+  static constexpr int kSlots = kTokensPerConsumer / 4;                     // tokens per lane after the head sum
   static constexpr int kStages = Cfg::kKvStages;
   static constexpr i64 kSeqQ = Cfg::kSeqQ;
   static constexpr i64 kSeqK = Cfg::kSeqK;  // BSHD S_k; THD 0 (T_k is a launch argument)
@@ -79,8 +91,10 @@ struct LeanTraits {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kEntryRegs,
                 "sm90_indexer_lean: setmaxnreg asks for more registers than the CTA was launched with");
   static_assert(Cfg::kHeadDim == 128, "sm90_indexer_lean: kHeadDim must be 128");
+  static_assert(kHeads == 64 || kHeads == 32 || kHeads == 16, "sm90_indexer_lean: kHeads must be 64, 32 or 16");
+  static_assert(!kThd || kHeads == 64, "sm90_indexer_lean: THD variants are H 64");
   static_assert(kSeqQ >= kTokensPerTile && kSeqQ % kTokensPerTile == 0,
-                "sm90_indexer_lean: kSeqQ must be a positive multiple of the 8-token q-tile");
+                "sm90_indexer_lean: kSeqQ must be a positive multiple of the q-tile (8, 16 or 32 tokens)");
   static_assert(kThd ? kSeqK == 0 : kSeqK >= 1, "sm90_indexer_lean: kSeqK must be >= 1 (BSHD) or 0 (THD)");
   static_assert(kStages >= 2 && kStages <= 8, "sm90_indexer_lean: kKvStages must be in [2, 8]");
 };
@@ -192,14 +206,18 @@ __device__ __forceinline__ i32 lean_rel(i64 v, i64 kv_begin, i32 n_kv) {
 }
 
 // What a consumer lane needs of an item, relative to its first KV row (32-bit, to spare
-// registers beside the accumulators): its row's columns [c_lo, c_hi) and window [w_lo, w_hi)
-// (w inside c), KV rows [f_lo, f_hi) inside the window of every row of the consumer (no mask
-// there), and the address of KV row kv_begin in its row of the scores.
-struct LeanLane {
-  i32 n_kv, f_lo, f_hi, w_lo, w_hi, c_lo, c_hi;
-  float* row;
+// registers beside the accumulators): for each of its S tokens (slot s: the head sum's part[2s],
+// part[2s + 1]), the row's columns [c_lo, c_hi) and window [w_lo, w_hi) (w inside c) and the
+// address of KV row kv_begin in its row of the scores; KV rows [f_lo, f_hi) inside the window of
+// every row of the consumer (no mask there).
+template <int S>
+struct LeanLaneS {
+  i32 n_kv, f_lo, f_hi;
+  i32 w_lo[S], w_hi[S], c_lo[S], c_hi[S];
+  float* row[S];
   i64 q_row0;  // output row of the consumer's first token (b * S_q + token; THD: the packed row)
 };
+using LeanLane = LeanLaneS<1>;  // H 64: one token per lane
 
 // FP8: the k scales of an item's KV rows: p is the scale of its first KV row, rows [0, rows)
 // readable at stride `stride`; p null: no scales.
@@ -295,25 +313,44 @@ struct LeanScoresEpilogue {
   static constexpr int kSmemBytes = 0;
   static constexpr bool kFillsScores = true;
   __device__ __forceinline__ LeanScoresEpilogue(const Args&, u8*, int, int, int) {}
-  __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
+  template <int S>
+  __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLaneS<S>& ln, int warp_in_wg, int lane,
                                        float sm_scale) const {
     // KV rows relative to the item's first: the tile's rows are [it * 64, it * 64 + 64)
     const i32 rel0 = it * kKvRows;
     const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
     const i32 rr = rel0 + 16 * warp_in_wg + (lane >> 2);
+    if constexpr (S == 1) {
+      // H 64 keeps the loop its kernels were measured and validated with (the general form
+      // below compiles to other SASS)
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const i32 rel = rr + 8 * j;
-      float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
-      if (masked) {
-        if (rel < ln.c_lo || rel >= ln.c_hi) continue;
-        if (rel < ln.w_lo || rel >= ln.w_hi) v = neg_inf();
+      for (int j = 0; j < 2; ++j) {
+        const i32 rel = rr + 8 * j;
+        float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
+        if (masked) {
+          if (rel < ln.c_lo[0] || rel >= ln.c_hi[0]) continue;
+          if (rel < ln.w_lo[0] || rel >= ln.w_hi[0]) v = neg_inf();
+        }
+        store_streaming(ln.row[0] + rel, v);
       }
-      store_streaming(ln.row + rel, v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 2 * S; ++j) {
+        const int t = j >> 1;  // the token slot
+        const i32 rel = rr + 8 * (j & 1);
+        float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
+        if (masked) {
+          if (rel < ln.c_lo[t] || rel >= ln.c_hi[t]) continue;
+          if (rel < ln.w_lo[t] || rel >= ln.w_hi[t]) v = neg_inf();
+        }
+        store_streaming(ln.row[t] + rel, v);
+      }
     }
   }
-  __device__ __forceinline__ void after_tile(const LeanLane&) const {}
-  __device__ __forceinline__ void end_item(const LeanLane&) const {}
+  template <int S>
+  __device__ __forceinline__ void after_tile(const LeanLaneS<S>&) const {}
+  template <int S>
+  __device__ __forceinline__ void end_item(const LeanLaneS<S>&) const {}
 };
 
 // Named barrier ids (0 is __syncthreads).
@@ -546,6 +583,8 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   float* out = reinterpret_cast<float*>(a.out);
   const int quarter = token_quarter(lane);
   constexpr int TPW = T::kTokensPerConsumer;
+  constexpr int S = T::kSlots;
+  using Lane = LeanLaneS<S>;
 
   float acc[128];
   LeanWeights<Cfg> wreg;
@@ -555,10 +594,10 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   // shuffles), so the consumers compute the next item's while their first product of the
   // current item runs on the tensor cores.
   auto lane_info = [&](i32 tile, i32 b, i32 part) {
-    LeanLane ln;
+    Lane ln;
     const i32 tok0 = tile * T::kTokensPerTile;
     const i32 tok_first = tok0 + cg * TPW;
-    const i32 my_tok = tok_first + quarter;           // the token this lane's sums end up with
+    const i32 my_tok = tok_first + quarter * S;       // the first token this lane's sums end up with
     if constexpr (kBshd && Work::kSplit) {
       // one chunk of the q-tile's KV tiles: the same ranges relative to its first row
       const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
@@ -567,11 +606,14 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       ln.n_kv = r.n;
       ln.f_lo = 0;
       ln.f_hi = lean_rel(item.hi(tok_first), kv_begin, r.n);
-      ln.w_lo = 0;
-      ln.w_hi = lean_rel(item.hi(my_tok), kv_begin, r.n);
-      ln.c_lo = 0;
-      ln.c_hi = lean_rel(T::kSeqK, kv_begin, r.n);
-      ln.row = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK + kv_begin;
+#pragma unroll
+      for (int t = 0; t < S; ++t) {
+        ln.w_lo[t] = 0;
+        ln.w_hi[t] = lean_rel(item.hi(my_tok + t), kv_begin, r.n);
+        ln.c_lo[t] = 0;
+        ln.c_hi[t] = lean_rel(T::kSeqK, kv_begin, r.n);
+        ln.row[t] = out + (static_cast<i64>(b) * T::kSeqQ + my_tok + t) * T::kSeqK + kv_begin;
+      }
       ln.q_row0 = static_cast<i64>(b) * T::kSeqQ + tok_first;
     } else if constexpr (kBshd) {
       (void)part;
@@ -579,11 +621,22 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       ln.n_kv = item.n_kv(tok0);
       ln.f_lo = 0;
       ln.f_hi = static_cast<i32>(item.hi(tok_first));  // every row of the consumer sees [0, hi(tok_first))
-      ln.w_lo = 0;
-      ln.w_hi = static_cast<i32>(item.hi(my_tok));
-      ln.c_lo = 0;
-      ln.c_hi = static_cast<i32>(T::kSeqK);
-      ln.row = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK;
+      if constexpr (S == 1) {  // H 64: as measured and validated (the loop compiles to other SASS)
+        ln.w_lo[0] = 0;
+        ln.w_hi[0] = static_cast<i32>(item.hi(my_tok));
+        ln.c_lo[0] = 0;
+        ln.c_hi[0] = static_cast<i32>(T::kSeqK);
+        ln.row[0] = out + (static_cast<i64>(b) * T::kSeqQ + my_tok) * T::kSeqK;
+      } else {
+#pragma unroll
+        for (int t = 0; t < S; ++t) {
+          ln.w_lo[t] = 0;
+          ln.w_hi[t] = static_cast<i32>(item.hi(my_tok + t));
+          ln.c_lo[t] = 0;
+          ln.c_hi[t] = static_cast<i32>(T::kSeqK);
+          ln.row[t] = out + (static_cast<i64>(b) * T::kSeqQ + my_tok + t) * T::kSeqK;
+        }
+      }
       ln.q_row0 = static_cast<i64>(b) * T::kSeqQ + tok_first;
 
     } else {
@@ -597,11 +650,11 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       ln.n_kv = sp.n_kv;
       ln.f_lo = f_lo < f_hi ? lean_rel(f_lo, sp.kv_begin, sp.n_kv) : 0;
       ln.f_hi = f_lo < f_hi ? lean_rel(f_hi, sp.kv_begin, sp.n_kv) : 0;
-      ln.w_lo = me.live() ? lean_rel(me.lo, sp.kv_begin, sp.n_kv) : 0;
-      ln.w_hi = me.live() ? lean_rel(me.hi, sp.kv_begin, sp.n_kv) : 0;
-      ln.c_lo = me.valid ? lean_rel(me.base, sp.kv_begin, sp.n_kv) : 0;
-      ln.c_hi = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
-      ln.row = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
+      ln.w_lo[0] = me.live() ? lean_rel(me.lo, sp.kv_begin, sp.n_kv) : 0;
+      ln.w_hi[0] = me.live() ? lean_rel(me.hi, sp.kv_begin, sp.n_kv) : 0;
+      ln.c_lo[0] = me.valid ? lean_rel(me.base, sp.kv_begin, sp.n_kv) : 0;
+      ln.c_hi[0] = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
+      ln.row[0] = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
       ln.q_row0 = 0;  // no THD epilogue reads it
 
     }
@@ -632,7 +685,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
     return r;
   };
   i64 k = 0;
-  LeanLane ln;
+  Lane ln;
   bool have;
   i32 cur_tile = 0, cur_b = 0, cur_part = 0;
   {
@@ -643,7 +696,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
     i64 k_n = k + 1;
     i32 tile_n = 0, b_n = 0, part_n = 0;
     const bool have_n = next_item(k_n, tile_n, b_n, part_n);
-    LeanLane ln_n = ln;
+    Lane ln_n = ln;
     bool ready_n = false;
     const i32 n_kv = ln.n_kv;
     if (n_kv > 0) {
@@ -689,9 +742,9 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
           // k_scale * head sum, before the epilogue's sm_scale: the generic family's order
           if (kscale.p != nullptr) {
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + 8 * j;
-              if (rel < kscale.rows) part[j] = part[j] * ksc[j];
+            for (int j = 0; j < 2 * S; ++j) {
+              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + 8 * (j & 1);
+              if (rel < kscale.rows) part[j] = part[j] * ksc[j & 1];
             }
           }
         }

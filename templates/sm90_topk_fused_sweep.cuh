@@ -141,7 +141,7 @@ struct LeanTopkEpilogue {
     for (int j = 0; j < 2; ++j) {
       const i32 rel = rr + 8 * j;
       const float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
-      const bool vis = !masked || (rel >= ln.w_lo && rel < ln.w_hi);
+      const bool vis = !masked || (rel >= ln.w_lo[0] && rel < ln.w_hi[0]);
       c[j] = (static_cast<u64>(topk_key(v)) << 32) | static_cast<u64>(0xffffffffu - static_cast<u32>(rel));
       take[j] = vis && c[j] > thr;
     }

@@ -233,8 +233,8 @@ def test_cuda_graph_of_compiled_module():
 def test_errors_are_the_binding_classes_with_library_messages():
     """What the operator adds to test_gpu.py's error tests (which gpu_torch_run.sh runs on the
     operator too): the dispatcher's own argument errors, CPU operands, a failed family gate."""
-    q, k, w = bshd_inputs(1, 16, 8, 64, seed=1)
-    with pytest.raises(errors.UnsupportedConfig, match="lean"):
+    q, k, w = bshd_inputs(1, 12, 8, 64, seed=1)  # S_q not a multiple of lean's 8-token q-tile
+    with pytest.raises(errors.UnsupportedConfig, match="lean: S_q"):
         dsa_indexer.indexer_forward(q, k, w, family="lean")
     with pytest.raises(TypeError, match="k: expected a torch.Tensor"):
         dsa_indexer.indexer_forward(q, [1], w)

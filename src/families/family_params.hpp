@@ -29,6 +29,12 @@ inline ParamDesc split_param() {
   d.omit_zero = true;
   return d;
 }
+// Lean's heads (BSHD 32 and 16); 64, its first and THD's, is stored as 0 and omitted, as kInput.
+inline ParamDesc lean_heads_param() {
+  ParamDesc d{"kHeads", ParamDesc::integer, "int", "h"};
+  d.omit_zero = true;
+  return d;
+}
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }

@@ -16,7 +16,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit };
+enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot };
 constexpr const char* kScaleChoices[] = {"any", "1"};
 constexpr const char* kScaleLiterals[] = {"false", "true"};
 constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
@@ -33,11 +33,12 @@ bool contiguous(const Problem& p) {
          p.out_stride[1] == p.s_k && p.out_stride[0] == p.s_q * p.s_k;
 }
 
-constexpr int64_t kTile = LeanGeometry::kTokensPerTile;
+constexpr int64_t kTile = LeanGeometry::kTokensPerTile;  // H 64 (THD)
 int64_t round_to_tile(int64_t rows) { return (rows + kTile - 1) / kTile * kTile; }
+int64_t bshd_tile(const Problem& p) { return LeanGeometry::tokens_per_tile(p.heads); }
 
 // Work items: q-tiles x B (BSHD), the q-tiles of T_q (THD).
-int64_t work_items(const Problem& p) { return p.is_thd() ? round_to_tile(p.t_q) / kTile : p.s_q / kTile * p.batch; }
+int64_t work_items(const Problem& p) { return p.is_thd() ? round_to_tile(p.t_q) / kTile : p.s_q / bshd_tile(p) * p.batch; }
 
 bool saturated(const Problem& p, const DeviceInfo& dev) { return work_items(p) >= dev.sm_count; }
 
@@ -75,15 +76,16 @@ std::shared_ptr<const LeanThdPlan> thd_plan_for(const Problem& p, int64_t grid) 
 Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
   if (dev.cc_major != 9 || dev.cc_minor != 0)
     return Gate::fail("device compute capability", "9.0 (sm_90)", fmt::format("{}.{}", dev.cc_major, dev.cc_minor));
-  if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
+  if (p.is_thd() ? p.heads != LeanGeometry::kHeads : !LeanGeometry::serves_heads(p.heads))
+    return Gate::fail("heads H", p.is_thd() ? "64 (THD)" : "64, 32 or 16", std::to_string(p.heads));
   if (p.head_dim != 128) return Gate::fail("head dim D", "128", std::to_string(p.head_dim));
   if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");
   if (p.has_windows) return Gate::fail("explicit windows ks/ke", "not given", "given");
   if (!contiguous(p)) return Gate::fail("operand strides", "contiguous q, k, w and scores", "a strided operand");
   for (const void* ptr : {p.q, p.k, p.w, static_cast<const void*>(p.out)})
     if (!aligned16(ptr)) return Gate::fail("operand alignment", "16-byte-aligned q, k, w and scores", fmt::format("{}", ptr));
-  if (!p.is_thd() && p.s_q % kTile != 0)
-    return Gate::fail("S_q", fmt::format("a multiple of {} (the lean q-tile)", kTile), std::to_string(p.s_q));
+  if (!p.is_thd() && p.s_q % bshd_tile(p) != 0)
+    return Gate::fail("S_q", fmt::format("a multiple of {} (the lean q-tile at H {})", bshd_tile(p), p.heads), std::to_string(p.s_q));
   if (p.is_thd() && !has_host_seqlens(p))
     return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
   if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
@@ -115,14 +117,14 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
 Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem,
                bool split) {
   Plan plan;
-  plan.tokens_per_tile = static_cast<int32_t>(kTile);
+  plan.tokens_per_tile = static_cast<int32_t>(p.is_thd() ? kTile : bshd_tile(p));
   if (p.is_thd()) {
     plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {
     const bool split_here = split && !saturated(p, dev);
-    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here);
-    plan.tiles_per_batch = p.s_q / kTile;
+    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here, p.heads);
+    plan.tiles_per_batch = p.s_q / bshd_tile(p);
     plan.num_tiles = plan.tiles_per_batch * p.batch;
     if (split_here) {
       // num_tiles counts work items: one per chunk of each q-tile's KV tiles
@@ -144,7 +146,7 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
 }
 
 void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g) {
-  const LeanSchedule s = lean_schedule(spec.values[kSeqQ], spec.values[kSeqK]);
+  const LeanSchedule s = lean_schedule(spec.values[kSeqQ], spec.values[kSeqK], spec.values[kHeadsSlot] ? spec.values[kHeadsSlot] : 64);
   g.text += "\n// The planner's schedule: q-tiles by rank in runs {first, step, count, rank0} (longest\n"
             "// first), and how work items go to CTAs.\n";
   g.text += fmt::format("__constant__ dsa::LeanRun kDsaLeanRuns[{}] = {{", s.runs.size());
@@ -179,7 +181,7 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
   args.has_offsets = p.has_offsets ? 1 : 0;
   dsa::DsaScales scales = make_scales(p);
   thread_local TmaMemo q_memo, k_memo;
-  const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p, LeanGeometry::kTokensPerConsumer));
+  const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p, static_cast<int>(LeanGeometry::tokens_per_consumer(p.heads))));
   const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
   if (!p.is_thd()) {
     // The scores kernel's fourth parameter is the FP8 scales; another epilogue's kernel (extra)
@@ -219,13 +221,14 @@ class LeanFamily final : public Family {
         {"kUnitScale", ParamDesc::choice, "bool", "scale", kScaleChoices, kScaleLiterals, 2},
         {"kKvStages", ParamDesc::integer, "int", "s"},
         input_param(),
-        split_param()};
+        split_param(),
+        lean_heads_param()};
     return p;
   }
 
   Gate check(const Problem& p, const DeviceInfo& dev) const override { return lean_check(p, dev); }
   bool automatic_serves(const Problem& p, const DeviceInfo& dev) const override {
-    return kLeanSplitAutomatic || p.is_thd() || saturated(p, dev);
+    return (kLeanSplitAutomatic || p.is_thd() || saturated(p, dev)) && (kLeanNarrowHeadsAutomatic || p.heads == 64);
   }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
 
@@ -288,23 +291,23 @@ std::vector<int64_t> order_by_cost(const std::vector<int32_t>& kv, int32_t quant
   return order;
 }
 
-// The model's cost of q-tile t: element t of lean_tile_costs, computed on demand.
-double tile_cost(int64_t t, int64_t s_k, int64_t ratio) {
-  const int64_t hi = Problem::causal_limit(0, (t + 1) * LeanGeometry::kTokensPerTile - 1, ratio, s_k);
+// The model's cost of q-tile t of `tile` tokens: element t of lean_tile_costs, computed on demand.
+double tile_cost(int64_t t, int64_t s_k, int64_t ratio, int64_t tile) {
+  const int64_t hi = Problem::causal_limit(0, (t + 1) * tile - 1, ratio, s_k);
   return static_cast<double>((hi + LeanGeometry::kKvRows - 1) / LeanGeometry::kKvRows) + LeanGeometry::kTileOverhead;
 }
 
 // lean_balance of the longest-first order (the tiles from the last) under `policy`, without its
 // tables: the same loads summed in the same order, so the same doubles; O(tiles x batch) time and
 // O(grid) memory.
-double reversed_balance(int32_t policy, int64_t tiles, int64_t s_k, int64_t ratio, int64_t batch, int64_t grid) {
+double reversed_balance(int32_t policy, int64_t tiles, int64_t s_k, int64_t ratio, int64_t batch, int64_t grid, int64_t tile) {
   const int64_t items = tiles * batch;
   grid = std::max<int64_t>(1, std::min(grid, items));
   std::vector<double> load(static_cast<std::size_t>(grid), 0.0);
   for (int64_t pos = 0; pos < items; ++pos) {
     const int64_t k = pos / grid, slot = pos % grid;
     const int64_t cta = (policy == dsa::kLeanSnake && (k & 1)) ? grid - 1 - slot : slot;
-    load[static_cast<std::size_t>(cta)] += tile_cost(tiles - 1 - pos / batch, s_k, ratio);
+    load[static_cast<std::size_t>(cta)] += tile_cost(tiles - 1 - pos / batch, s_k, ratio, tile);
   }
   const double mx = *std::max_element(load.begin(), load.end());
   const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
@@ -339,16 +342,17 @@ int64_t LeanSchedule::tile_of_rank(int64_t r) const {
   return -1;
 }
 
-std::vector<double> lean_tile_costs(int64_t s_q, int64_t s_k, int64_t ratio) {
-  const int64_t tiles = s_q / LeanGeometry::kTokensPerTile;
+std::vector<double> lean_tile_costs(int64_t s_q, int64_t s_k, int64_t ratio, int64_t heads) {
+  const int64_t tile = LeanGeometry::tokens_per_tile(heads), tiles = s_q / tile;
   std::vector<double> c(static_cast<std::size_t>(tiles));
-  for (int64_t t = 0; t < tiles; ++t) c[static_cast<std::size_t>(t)] = tile_cost(t, s_k, ratio);
+  for (int64_t t = 0; t < tiles; ++t) c[static_cast<std::size_t>(t)] = tile_cost(t, s_k, ratio, tile);
   return c;
 }
 
-LeanSchedule lean_schedule(int64_t s_q, int64_t s_k) {
+LeanSchedule lean_schedule(int64_t s_q, int64_t s_k, int64_t heads) {
   LeanSchedule s;
-  const int64_t tiles = s.tiles_per_batch = s_q / LeanGeometry::kTokensPerTile;
+  const int64_t tile = LeanGeometry::tokens_per_tile(heads);
+  const int64_t tiles = s.tiles_per_batch = s_q / tile;
   // Longest first, ties to the later tile. A tile's cost never falls with its index (its window
   // never shrinks, whatever the ratio), so that order is the tiles from the last down: one run,
   // written directly (sorting a table of S_q / 8 costs cost 5 GB and 100 s near INT32_MAX).
@@ -359,7 +363,7 @@ LeanSchedule lean_schedule(int64_t s_q, int64_t s_k) {
   const int64_t ratio = std::max<int64_t>(1, s_q / std::max<int64_t>(1, s_k));
   s.policy = best_policy(s, [&](const LeanSchedule& c) {
     double w = 0;
-    for (int64_t b : {1, 2, 4}) w = std::max(w, reversed_balance(c.policy, tiles, s_k, ratio, b, DeviceInfo::h200().sm_count));
+    for (int64_t b : {1, 2, 4}) w = std::max(w, reversed_balance(c.policy, tiles, s_k, ratio, b, DeviceInfo::h200().sm_count, tile));
     return w;
   });
   return s;
@@ -465,7 +469,7 @@ const Family& lean_family() {
   return f;
 }
 
-KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk, bool split) {
+KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk, bool split, int64_t heads) {
   KernelSpec s;
   s.family = &lean_family();
   s.values[kLayout] = layout_value(layout);
@@ -476,6 +480,7 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kStages] = LeanGeometry::kKvStages;
   s.values[kInput] = input_value(qk);
   s.values[kKvSplit] = split ? 1 : 0;
+  s.values[kHeadsSlot] = heads == LeanGeometry::kHeads ? 0 : heads;  // 64 is omitted (the variants from before)
   s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, LeanGeometry::kKvStages, qk));
   return s;
 }

@@ -14,10 +14,13 @@
 namespace dsa_indexer::detail {
 
 struct LeanGeometry {
-  static constexpr int kHeads = 64;
+  static constexpr int kHeads = 64;  // THD and the fused top-k's sweep; BSHD also 32 and 16
   static constexpr int kThreads = 384;
-  static constexpr int kTokensPerConsumer = 4;
-  static constexpr int kTokensPerTile = 8;
+  static constexpr int kTokensPerConsumer = 4;  // H 64 (256 packed token-head rows per consumer)
+  static constexpr int kTokensPerTile = 8;      // H 64
+  static constexpr int64_t tokens_per_consumer(int64_t heads) { return 256 / heads; }
+  static constexpr int64_t tokens_per_tile(int64_t heads) { return 2 * tokens_per_consumer(heads); }
+  static constexpr bool serves_heads(int64_t heads) { return heads == 64 || heads == 32 || heads == 16; }
   static constexpr int kKvRows = 64;
   static constexpr int kKvStages = 5;
   // The cost model of the schedule: one q-tile costs its KV tiles plus this many KV-tile
@@ -37,7 +40,7 @@ struct LeanSchedule {
 
 // Cost of every q-tile of one batch under the model above, with zero offsets and this ratio
 // (for tests: a table of S_q / 8; the planner computes costs on demand).
-std::vector<double> lean_tile_costs(int64_t s_q, int64_t s_k, int64_t ratio);
+std::vector<double> lean_tile_costs(int64_t s_q, int64_t s_k, int64_t ratio, int64_t heads = 64);
 // Past this many q-tiles per batch the planner does not evaluate the policies: it takes the
 // snake, which the evaluation picks on every shape measured (18,000 shapes of 1 to 3,000 tiles
 // and 14 S_k each at 65,536 and 262,144 tiles; round-robin never balanced better), and where
@@ -48,7 +51,7 @@ inline constexpr int64_t kLeanMaxBalancedTiles = int64_t(1) << 16;
 // ratio), which is why the ratio is not part of the key. Its cost does not grow with S_q past
 // kLeanMaxBalancedTiles x 8 (about 2 ms there, on the 2-core box), and it keeps no table
 // proportional to S_q: the order is one run, written directly.
-LeanSchedule lean_schedule(int64_t s_q, int64_t s_k);
+LeanSchedule lean_schedule(int64_t s_q, int64_t s_k, int64_t heads = 64);
 // max / mean of per-CTA cost when `grid` CTAs run the schedule for `batch` copies of `costs`.
 double lean_balance(const LeanSchedule& s, const std::vector<double>& costs, int64_t batch, int64_t grid);
 
@@ -104,7 +107,10 @@ void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
 void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what);
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
-                     DType qk = DType::bf16, bool split = false);
+                     DType qk = DType::bf16, bool split = false, int64_t heads = 64);
+// Whether automatic calls take lean for H 32 and 16 (BSHD) where its gates hold: off until those
+// variants have run on a GPU (bitwise against generic); until then they are served by name.
+inline constexpr bool kLeanNarrowHeadsAutomatic = false;
 // Whether automatic FP8 (e4m3) calls take lean where its gates hold: off until its FP8 main loop
 // has run on a GPU (bitwise against generic FP8); until then FP8 calls name it (family=lean).
 inline constexpr bool kLeanFp8Automatic = false;

@@ -86,6 +86,8 @@ class TopkFusedSweepFamily final : public Family {
   const std::vector<ParamDesc>& params() const override { return lean_family().params(); }
   Gate check(const Problem& p, const DeviceInfo& dev) const override {
     if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
+    // the selection epilogue keeps one row per consumer warp: 4 tokens per consumer
+    if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
     return lean_check(p, dev, /*split=*/false);
   }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }

@@ -384,6 +384,12 @@ TEST_CASE("fp8: lean == generic bitwise", "[fp8]") {
   HostProblem d = fp8(bshd(2, 256, 9000, 64, 1), 2);
   d.offsets = {9000 - 256, 100};
   same(d, 50008);
+  // H 32 and 16 (q-tiles of 16 and 32 tokens), saturated and split
+  same(fp8(bshd(1, 132 * 16, 3000, 32, 2), 0), 50009);
+  same(fp8(bshd(1, 132 * 32, 3000, 16, 2), 1), 50010);
+  HostProblem e = fp8(bshd(1, 256, 9000, 32, 1), 2);
+  e.offsets = {9000 - 256};
+  same(e, 50011);
   same(fp8(thd({4000, 17, 3000}, {2000, 40, 3000}, 64, 2, Layout::thd_local), 0), 50005);
   same(fp8(thd({5000, 3000}, {2500, 1500}, 64, 1, Layout::thd_global), 2), 50006);
 }

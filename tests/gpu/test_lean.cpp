@@ -104,7 +104,7 @@ TEST_CASE("lean: a forced lean call names the failed gate on the real device", "
     auto g = dsa_support::run(p, dp, KernelFamily::automatic);  // automatic serves it (generic)
     CHECK(g.scores.size() == static_cast<size_t>(p.rows() * p.cols()));
   };
-  expect_gate(bshd(1, 2048, 1024, 32, 2), "heads H");
+  expect_gate(thd({1024, 1024}, {512, 512}, 32, 2, Layout::thd_local), "heads H");  // THD is H 64
   expect_gate(thd({500, 300}, {250, 150}, 64, 2, Layout::thd_local), "grid saturation");  // 100 q-tiles < 132 SMs
   HostProblem l = bshd(1, 2048, 1024, 64, 2);
   l.lse = true;
@@ -154,6 +154,39 @@ TEST_CASE("lean split: run to run bitwise, and bf16 W == fp32 W", "[lean][lean_s
   p.offsets = {20000 - 512};
   p.sm_scale = 0.5f;
   run_determinism_and_w_dtype(KernelFamily::lean, p);
+}
+
+// ---------------- H 32 and 16 (BSHD) ----------------
+// q-tiles of 16 and 32 tokens (256 packed token-head rows per consumer, as at H 64), the same
+// head sum as generic: against the oracle and bitwise against generic and the dispatcher (which
+// takes generic at these H until kLeanNarrowHeadsAutomatic is set).
+
+TEST_CASE("lean heads: H 32 and 16 against the fp64 oracle and bitwise against generic", "[lean][lean_heads]") {
+  for (int h : {32, 16}) {
+    const int64_t tile = 512 / h;  // tokens per q-tile
+    // 132 q-tiles: one per SM
+    check_lean(bshd(1, 132 * tile, 528, h, 2), 1000 + static_cast<uint64_t>(h));
+    HostProblem f = bshd(2, 66 * tile, 700, h, 2);  // B 2, fp32 W, sm_scale, offsets, a ragged tail
+    f.w_f32 = true;
+    f.sm_scale = 0.3f;
+    f.offsets = {17, 2 * 700 - 66 * static_cast<int32_t>(tile)};
+    check_lean(f, 1100 + static_cast<uint64_t>(h));
+    HostProblem m = bshd(3, 48 * tile, 999, h, 1);  // B 3: one batch masked everywhere
+    m.offsets = {INT32_MAX - 2000, -5000, 999 - 48 * static_cast<int32_t>(tile)};
+    check_lean(m, 1200 + static_cast<uint64_t>(h));
+    // fewer q-tiles than SMs: the split variant at this H
+    HostProblem s = bshd(1, 8 * tile, 8192, h, 1);
+    s.offsets = {8192 - 8 * static_cast<int32_t>(tile)};
+    check_lean(s, 1300 + static_cast<uint64_t>(h));
+  }
+}
+
+TEST_CASE("lean heads: H 32 and 16 run to run bitwise, bf16 W == fp32 W", "[lean][lean_heads]") {
+  for (int h : {32, 16}) {
+    HostProblem p = bshd(1, 132 * (512 / h), 600, h, 2);
+    p.sm_scale = 0.125f;
+    run_determinism_and_w_dtype(KernelFamily::lean, p);
+  }
 }
 
 // ---------------- THD ----------------

@@ -117,7 +117,6 @@ TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]"
     const char* gate;
   };
   std::vector<Case> cases;
-  cases.push_back({"H 32", lean_call(1, 8192, 4096, 32), "heads H"});
   {
     Call c = lean_call();
     c.w.data = fake(0x300008);  // 8-byte aligned only
@@ -161,6 +160,13 @@ TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]"
   CHECK(&pick(lean_call(), KernelFamily::automatic, false, big) == (kLeanSplitAutomatic ? &lean_family() : &generic_family()));
   CHECK(&pick(lean_call(2), KernelFamily::automatic, false, big) == &lean_family());
   CHECK(lean_error(lean_call(1, 1024, 512)) == "accepted");
+  // BSHD H 32 and 16: lean by name (q-tiles of 16 and 32 tokens); automatic calls once validated
+  for (int64_t h : {32, 16}) {
+    CHECK(lean_error(lean_call(1, 8192, 4096, h)) == "accepted");
+    CHECK(&pick(lean_call(1, 8192, 4096, h)) == (kLeanNarrowHeadsAutomatic ? &lean_family() : &generic_family()));
+  }
+  CHECK_THAT(lean_error(lean_call(1, 8200, 4096, 32)), Contains("S_q") && Contains("a multiple of 16"));
+  CHECK_THAT(lean_error(lean_call(1, 8208, 4096, 16)), Contains("S_q") && Contains("a multiple of 32"));
   CHECK(&pick(lean_call(1, 1024, 512)) == (kLeanSplitAutomatic ? &lean_family() : &generic_family()));
   DeviceInfo h20{0, 78, 9, 0, 232448, "fake 78-SM Hopper"};
   CHECK(&pick(lean_call(1, 1024, 512), KernelFamily::automatic, false, h20) == &lean_family());
