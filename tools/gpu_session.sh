@@ -59,6 +59,18 @@ if [[ " $steps " == *" validate8 "* ]]; then
   run gpu_topk_select 60 $b/tests/dsa_gpu_tests "[topk_select]"
   run gpu_lean 120 $b/tests/dsa_gpu_tests "[lean]"
 fi
+# validate9a / validate9b (not in all): the same, split for two calls of at most 10 minutes each,
+# with session 9's lean variants (the split variant, H 32 and 16) inside [lean]: (a) lean and FP8,
+# (b) the fused top-k, the candidates kernel, and the fused timing.
+if [[ " $steps " == *" validate9a "* ]]; then
+  run gpu_lean 290 $b/tests/dsa_gpu_tests "[lean]" --durations yes
+  run gpu_fp8 280 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
+fi
+if [[ " $steps " == *" validate9b "* ]]; then
+  run gpu_topk_fused 250 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  run gpu_topk_select 90 $b/tests/dsa_gpu_tests "[topk_select]" --durations yes
+  run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
+fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
   run gpu_topk_fused 300 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
