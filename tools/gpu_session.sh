@@ -2,7 +2,7 @@
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
-#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate8]
+#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate8|validate9a|validate9b|perf9]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -105,6 +105,16 @@ if want_fp8 peers; then
   # shellcheck disable=SC2086
   PYTHONUNBUFFERED=1 DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run fp8_peers 560 python3 bench/peers.py --precision fp8 \
     --out "$out/docs" --max-seconds 480 ${PEERS_WHEELS:+--wheels $PEERS_WHEELS}
+fi
+# perf9 (not in all): session 9's shapes timed in one call: the chunked-prefill rows (lean's
+# split variant by name against generic), H 32 and 16 (lean by name against generic), the
+# headline FP8 rows (bench --in e4m3 --quick) and the top-k rows with the fused column (quick).
+if [[ " $steps " == *" perf9 "* ]]; then
+  run bench_prefill 150 $b/tools/dsa-indexer bench --match prefill --reps 10 --json "$out/bench_prefill.json"
+  run bench_h32 60 $b/tools/dsa-indexer bench --match H32 --reps 10
+  run bench_h16 60 $b/tools/dsa-indexer bench --match H16 --reps 10
+  run fp8_bench 150 $b/tools/dsa-indexer bench --in e4m3 --quick --json "$out/fp8_bench.json"
+  run topk_bench 150 $b/tools/dsa-indexer bench --op topk --quick --topk-k 2048
 fi
 want demo && run demo 60 $b/tools/dsa-indexer demo
 want bench && run bench 280 $b/tools/dsa-indexer bench --json "$out/bench.json"
