@@ -13,6 +13,7 @@
 #include "jit/codegen.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "ops/validate.hpp"
+#include "compile_checks.hpp"
 #include "problems.hpp"
 
 using namespace dsa_indexer::detail;
@@ -81,15 +82,5 @@ TEST_CASE("lean heads: the H 32 and 16 variants compile without spills", "[nvrtc
     specs.push_back(lean_spec(8192, 4096, DType::bf16, false, Layout::bshd, DType::e4m3, false, h));
     specs.push_back(lean_spec(1024, 16384, DType::bf16, true, Layout::bshd, DType::bf16, true, h));
   }
-  for (const KernelSpec& spec : specs) {
-    const GeneratedSource g = render(spec);
-    INFO(g.name);
-    const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
-    CHECK_FALSE(out.cubin.empty());
-    INFO(out.log);
-    CHECK(out.log.find(" 0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
-    CHECK(out.log.find("0 bytes stack frame") != std::string::npos);
-    REQUIRE(out.lowered_names.size() == 1);
-    CHECK(out.lowered_names[0].find("sm90_indexer_lean") != std::string::npos);
-  }
+  check_compiles_without_spills(specs, "sm90_indexer_lean");
 }

@@ -15,6 +15,7 @@
 #include "jit/codegen.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "ops/validate.hpp"
+#include "compile_checks.hpp"
 #include "problems.hpp"
 
 using namespace dsa_indexer::detail;
@@ -174,15 +175,5 @@ TEST_CASE("lean split: its variants compile without spills", "[nvrtc][lean_split
   const std::vector<KernelSpec> specs = {lean_spec(512, 16384, DType::bf16, true, Layout::bshd, DType::bf16, true),
                                          lean_spec(1024, 999, DType::f32, false, Layout::bshd, DType::bf16, true),
                                          lean_spec(256, 65536, DType::bf16, false, Layout::bshd, DType::e4m3, true)};
-  for (const KernelSpec& spec : specs) {
-    const GeneratedSource g = render(spec);
-    INFO(g.name);
-    const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
-    CHECK_FALSE(out.cubin.empty());
-    INFO(out.log);
-    CHECK(out.log.find(" 0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
-    CHECK(out.log.find("0 bytes stack frame") != std::string::npos);
-    REQUIRE(out.lowered_names.size() == 1);
-    CHECK(out.lowered_names[0].find("sm90_indexer_lean_split") != std::string::npos);
-  }
+  check_compiles_without_spills(specs, "sm90_indexer_lean_split");
 }

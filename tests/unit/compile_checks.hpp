@@ -1,0 +1,30 @@
+#pragma once
+// Compile variants with NVRTC (no GPU needed) and check what every tested variant must show: a
+// cubin, no spills and no stack frame, one lowered kernel whose name contains `kernel`.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "core/kernel_spec.hpp"
+#include "jit/codegen.hpp"
+#include "jit/nvrtc_compiler.hpp"
+
+namespace dsa_test {
+
+inline void check_compiles_without_spills(const std::vector<dsa_indexer::detail::KernelSpec>& specs, const std::string& kernel) {
+  using namespace dsa_indexer::detail;
+  for (const KernelSpec& spec : specs) {
+    const GeneratedSource g = render(spec);
+    INFO(g.name);
+    const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
+    CHECK_FALSE(out.cubin.empty());
+    INFO(out.log);
+    CHECK(out.log.find(" 0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
+    CHECK(out.log.find("0 bytes stack frame") != std::string::npos);
+    REQUIRE(out.lowered_names.size() == 1);
+    CHECK(out.lowered_names[0].find(kernel) != std::string::npos);
+  }
+}
+
+}  // namespace dsa_test
