@@ -160,6 +160,13 @@ int child_forward() {
   const std::string split_kernel = stub_last_kernel(&split_grid);
   expect(contains(split_kernel, "sm90_indexer_lean_split") && split_grid == 128,
          fmt::format("BSHD 512x16384 by name runs lean's split kernel on 128 CTAs: {} on {}", split_kernel, split_grid));
+  // Lean by name at H 32: q-tiles of 16 tokens, 132 of them.
+  Bshd h32(1, 132 * 16, 512, 32);
+  h32.run(KernelFamily::lean);
+  int h32_grid = 0;
+  const std::string h32_kernel = stub_last_kernel(&h32_grid);
+  expect(contains(h32_kernel, "sm90_indexer_lean") && !contains(h32_kernel, "split") && h32_grid == 132,
+         fmt::format("BSHD 2112x512 H32 by name runs lean on 132 CTAs: {} on {}", h32_kernel, h32_grid));
   // Validation still guards the boundary: host memory is not device memory.
   std::vector<char> host(1 << 20);
   Bshd bad(1, 64, 64);
