@@ -13,7 +13,7 @@ struct LeanTopkArgs {
   u64 count;     // i32 [rows]: how many of row r's entries are written (<= cand_ld)
   i64 cand_ld;   // entries per row: >= k + kLeanTopkTileCols, <= kLeanTopkMaxLd
   i32 k;         // 1..kTopkMaxK
-  i32 refresh;   // appends to a row between refreshes of its threshold (>= 1)
+  i32 refresh;   // appends to a row between refreshes of its threshold (0: compactions only)
 };
 
 constexpr i32 kLeanTopkTileCols = 64;     // one KV tile: the most a row gains between checks

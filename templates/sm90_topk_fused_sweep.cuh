@@ -20,6 +20,8 @@
 //   radix selection of the k-th largest composite (h1, then 8-bit digits over the buffer),
 //   a stable in-place compaction to exactly the k entries >= it, and thr = the smallest kept
 //   composite (so later cells, whose columns are larger, enter only by a larger score).
+// With refresh 0 (compaction only) no histogram is kept while sweeping: no shared atomic per
+// appended cell; the threshold rises only at compactions, which first count h1 over the buffer.
 //
 // Positions come from one shared atomic per row and warp (a leader adds the warp's count), so
 // the order of a row's entries varies run to run; the selection does not depend on it.
@@ -82,6 +84,16 @@ __device__ __forceinline__ bool lean_topk_suffix_bin(const u32* h, u32 need, int
 
 __device__ __forceinline__ void lean_topk_count(u32* h, u32 bin) { atomicAdd(&h[bin >> 1], 1u << ((bin & 1u) * 16u)); }
 
+// The whole warp counts one bin per active lane, one atomic per distinct bin (the lanes of a
+// bin agree through match_any; the lowest adds their number). `active` must be warp-uniformly
+// evaluated by every lane (all 32 call it).
+__device__ __forceinline__ void lean_topk_count_warp(u32* h, u32 bin, bool active, int lane) {
+  const u32 act = __ballot_sync(0xffffffffu, active);
+  if (!active) return;
+  const u32 same = __match_any_sync(act, bin);
+  if (lane == __ffs(same) - 1) atomicAdd(&h[bin >> 1], static_cast<u32>(__popc(same)) << ((bin & 1u) * 16u));
+}
+
 template <class Cfg>
 struct LeanTopkEpilogue {
   using T = LeanTraits<Cfg>;
@@ -97,6 +109,7 @@ struct LeanTopkEpilogue {
   i32* count;
   i64 ld;
   u32 k, refresh, bar;
+  bool hist;  // keep the histograms while sweeping (refresh > 0); else compaction only
   int warp, lane;
 
   __device__ __forceinline__ LeanTopkEpilogue(const Args& a, u8* smem, int cg, int warp_in_wg, int ln)
@@ -107,6 +120,7 @@ struct LeanTopkEpilogue {
         k(static_cast<u32>(a.k)),
         refresh(static_cast<u32>(a.refresh)),
         bar(kBarrier + cg),
+        hist(a.refresh > 0),
         warp(warp_in_wg),
         lane(ln) {
     reset(rows[warp]);  // ordered before the first appends by the first ping-pong barrier
@@ -161,6 +175,7 @@ struct LeanTopkEpilogue {
       if (!take[j]) continue;
       const u32 pos = base + (j ? n0 : 0u) + __popc((j ? m1 : m0) & rowmask & lt);
       dst[pos] = c[j];
+      if (!hist) continue;
       const u32 key = static_cast<u32>(c[j] >> 32);
       lean_topk_count(R.h1, key >> 24);
       if ((key >> 24) == b1) lean_topk_count(R.h2, (key >> 16) & 0xffu);
@@ -173,7 +188,7 @@ struct LeanTopkEpilogue {
     LeanTopkRow& R = rows[warp];
     const u32 n = R.count;
     if (n + static_cast<u32>(kLeanTopkTileCols) > static_cast<u32>(ld)) compact(R, cand + (ln.q_row0 + warp) * ld, n);
-    else if (n >= k && n - R.refreshed >= refresh) raise(R, n);
+    else if (hist && n >= k && n - R.refreshed >= refresh) raise(R, n);
   }
 
   __device__ __forceinline__ void end_item(const LeanLane& ln) const {
@@ -209,6 +224,18 @@ struct LeanTopkEpilogue {
 
   // Exactly the k largest of the row's n > k entries stay, in their order.
   __device__ __forceinline__ void compact(LeanTopkRow& R, u64* buf, u32 n) const {
+    if (!hist) {
+      // compaction only: h1 over the buffer first
+#pragma unroll
+      for (int i = 0; i < 4; ++i) R.h1[4 * lane + i] = 0u;
+      __syncwarp();
+      for (u32 i0 = 0; i0 < n; i0 += 32) {
+        const u32 i = i0 + lane;
+        const u64 c = i < n ? buf[i] : 0ull;
+        lean_topk_count_warp(R.h1, static_cast<u32>(c >> 56), i < n, lane);
+      }
+      __syncwarp();
+    }
     u32 b, above, cnt;
     lean_topk_suffix_bin(R.h1, k, lane, b, above, cnt);  // h1 counts every entry: exact
     u64 prefix = static_cast<u64>(b) << 56;
@@ -248,6 +275,8 @@ struct LeanTopkEpilogue {
       if (keep) {
         buf[out + __popc(m & lt)] = c;  // at or below i: every lane of the chunk has read
         mn = c < mn ? c : mn;
+      }
+      if (keep && hist) {
         const u32 key = static_cast<u32>(c >> 32);
         lean_topk_count(R.h1, key >> 24);
         if ((key >> 24) == b) lean_topk_count(R.h2, (key >> 16) & 0xffu);

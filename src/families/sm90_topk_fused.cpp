@@ -32,6 +32,7 @@ constexpr const char* kLayoutLiterals[] = {"dsa::kLayoutBshd"};
 constexpr int kSweepSmem = 2 * 4 * dsa::kLeanTopkRowBytes;
 
 std::atomic<int64_t> g_candidates{0};
+std::atomic<int32_t> g_refresh{-1};
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
@@ -57,7 +58,7 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   s.sweep.count = buf.count;
   s.sweep.ld = buf.ld;
   s.sweep.k = p.topk.k;
-  s.sweep.refresh = kTopkFusedRefresh;
+  s.sweep.refresh = topk_fused_refresh();
   s.call = &p;
   s.call_family = KernelFamily::topk_fused;
   return s;
@@ -231,5 +232,11 @@ int64_t topk_fused_candidates(int64_t k, int64_t s_k) {
 }
 
 void set_topk_fused_candidates(int64_t entries) { g_candidates.store(entries, std::memory_order_relaxed); }
+
+int32_t topk_fused_refresh() {
+  const int32_t r = g_refresh.load(std::memory_order_relaxed);
+  return r >= 0 ? r : kTopkFusedRefresh;
+}
+void set_topk_fused_refresh(int32_t refresh) { g_refresh.store(refresh, std::memory_order_relaxed); }
 
 }  // namespace dsa_indexer::detail

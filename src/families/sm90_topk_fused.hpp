@@ -26,7 +26,12 @@ void set_topk_fused_candidates(int64_t entries);
 // kernels have run on a GPU (they compile and plan on the CPU; the device was not available
 // when they were written): until then the fused path serves calls that ask for it by name.
 inline constexpr bool kTopkFusedAutomatic = false;
-// Appends to a row between refreshes of its threshold.
+// Appends to a row between refreshes of its threshold from its histograms; 0: no histograms are
+// kept while sweeping, the threshold rises at compactions only.
 inline constexpr int32_t kTopkFusedRefresh = 32;
+// The refresh the sweeps use: kTopkFusedRefresh, or the process-wide override (tests and
+// measurements time both modes; negative: none).
+int32_t topk_fused_refresh();
+void set_topk_fused_refresh(int32_t refresh);
 
 }  // namespace dsa_indexer::detail

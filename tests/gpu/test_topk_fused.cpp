@@ -112,6 +112,11 @@ void check_fused(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties 
         CHECK(bad == 0);
         const Out again = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
         CHECK(mismatches(again, f, first, k) == 0);
+        // the other threshold mode: compactions only (refresh 0), or the histograms (32)
+        dsa_indexer::detail::set_topk_fused_refresh(dsa_indexer::detail::kTopkFusedRefresh == 0 ? 32 : 0);
+        const Out other = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        dsa_indexer::detail::set_topk_fused_refresh(-1);
+        CHECK(mismatches(other, u, first, k) == 0);
       }
   }
   dsa_indexer::detail::set_topk_fused_candidates(0);
