@@ -72,11 +72,12 @@ TEST_CASE("every generic variant compiles to an sm_90a cubin without spills", "[
 
 TEST_CASE("every lean variant of the default manifest compiles without spills", "[nvrtc]") {
   const auto specs = all_specs(lean_family());
-  // 20 BSHD shapes: the 4 with S_q 1024 (128 q-tiles) do not saturate 132 SMs and stay
-  // generic; two of the other 16 are warmed in both scale variants. 4 THD lines: 4 variants.
+  // 20 BSHD shapes: the 4 with S_q 1024 (128 q-tiles) do not saturate 132 SMs and take the
+  // split variant; two of the 20 are warmed in both scale variants. 4 THD lines: 4 variants.
   // The top-k lines' BSHD blocks: 3 more (1056 x 65536, 4096 x 16384 and 1056 x 131072; the
-  // S_q 16384 / S_k 4096 block is a scores line's shape).
-  CHECK(specs.size() == 25);
+  // S_q 16384 / S_k 4096 block is a scores line's shape) and their tails' split variants (800 x
+  // 65536, 928 x 131072).
+  CHECK(specs.size() == 31);
   auto res = compile_all(specs);
   check_cubins(res, 1);
   for (const auto& r : res) {

@@ -38,9 +38,9 @@ TEST_CASE("manifest parsing", "[warmup]") {
 }
 
 TEST_CASE("manifest specs are deduplicated", "[warmup]") {
-  auto v = parse_manifest("sq=64 sk=32 ratio=2\nsq=128 sk=32 ratio=4\nsq=8 sk=8 w=f32\nsq=8 sk=8 family=reference\n", "m");
+  auto v = parse_manifest("sq=60 sk=32 ratio=2\nsq=124 sk=32 ratio=4\nsq=12 sk=8 w=f32\nsq=12 sk=8 family=reference\n", "m");
   auto specs = manifest_specs(v, DeviceInfo::h200());
-  REQUIRE(specs.size() == 3);  // too small for lean: generic for every automatic line
+  REQUIRE(specs.size() == 3);  // S_q no multiple of lean's q-tile: generic for every automatic line
   CHECK(specs[0] == generic_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd));
   CHECK(specs[1] == generic_spec(64, dsa_indexer::DType::f32, false, Layout::bshd));
   CHECK(specs[2] == reference_spec(64, dsa_indexer::DType::bf16, false, Layout::bshd));
@@ -138,8 +138,10 @@ TEST_CASE("manifest: batch= and sms= are what a gate reads besides the shape", "
   CHECK(v[2].batch == 1);
   CHECK(v[2].sms == 0);
   const auto specs = manifest_specs(v, DeviceInfo::h200());
-  // 128 q-tiles: lean only where B or the SM count makes the grid saturated.
-  CHECK(specs == std::vector<KernelSpec>{lean_spec(1024, 512, DType::bf16, false), generic_spec(64, DType::bf16, false, Layout::bshd)});
+  // 128 q-tiles: lean where B or the SM count makes the grid saturated, else its split variant.
+  CHECK(specs == std::vector<KernelSpec>{lean_spec(1024, 512, DType::bf16, false),
+                                         lean_spec(1024, 512, DType::bf16, false, Layout::bshd, DType::bf16, true),
+                                         generic_spec(64, DType::bf16, false, Layout::bshd)});
   // named, an unsaturated shape is lean's split variant (automatic calls take it once validated)
   CHECK(manifest_specs(parse_manifest("sq=1024 sk=512 family=lean\n", "m"), DeviceInfo::h200()) ==
         std::vector<KernelSpec>{lean_spec(1024, 512, DType::bf16, false, Layout::bshd, DType::bf16, true)});
@@ -213,9 +215,10 @@ TEST_CASE("manifest: a top-k line implies the top-k variant and the score varian
   const DeviceInfo h200 = DeviceInfo::h200();
   const KernelSpec gen_bf16 = generic_spec(64, DType::bf16, false, Layout::bshd);
   // BSHD blocks are causal problems of their own: 1056-row blocks (one q-tile per SM) go lean,
-  // the 800-row tail (100 q-tiles) and the escape hatch generic.
+  // the 800-row tail (100 q-tiles) lean's split variant, the escape hatch generic.
   CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=65536 ratio=1\n", "m"), h200) ==
-        std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16});
+        std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16,
+                                lean_spec(800, 65536, DType::bf16, false, Layout::bshd, DType::bf16, true)});
   // THD blocks have explicit windows, which lean does not serve: generic, whichever the hatch.
   CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n", "m"), h200) ==
         std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)});
