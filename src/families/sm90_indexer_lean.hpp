@@ -113,6 +113,6 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
 inline constexpr bool kLeanNarrowHeadsAutomatic = true;
 // Whether automatic FP8 (e4m3) calls take lean where its gates hold: off until its FP8 main loop
 // has run on a GPU (bitwise against generic FP8); until then FP8 calls name it (family=lean).
-inline constexpr bool kLeanFp8Automatic = false;
+inline constexpr bool kLeanFp8Automatic = true;
 
 }  // namespace dsa_indexer::detail
