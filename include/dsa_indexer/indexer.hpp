@@ -30,9 +30,9 @@ enum class ThdColumns : int32_t { local = 0, global = 1 };
 // `lean` is the per-shape fast path (H 64, contiguous 16-byte-aligned operands, no LSE, no
 // explicit windows, DSA_INDEXER_DISABLE_LEAN unset; BSHD: S_q a multiple of 8 and q-tiles x B
 // >= the device's SMs, compiled per (S_q, S_k); THD: ceil(T_q / 8) >= the device's SMs,
-// compiled per T_q rounded up to 8, whatever T_k and the segment boundaries; named, it also
-// serves BSHD H 32 and 16 (q-tiles of 16 and 32 tokens) and BSHD calls with fewer q-tiles x B
-// than SMs (its split variant), which automatic calls leave to generic until validated on a GPU);
+// compiled per T_q rounded up to 8, whatever T_k and the segment boundaries; it also serves
+// BSHD H 32 and 16 (q-tiles of 16 and 32 tokens) and BSHD calls with fewer q-tiles x B than SMs
+// (its split variant));
 // `reference` is the plain-CUDA oracle (slow, for tests). Those serve indexer_forward;
 // `topk_unfused` serves indexer_topk (dsa_indexer/topk.hpp). A family of another operation is
 // refused with UnsupportedConfig.

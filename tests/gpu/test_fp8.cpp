@@ -1,5 +1,4 @@
-// FP8 E4M3 inputs (issue 22) through the generic family, named (FP8 is served by name only until
-// these tests have passed on a GPU), against the fp64 oracle on the dequantized inputs
+// FP8 E4M3 inputs (issue 22) through the generic family, named, against the fp64 oracle on the dequantized inputs
 // (q8 * q_scale, k8 * k_scale): rel-L2 <= kFp8ScoreTol per case and over all cases (printed at
 // the end with the aim), the exact -inf pattern, every cell written (outputs are poisoned with a
 // NaN before each run), LSE; plus what holds by construction: run-to-run and bf16-W == fp32-W

@@ -388,7 +388,7 @@ TEST_CASE("validate: FP8 bad input names the parameter", "[validate][fp8]") {
   CHECK_THAT(err(k), Contains("q.strides") && Contains("16 elements"));
 }
 
-TEST_CASE("dispatch: FP8 calls take the generic family by name until validated on a GPU", "[dispatch][fp8]") {
+TEST_CASE("dispatch: FP8 calls take the FP8 families, automatically since validated on a GPU", "[dispatch][fp8]") {
   using dsa_indexer::KernelFamily;
   const DeviceInfo dev = DeviceInfo::h200();
   Call c = fp8_call(1, 8192, 4096, 64);
@@ -396,6 +396,8 @@ TEST_CASE("dispatch: FP8 calls take the generic family by name until validated o
   if (!kGenericFp8Automatic)
     CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::automatic, false),
                       Contains("one named for e4m3 inputs") && Contains("family generic serves them by name only"));
+  else  // S_q no multiple of the q-tile: generic
+    CHECK(&choose_family(run(fp8_call(1, 8196, 4096, 64)), dev, KernelFamily::automatic, false) == &generic_family());
   const Family& g = choose_family(p, dev, KernelFamily::generic, false);
   CHECK(&g == &generic_family());
   const Plan plan = make_plan(p, dev, g);
@@ -425,6 +427,8 @@ TEST_CASE("lean FP8: planned by name, every variant compiles without spills", "[
   CHECK(lean_spec(8192, 4096, DType::bf16, true).shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5");
   if (!kLeanFp8Automatic)
     CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::automatic, false), Contains("by name only"));
+  else
+    CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &lean_family());
   // BSHD and THD (both column modes), bf16 and fp32 W, both scale variants
   std::vector<KernelSpec> specs = {plan.spec,
                                    lean_spec(8192, 4096, DType::f32, false, Layout::bshd, DType::e4m3),
