@@ -62,52 +62,38 @@ void sync_device(int device) {
   DSA_CU(cuCtxSynchronize());
 }
 
+namespace {
+// A device copy of a host vector.
+template <class T>
+DeviceBuffer to_device(const std::vector<T>& v, int device) {
+  DeviceBuffer b(v.size() * sizeof(T), device);
+  b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+}  // namespace
+
 DeviceProblem upload(const HostProblem& p, int device, bool host_seqlens) {
   DeviceProblem d;
   const int64_t rows = p.rows(), cols = p.cols();
   if (!p.fp8) {
-    d.q = DeviceBuffer(p.q.size() * 2, device);
-    d.q.upload(p.q.data(), p.q.size() * 2);
-    d.k = DeviceBuffer(p.k.size() * 2, device);
-    d.k.upload(p.k.data(), p.k.size() * 2);
+    d.q = to_device(p.q, device);
+    d.k = to_device(p.k, device);
   } else {
-    d.q = DeviceBuffer(p.q8.size(), device);
-    d.q.upload(p.q8.data(), p.q8.size());
-    d.k = DeviceBuffer(p.k8.size(), device);
-    d.k.upload(p.k8.data(), p.k8.size());
-    if (!p.q_scale.empty()) {
-      d.q_scale = DeviceBuffer(p.q_scale.size() * 4, device);
-      d.q_scale.upload(p.q_scale.data(), p.q_scale.size() * 4);
-    }
-    if (!p.k_scale.empty()) {
-      d.k_scale = DeviceBuffer(p.k_scale.size() * 4, device);
-      d.k_scale.upload(p.k_scale.data(), p.k_scale.size() * 4);
-    }
+    d.q = to_device(p.q8, device);
+    d.k = to_device(p.k8, device);
+    if (!p.q_scale.empty()) d.q_scale = to_device(p.q_scale, device);
+    if (!p.k_scale.empty()) d.k_scale = to_device(p.k_scale, device);
   }
-  if (p.w_f32) {
-    d.w = DeviceBuffer(p.w_f32v.size() * 4, device);
-    d.w.upload(p.w_f32v.data(), p.w_f32v.size() * 4);
-  } else {
-    d.w = DeviceBuffer(p.w_bf16.size() * 2, device);
-    d.w.upload(p.w_bf16.data(), p.w_bf16.size() * 2);
-  }
+  d.w = p.w_f32 ? to_device(p.w_f32v, device) : to_device(p.w_bf16, device);
   d.out = DeviceBuffer(static_cast<size_t>(rows * cols) * 4, device);
   if (p.thd()) {
-    const int64_t n = static_cast<int64_t>(p.cu_q.size());
-    d.cu_q = DeviceBuffer(n * 4, device);
-    d.cu_q.upload(p.cu_q.data(), n * 4);
-    d.cu_k = DeviceBuffer(n * 4, device);
-    d.cu_k.upload(p.cu_k.data(), n * 4);
+    d.cu_q = to_device(p.cu_q, device);
+    d.cu_k = to_device(p.cu_k, device);
   }
-  if (!p.offsets.empty()) {
-    d.offsets = DeviceBuffer(p.offsets.size() * 4, device);
-    d.offsets.upload(p.offsets.data(), p.offsets.size() * 4);
-  }
+  if (!p.offsets.empty()) d.offsets = to_device(p.offsets, device);
   if (!p.ks.empty()) {
-    d.ks = DeviceBuffer(p.ks.size() * 4, device);
-    d.ks.upload(p.ks.data(), p.ks.size() * 4);
-    d.ke = DeviceBuffer(p.ke.size() * 4, device);
-    d.ke.upload(p.ke.data(), p.ke.size() * 4);
+    d.ks = to_device(p.ks, device);
+    d.ke = to_device(p.ke, device);
   }
   if (p.lse) d.lse = DeviceBuffer(static_cast<size_t>(rows) * 4, device);
   ProblemPointers ptr;

@@ -95,20 +95,31 @@ std::string HostProblem::describe() const {
 }
 
 namespace {
+uint16_t nonzero_bf16(std::mt19937_64& rng, std::normal_distribution<float>& nd) {
+  for (;;) {
+    const uint16_t h = float_to_bf16(nd(rng));
+    if ((h & 0x7fff) != 0) return h;
+  }
+}
+
+// W of every (row, head): bf16 draws and their exact fp32 copies.
+void fill_weights(HostProblem& p, std::mt19937_64& rng, std::normal_distribution<float>& nd) {
+  const size_t nw = static_cast<size_t>(p.t_q() * p.heads);
+  p.w_bf16.resize(nw);
+  p.w_f32v.resize(nw);
+  for (size_t i = 0; i < nw; ++i) {
+    p.w_bf16[i] = nonzero_bf16(rng, nd);
+    p.w_f32v[i] = bf16_to_float(p.w_bf16[i]);
+  }
+}
+
 // The FP8 draw of fill_random (the bf16 one is left as it was, draw for draw).
-void fill_random_fp8(HostProblem& p, std::mt19937_64& rng) {
-  std::normal_distribution<float> nd(0.0f, 1.0f);
+void fill_random_fp8(HostProblem& p, std::mt19937_64& rng, std::normal_distribution<float>& nd) {
   std::uniform_real_distribution<double> u01(0.0, 1.0), u33(-3.0, 3.0);
   auto nonzero_e4m3 = [&] {
     for (;;) {
       const uint8_t c = e4m3_encode(nd(rng) * kFp8Spread);
       if ((c & 0x7f) != 0) return c;
-    }
-  };
-  auto nonzero_bf16 = [&] {
-    for (;;) {
-      uint16_t h = float_to_bf16(nd(rng));
-      if ((h & 0x7fff) != 0) return h;
     }
   };
   auto scale = [&] {
@@ -121,13 +132,8 @@ void fill_random_fp8(HostProblem& p, std::mt19937_64& rng) {
   p.k8.resize(static_cast<size_t>(p.t_k() * D));
   for (auto& x : p.q8) x = nonzero_e4m3();
   for (auto& x : p.k8) x = nonzero_e4m3();
+  fill_weights(p, rng, nd);
   const size_t nw = static_cast<size_t>(p.t_q() * p.heads);
-  p.w_bf16.resize(nw);
-  p.w_f32v.resize(nw);
-  for (size_t i = 0; i < nw; ++i) {
-    p.w_bf16[i] = nonzero_bf16();
-    p.w_f32v[i] = bf16_to_float(p.w_bf16[i]);
-  }
   p.q_scale.clear();
   p.k_scale.clear();
   if (p.fp8_q_scale) {
@@ -145,28 +151,16 @@ void fill_random(HostProblem& p, uint64_t seed) {
   p.finalize_thd_defaults();
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  auto nonzero_bf16 = [&] {
-    for (;;) {
-      uint16_t h = float_to_bf16(nd(rng));
-      if ((h & 0x7fff) != 0) return h;
-    }
-  };
   const int64_t D = 128;
   if (p.fp8) {
-    fill_random_fp8(p, rng);
+    fill_random_fp8(p, rng, nd);
     return;
   }
   p.q.resize(static_cast<size_t>(p.t_q() * p.heads * D));
   p.k.resize(static_cast<size_t>(p.t_k() * D));
-  for (auto& x : p.q) x = nonzero_bf16();
-  for (auto& x : p.k) x = nonzero_bf16();
-  const size_t nw = static_cast<size_t>(p.t_q() * p.heads);
-  p.w_bf16.resize(nw);
-  p.w_f32v.resize(nw);
-  for (size_t i = 0; i < nw; ++i) {
-    p.w_bf16[i] = nonzero_bf16();
-    p.w_f32v[i] = bf16_to_float(p.w_bf16[i]);
-  }
+  for (auto& x : p.q) x = nonzero_bf16(rng, nd);
+  for (auto& x : p.k) x = nonzero_bf16(rng, nd);
+  fill_weights(p, rng, nd);
 }
 
 void row_window(const HostProblem& p, int64_t r, int64_t* lo, int64_t* hi) {
