@@ -58,7 +58,7 @@ const Family& choose_family(const Problem& p, const DeviceInfo& dev, KernelFamil
   for (const Family* f : families()) {
     if (f->auto_priority() <= 0 || !serves_kind(*f, p) || (f->fast_path() && fast_paths_disabled)) continue;
     if (best && f->auto_priority() <= best->auto_priority()) continue;
-    if (verdict(*f, p, dev).passed() && f->automatic_serves(p, dev)) best = f;
+    if (verdict(*f, p, dev).passed()) best = f;
   }
   if (!best) {
     // An input precision some family serves by name only (not yet validated on a GPU) says so.

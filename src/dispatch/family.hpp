@@ -50,13 +50,6 @@ class Family : public KernelSource {
   // Automatic calls try families by descending priority and take the first whose gate holds;
   // 0: only when asked for by name.
   virtual int auto_priority() const = 0;
-  // Whether an automatic call may take the family for a problem its gate passes (a variant not
-  // yet validated on a GPU is served by name only); asked after the gate.
-  virtual bool automatic_serves(const Problem& p, const DeviceInfo& dev) const {
-    (void)p;
-    (void)dev;
-    return true;
-  }
   // Switched off by the escape hatch (DSA_INDEXER_DISABLE_LEAN).
   virtual bool fast_path() const { return false; }
   // Cheap, non-throwing, no CUDA calls: whether the family serves this validated problem.

@@ -227,9 +227,6 @@ class LeanFamily final : public Family {
   }
 
   Gate check(const Problem& p, const DeviceInfo& dev) const override { return lean_check(p, dev); }
-  bool automatic_serves(const Problem& p, const DeviceInfo& dev) const override {
-    return (kLeanSplitAutomatic || p.is_thd() || saturated(p, dev)) && (kLeanNarrowHeadsAutomatic || p.heads == 64);
-  }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
 
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {

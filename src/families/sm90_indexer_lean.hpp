@@ -87,9 +87,6 @@ inline constexpr int32_t kLeanMinChunk = 8;
 // At most this many chunks per q-tile (the planner's search, O(1) each, runs per call).
 inline constexpr int32_t kLeanMaxParts = 64;
 LeanSplitPlan lean_split_plan(int64_t s_k, int64_t base_items, int64_t grid);
-// Whether automatic calls take the split variant where its gates hold: off until it has run on a
-// GPU (bitwise against generic); until then unsaturated calls name it (family=lean).
-inline constexpr bool kLeanSplitAutomatic = true;
 
 const Family& lean_family();
 
@@ -108,9 +105,6 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
                      DType qk = DType::bf16, bool split = false, int64_t heads = 64);
-// Whether automatic calls take lean for H 32 and 16 (BSHD) where its gates hold: off until those
-// variants have run on a GPU (bitwise against generic); until then they are served by name.
-inline constexpr bool kLeanNarrowHeadsAutomatic = true;
 // Whether automatic FP8 (e4m3) calls take lean where its gates hold: off until its FP8 main loop
 // has run on a GPU (bitwise against generic FP8); until then FP8 calls name it (family=lean).
 inline constexpr bool kLeanFp8Automatic = true;

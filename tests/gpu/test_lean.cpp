@@ -117,10 +117,9 @@ TEST_CASE("lean: a forced lean call names the failed gate on the real device", "
 }
 
 // ---------------- the split variant ----------------
-// BSHD calls whose q-tiles x B are fewer than the SMs: lean by name cuts every q-tile's KV tiles
-// into chunks (one work item each). Scores are per cell, so the chunks change no bit: against the
-// oracle, and bitwise against generic and the dispatcher (which takes generic for these shapes
-// until kLeanSplitAutomatic is set).
+// BSHD calls whose q-tiles x B are fewer than the SMs: lean cuts every q-tile's KV tiles into
+// chunks (one work item each). Scores are per cell, so the chunks change no bit: against the
+// oracle, and bitwise against generic and the dispatcher.
 
 TEST_CASE("lean split: unsaturated shapes against the fp64 oracle and bitwise against generic", "[lean][lean_split]") {
   // chunked prefill: S_q 256 over 16384 keys, the rows ending at S_k (four chunks of 64 tiles)
@@ -158,8 +157,7 @@ TEST_CASE("lean split: run to run bitwise, and bf16 W == fp32 W", "[lean][lean_s
 
 // ---------------- H 32 and 16 (BSHD) ----------------
 // q-tiles of 16 and 32 tokens (256 packed token-head rows per consumer, as at H 64), the same
-// head sum as generic: against the oracle and bitwise against generic and the dispatcher (which
-// takes generic at these H until kLeanNarrowHeadsAutomatic is set).
+// head sum as generic: against the oracle and bitwise against generic and the dispatcher.
 
 TEST_CASE("lean heads: H 32 and 16 against the fp64 oracle and bitwise against generic", "[lean][lean_heads]") {
   for (int h : {32, 16}) {

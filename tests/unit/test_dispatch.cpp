@@ -99,7 +99,7 @@ TEST_CASE("dispatch: automatic goes lean where every gate holds, else generic", 
   Call f32 = lean_call();
   f32.w = TensorDesc::contiguous(fake(0x300000), DType::f32, {1, 8192, 64});
   CHECK(&pick(f32) == &lean_family());
-  CHECK(&pick(lean_call(1, 8192, 4096, 32)) == (kLeanNarrowHeadsAutomatic ? &lean_family() : &generic_family()));
+  CHECK(&pick(lean_call(1, 8192, 4096, 32)) == &lean_family());
   CHECK(&pick(lean_call(), KernelFamily::generic) == &generic_family());
   CHECK(&pick(lean_call(), KernelFamily::reference) == &reference_family());
   CHECK(&pick(lean_call(), KernelFamily::lean) == &lean_family());
@@ -153,21 +153,20 @@ TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]"
     CHECK(&pick(c.call) == &generic_family());
   }
   // the saturation verdict reads the device's SM count: 1024 q-tiles saturate 132 SMs, not
-  // 2048; below it BSHD calls take the split variant (lean_split.cpp's tests), which automatic
-  // calls take only once kLeanSplitAutomatic is set
+  // 2048; below it BSHD calls take the split variant (lean_split.cpp's tests)
   DeviceInfo big{0, 2048, 9, 0, 232448, "fake 2048-SM Hopper"};
   CHECK(lean_error(lean_call(), false, big) == "accepted");
-  CHECK(&pick(lean_call(), KernelFamily::automatic, false, big) == (kLeanSplitAutomatic ? &lean_family() : &generic_family()));
+  CHECK(&pick(lean_call(), KernelFamily::automatic, false, big) == &lean_family());
   CHECK(&pick(lean_call(2), KernelFamily::automatic, false, big) == &lean_family());
   CHECK(lean_error(lean_call(1, 1024, 512)) == "accepted");
-  // BSHD H 32 and 16: lean by name (q-tiles of 16 and 32 tokens); automatic calls once validated
+  // BSHD H 32 and 16: lean (q-tiles of 16 and 32 tokens), named or automatic
   for (int64_t h : {32, 16}) {
     CHECK(lean_error(lean_call(1, 8192, 4096, h)) == "accepted");
-    CHECK(&pick(lean_call(1, 8192, 4096, h)) == (kLeanNarrowHeadsAutomatic ? &lean_family() : &generic_family()));
+    CHECK(&pick(lean_call(1, 8192, 4096, h)) == &lean_family());
   }
   CHECK_THAT(lean_error(lean_call(1, 8200, 4096, 32)), Contains("S_q") && Contains("a multiple of 16"));
   CHECK_THAT(lean_error(lean_call(1, 8208, 4096, 16)), Contains("S_q") && Contains("a multiple of 32"));
-  CHECK(&pick(lean_call(1, 1024, 512)) == (kLeanSplitAutomatic ? &lean_family() : &generic_family()));
+  CHECK(&pick(lean_call(1, 1024, 512)) == &lean_family());
   DeviceInfo h20{0, 78, 9, 0, 232448, "fake 78-SM Hopper"};
   CHECK(&pick(lean_call(1, 1024, 512), KernelFamily::automatic, false, h20) == &lean_family());
   // a device that is not sm_90 fails the first gate

@@ -120,8 +120,7 @@ TEST_CASE("lean split: forced lean plans the split variant where q-tiles x B can
   const DeviceInfo dev = DeviceInfo::h200();
   const Problem p = problem(prefill(1, 512, 16384));
   CHECK(&choose_family(p, dev, KernelFamily::lean, false) == &lean_family());
-  CHECK(&choose_family(p, dev, KernelFamily::automatic, false) ==
-        (kLeanSplitAutomatic ? &lean_family() : &choose_family(p, dev, KernelFamily::generic, false)));
+  CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &lean_family());
   const Plan plan = make_plan(p, dev, lean_family());
   CHECK(plan.spec.shape_key() == "bshd.sq512.sk16384.wbf16.scale1.s5.split1");
   CHECK(plan.kv_parts == 2);
