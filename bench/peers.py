@@ -726,12 +726,7 @@ def measure(args) -> dict:
 
     if not torch.cuda.is_available():
         raise SystemExit("peers.py: needs a CUDA GPU (use --from-json to render saved results)")
-    if args.library:
-        os.environ["DSA_INDEXER_LIBRARY"] = args.library
-    elif "DSA_INDEXER_LIBRARY" not in os.environ:
-        found = sorted((REPO / "build").glob("libdsa_indexer.so*"))
-        if found and not (REPO / "build" / "libdsa_indexer.so").exists():
-            os.environ["DSA_INDEXER_LIBRARY"] = str(found[-1])
+    _library_from_args(args)
     t_start = time.perf_counter()
     results = {"format": RESULTS_FORMAT, "env": environment(args), "cases": [], "impls": {}, "skipped": []}
     q_tiles = max(LEAN_CHECK_TILES, results["env"]["sm_count"])
@@ -798,9 +793,9 @@ def _triton_configs():
 # ------------------------------------------------------------------ report ---------------
 
 
-def save_json(results: dict, out_dir: Path) -> None:
+def save_json(results: dict, out_dir: Path, name: str = JSON_NAME) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / JSON_NAME).write_text(json.dumps(results, indent=1) + "\n")  # key order is the column order
+    (out_dir / name).write_text(json.dumps(results, indent=1) + "\n")  # key order is the column order
 
 
 def _fmt_pairs(n: int) -> str:
@@ -1315,7 +1310,7 @@ def main_fp8(args, out_dir: Path) -> int:
     else:
         _library_from_args(args)
         results = peers_fp8.measure_fp8(args, sys.modules[__name__])
-        peers_fp8.save(results, out_dir)
+        save_json(results, out_dir, peers_fp8.FP8_JSON)
     doc = write_doc(peers_fp8.render_fp8(results), out_dir, (peers_fp8.FP8_BEGIN, peers_fp8.FP8_END))
     if not args.from_json:
         for what, cold, warm in peers_fp8.targets(results["cases"]):
@@ -1338,7 +1333,7 @@ def main_topk(args, out_dir: Path) -> int:
             if found and not (REPO / "build" / "libdsa_indexer.so").exists():
                 os.environ["DSA_INDEXER_LIBRARY"] = str(found[-1])
         results = peers_topk.measure_topk(args, sys.modules[__name__])
-        peers_topk.save(results, out_dir)
+        save_json(results, out_dir, peers_topk.TOPK_JSON)
     doc = write_doc(peers_topk.render_topk(results), out_dir, (peers_topk.TOPK_BEGIN, peers_topk.TOPK_END))
     for what, verdict in peers_topk.targets(results["cases"]):
         print(f"[peers-topk] target {what}: {verdict}", flush=True)

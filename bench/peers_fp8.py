@@ -364,18 +364,11 @@ def measure_fp8(args, peers) -> dict:
         torch.cuda.empty_cache()
         res["cases"].append(row)
         res["elapsed_s"] = time.perf_counter() - t_start
-        save(res, out_dir)
+        peers.save_json(res, out_dir, FP8_JSON)
         peers.write_doc(render_fp8(res), out_dir, (FP8_BEGIN, FP8_END))
     res["ceilings_end"] = {"fp8": fp8_gemm_ceiling(), "fp8_fast": fp8_gemm_ceiling(fast_accum=True)}
     res["elapsed_s"] = time.perf_counter() - t_start
     return res
-
-
-def save(res: dict, out_dir: Path) -> None:
-    import json
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / FP8_JSON).write_text(json.dumps(res, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- report -----------------

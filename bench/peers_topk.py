@@ -414,7 +414,7 @@ def measure_topk(args, peers) -> dict:
             scores0 = ref = base = None  # the matrix and the selections of this k
             res["cases"].append(row)
             torch.cuda.empty_cache()
-            save(res, out_dir)
+            peers.save_json(res, out_dir, TOPK_JSON)
             peers.write_doc(render_topk(res), out_dir, (TOPK_BEGIN, TOPK_END))
         del sets
         torch.cuda.empty_cache()
@@ -437,13 +437,6 @@ def cli_row(cli, name: str, k: int):
         if r.get("name") == name and r.get("k") == k:
             return r
     return None
-
-
-def save(res: dict, out_dir: Path) -> None:
-    import json
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / TOPK_JSON).write_text(json.dumps(res, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- report -----------------

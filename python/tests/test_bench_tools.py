@@ -803,7 +803,7 @@ def test_topk_results_re_render_beside_the_scores_section(tmp_path):
     doc = tmp_path / "BENCHMARKS.md"
     doc.write_text("# Benchmarks\n\n" + peers.BEGIN + "\nscores\n" + peers.END + "\n")
     r = _topk_results()
-    peers_topk.save(r, tmp_path)
+    peers.save_json(r, tmp_path, peers_topk.TOPK_JSON)
     assert peers.main(["--op", "topk", "--from-json", str(tmp_path / peers_topk.TOPK_JSON), "--out", str(tmp_path)]) == 0
     text = doc.read_text()
     assert "\nscores\n" in text and text.count(peers_topk.TOPK_BEGIN) == 1
@@ -965,7 +965,7 @@ def test_fp8_section_beside_the_others_and_json_round_trip(tmp_path):
     doc = tmp_path / "BENCHMARKS.md"
     doc.write_text("# Benchmarks\n\n" + peers.BEGIN + "\nscores\n" + peers.END + "\n\n" + peers_topk.TOPK_BEGIN + "\ntopk\n" + peers_topk.TOPK_END + "\n")
     r = _fp8_results()
-    peers_fp8.save(r, tmp_path)
+    peers.save_json(r, tmp_path, peers_fp8.FP8_JSON)
     again = json.loads((tmp_path / peers_fp8.FP8_JSON).read_text())
     assert peers_fp8.render_fp8(again) == peers_fp8.render_fp8(r)
     args = ["--precision", "fp8", "--from-json", str(tmp_path / peers_fp8.FP8_JSON), "--out", str(tmp_path)]
