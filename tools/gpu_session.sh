@@ -2,7 +2,7 @@
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
-#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate8|validate9a|validate9b|perf9]
+#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -49,19 +49,9 @@ if want topk; then
   run gpu_topk_fused 300 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
   run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
 fi
-# validate8 (not in all): the GPU paths built without a device in session 8, correctness only,
-# within one 10-minute call: the fused top-k against the unfused path, the candidates kernel
-# against the unfused selection, FP8 (generic against the fp64 oracle, lean == generic), and
-# lean's bf16 suite as a regression check of the epilogue split.
-if [[ " $steps " == *" validate8 "* ]]; then
-  run gpu_topk_fused 200 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
-  run gpu_fp8 200 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
-  run gpu_topk_select 60 $b/tests/dsa_gpu_tests "[topk_select]"
-  run gpu_lean 120 $b/tests/dsa_gpu_tests "[lean]"
-fi
-# validate9a / validate9b (not in all): the same, split for two calls of at most 10 minutes each,
-# with session 9's lean variants (the split variant, H 32 and 16) inside [lean]: (a) lean and FP8,
-# (b) the fused top-k, the candidates kernel, and the fused timing.
+# validate9a / validate9b (not in all): the GPU paths built without a device in sessions 8 and 9,
+# in two calls of at most 10 minutes each: (a) [lean] (with the split variant and H 32 / 16) and
+# [fp8]; (b) the fused top-k against the unfused path, the candidates kernel, the fused timing.
 if [[ " $steps " == *" validate9a "* ]]; then
   run gpu_lean 290 $b/tests/dsa_gpu_tests "[lean]" --durations yes
   run gpu_fp8 280 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
