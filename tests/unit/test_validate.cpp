@@ -393,11 +393,8 @@ TEST_CASE("dispatch: FP8 calls take the FP8 families, automatically since valida
   const DeviceInfo dev = DeviceInfo::h200();
   Call c = fp8_call(1, 8192, 4096, 64);
   const Problem p = run(c);
-  if (!kGenericFp8Automatic)
-    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::automatic, false),
-                      Contains("one named for e4m3 inputs") && Contains("family generic serves them by name only"));
-  else  // S_q no multiple of the q-tile: generic
-    CHECK(&choose_family(run(fp8_call(1, 8196, 4096, 64)), dev, KernelFamily::automatic, false) == &generic_family());
+  // S_q no multiple of the q-tile: generic
+  CHECK(&choose_family(run(fp8_call(1, 8196, 4096, 64)), dev, KernelFamily::automatic, false) == &generic_family());
   const Family& g = choose_family(p, dev, KernelFamily::generic, false);
   CHECK(&g == &generic_family());
   const Plan plan = make_plan(p, dev, g);
@@ -422,13 +419,10 @@ TEST_CASE("lean FP8: planned by name, every variant compiles without spills", "[
   const Problem p = run(fp8_call(1, 8192, 4096, 64));
   const Family& f = choose_family(p, dev, KernelFamily::lean, false);
   const Plan plan = make_plan(p, dev, f);
-  CHECK(plan.spec.shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5.ine4m3");
+  CHECK(plan.spec.shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s8.ine4m3");  // FP8: 8 KV stages
   // bf16 lean keeps its key (the input parameter is omitted at its default)
   CHECK(lean_spec(8192, 4096, DType::bf16, true).shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5");
-  if (!kLeanFp8Automatic)
-    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::automatic, false), Contains("by name only"));
-  else
-    CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &lean_family());
+  CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &lean_family());
   // BSHD and THD (both column modes), bf16 and fp32 W, both scale variants
   std::vector<KernelSpec> specs = {plan.spec,
                                    lean_spec(8192, 4096, DType::f32, false, Layout::bshd, DType::e4m3),
