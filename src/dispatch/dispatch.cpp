@@ -32,7 +32,7 @@ const Gate& verdict(const Family& f, const Problem& p, const DeviceInfo& dev) {
 
 // Whether the family implements the call's operation from the call's input precision: checked
 // before any gate, so a family's gate only ever sees problems of its own operation and inputs.
-bool serves_kind(const Family& f, const Problem& p) { return f.operation() == p.op && f.serves_input(p.qk_dtype, true); }
+bool serves_kind(const Family& f, const Problem& p) { return f.operation() == p.op && f.serves_input(p.qk_dtype); }
 
 }  // namespace
 
@@ -43,7 +43,7 @@ const Family& choose_family(const Problem& p, const DeviceInfo& dev, KernelFamil
     if (f.operation() != p.op)
       fail_param<UnsupportedConfig>(where, fmt::format("family {}: operation", f.option()), operation_name(f.operation()),
                                     operation_name(p.op));
-    if (!f.serves_input(p.qk_dtype, false))
+    if (!f.serves_input(p.qk_dtype))
       fail_param<UnsupportedConfig>(where, fmt::format("family {}: q/k dtype", f.option()), f.input_dtypes(),
                                     dtype_name(p.qk_dtype));
     if (f.fast_path() && fast_paths_disabled)
@@ -61,14 +61,6 @@ const Family& choose_family(const Problem& p, const DeviceInfo& dev, KernelFamil
     if (verdict(*f, p, dev).passed()) best = f;
   }
   if (!best) {
-    // An input precision some family serves by name only (not yet validated on a GPU) says so.
-    for (const Family* f : families())
-      if (f->operation() == p.op && f->serves_input(p.qk_dtype, false) && !f->serves_input(p.qk_dtype, true))
-        fail_param<UnsupportedConfig>(where, "family",
-                                      fmt::format("one named for {} inputs (family {} serves them by name only, until they "
-                                                  "have been validated on a GPU)",
-                                                  dtype_name(p.qk_dtype), f->option()),
-                                      "automatic");
     fail_param<UnsupportedConfig>(where, "family", fmt::format("a family of operation {} that serves the call", operation_name(p.op)),
                                   "none");
   }

@@ -40,12 +40,8 @@ class Family : public KernelSource {
   // before the gate, so that a family never sees inputs of another precision.
   virtual DType input_dtype() const = 0;
   // Every input precision the family computes from (input_dtype() and, for families with an
-  // FP8 main loop, e4m3), and whether an automatic call may take it for that precision (a
-  // precision not yet validated on a GPU is served by name only).
-  virtual bool serves_input(DType d, bool automatic) const {
-    (void)automatic;
-    return d == input_dtype();
-  }
+  // FP8 main loop, e4m3).
+  virtual bool serves_input(DType d) const { return d == input_dtype(); }
   virtual std::string input_dtypes() const;  // "bf16", "bf16 or e4m3": for messages
   // Automatic calls try families by descending priority and take the first whose gate holds;
   // 0: only when asked for by name.

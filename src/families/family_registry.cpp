@@ -21,7 +21,7 @@ Gate Gate::fail(const char* gate, std::string expected, std::string actual) {
 std::string Family::input_dtypes() const {
   std::string s;
   for (DType d : {DType::bf16, DType::e4m3})
-    if (serves_input(d, false)) s += std::string(s.empty() ? "" : " or ") + dtype_name(d);
+    if (serves_input(d)) s += std::string(s.empty() ? "" : " or ") + dtype_name(d);
   return s;
 }
 

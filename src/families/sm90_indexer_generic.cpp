@@ -23,9 +23,7 @@ class GenericFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::generic; }
   Operation operation() const override { return Operation::scores; }
   DType input_dtype() const override { return DType::bf16; }
-  bool serves_input(DType d, bool automatic) const override {
-    return d == DType::bf16 || (d == DType::e4m3 && (!automatic || kGenericFp8Automatic));
-  }
+  bool serves_input(DType d) const override { return d == DType::bf16 || d == DType::e4m3; }
   int auto_priority() const override { return 1; }
   const std::vector<ParamDesc>& params() const override {
     static const std::vector<ParamDesc> p = {heads_param(), weights_param(), lse_param(), layout_param(),

@@ -21,11 +21,6 @@ struct GenericGeometry {
 const Family& generic_family();
 KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stages = GenericGeometry::kDefaultKvStages,
                         DType qk = DType::bf16);
-// Whether automatic FP8 (e4m3) calls take the generic family. Off until its FP8 main loop has
-// run on a GPU against the fp64 reference (it compiles and plans on the CPU; the device was not
-// lent when it was written): until then FP8 calls name the family (family=generic).
-inline constexpr bool kGenericFp8Automatic = true;
-
 // Tiles CTA `cta` of a generic plan runs, in order (the same arithmetic as the kernel): linear
 // ids cta, cta + G, ...; linear id L runs tile num_tiles - 1 - L.
 std::vector<int64_t> generic_cta_tiles(const Plan& plan, int64_t cta);

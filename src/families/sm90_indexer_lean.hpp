@@ -105,8 +105,4 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
                      DType qk = DType::bf16, bool split = false, int64_t heads = 64);
-// Whether automatic FP8 (e4m3) calls take lean where its gates hold: off until its FP8 main loop
-// has run on a GPU (bitwise against generic FP8); until then FP8 calls name it (family=lean).
-inline constexpr bool kLeanFp8Automatic = true;
-
 }  // namespace dsa_indexer::detail

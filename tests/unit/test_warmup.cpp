@@ -425,12 +425,8 @@ TEST_CASE("manifest: in=e4m3 lines warm the FP8 variants of the family they name
   CHECK(specs[0] == generic_spec(64, DType::bf16, false, Layout::bshd, 5, DType::e4m3));
   CHECK(specs[1] == lean_spec(8192, 4096, DType::bf16, false, Layout::bshd, DType::e4m3));
   CHECK_THROWS_WITH(parse_manifest("sq=1 sk=1 in=e5m2\n", "m.txt"), Contains("m.txt:1") && Contains("bf16 or e4m3"));
-  // automatic FP8 lines are refused while the FP8 families serve by name only, naming the line;
-  // since they are validated, an automatic line warms lean FP8 and the escape hatch's generic FP8
-  if (!kGenericFp8Automatic)
-    CHECK_THROWS_WITH(manifest_specs(parse_manifest("sq=8192 sk=4096 in=e4m3\n", "m.txt"), h200), Contains("m.txt:1") && Contains("by name only"));
-  else
-    CHECK(manifest_specs(parse_manifest("sq=8192 sk=4096 ratio=2 in=e4m3\n", "m.txt"), h200) ==
+  // an automatic FP8 line warms lean FP8 and the escape hatch's generic FP8
+  CHECK(manifest_specs(parse_manifest("sq=8192 sk=4096 ratio=2 in=e4m3\n", "m.txt"), h200) ==
           std::vector<KernelSpec>{lean_spec(8192, 4096, DType::bf16, false, Layout::bshd, DType::e4m3),
                                   generic_spec(64, DType::bf16, false, Layout::bshd, 5, DType::e4m3)});
   // a recorded FP8 call's line says in=e4m3 and implies exactly its variant
