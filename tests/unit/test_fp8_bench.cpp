@@ -188,8 +188,6 @@ TEST_CASE("fp8 bench: the hand-declared cuBLASLt ABI matches the toolkit's heade
   STATIC_REQUIRE(lt::kOpT == CUBLAS_OP_T);
   STATIC_REQUIRE(lt::kDescTransA == CUBLASLT_MATMUL_DESC_TRANSA);
   STATIC_REQUIRE(lt::kDescTransB == CUBLASLT_MATMUL_DESC_TRANSB);
-  STATIC_REQUIRE(lt::kDescAScalePointer == CUBLASLT_MATMUL_DESC_A_SCALE_POINTER);
-  STATIC_REQUIRE(lt::kDescBScalePointer == CUBLASLT_MATMUL_DESC_B_SCALE_POINTER);
   STATIC_REQUIRE(lt::kDescFastAccum == CUBLASLT_MATMUL_DESC_FAST_ACCUM);
   STATIC_REQUIRE(lt::kPrefMaxWorkspaceBytes == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);
   STATIC_REQUIRE(sizeof(lt::HeuristicResult) == sizeof(cublasLtMatmulHeuristicResult_t));

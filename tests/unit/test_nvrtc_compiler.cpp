@@ -52,6 +52,8 @@ void check_cubins(const std::vector<Compiled>& res, std::size_t kernels_min) {
     CHECK(r.out.log.find("bytes spill stores") != std::string::npos);
     CHECK(r.out.log.find(" 0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
     CHECK(r.out.log.find("warning") == std::string::npos);
+    // no "Potential Performance Loss" notes (C7514 / C7518: ptxas serialized the wgmma)
+    CHECK(r.out.log.find("Performance Loss") == std::string::npos);
   }
 }
 }  // namespace

@@ -3,25 +3,34 @@
 lists are long and mechanical, so they are generated rather than typed."""
 import pathlib
 
-SHAPES = [64, 128, 256]
+SHAPES = [64, 128, 256]      # bf16, k16
+FP8_SHAPES = [256]           # E4M3, k32
 
-def wrapper(n):
+# (name suffix, k, PTX type suffix, operand note, trailing immediates) per input kind
+KINDS = {
+    "bf16": ("k16_bf16", 16, "bf16.bf16", "(trans-a = trans-b = 0)", "1, 1, 0, 0"),
+    "e4m3": ("k32_e4m3", 32, "e4m3.e4m3", "(FP8 has no transposed form)", "1, 1"),
+}
+
+def wrapper(n, kind):
+    suffix, k, ptx, note, imm = KINDS[kind]
+    inputs = "bf16 inputs" if kind == "bf16" else "FP8 E4M3 inputs"
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     a, b, p = regs, regs + 1, regs + 2
     return f'''
-// D[64 x {n}] (+)= A[64 x 16] * B[{n} x 16]^T, bf16 inputs, fp32 accumulators, both operands
-// K-major in shared memory (trans-a = trans-b = 0). scale_d = 0 ignores the old D (first k-step).
+// D[64 x {n}] (+)= A[64 x {k}] * B[{n} x {k}]^T, {inputs}, fp32 accumulators, both operands
+// K-major in shared memory {note}. scale_d = 0 ignores the old D (first k-step).
 // d[i] holds row 16*warp + lane/4 + 8*((i>>1)&1), column 8*(i>>2) + 2*(lane&3) + (i&1).
-__device__ __forceinline__ void wgmma_m64n{n}k16_bf16_ss(float (&d)[{regs}], u64 desc_a, u64 desc_b,
+__device__ __forceinline__ void wgmma_m64n{n}{suffix}_ss(float (&d)[{regs}], u64 desc_a, u64 desc_b,
                                                          int scale_d) {{
   asm volatile(
       "{{\\n"
       ".reg .pred p;\\n"
       "setp.ne.b32 p, %{p}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "
-      "{{{outs}}}, %{a}, %{b}, p, 1, 1, 0, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx} "
+      "{{{outs}}}, %{a}, %{b}, p, {imm};\\n"
       "}}\\n"
       : {cons}
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
@@ -56,7 +65,9 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
 }
 ''']
     for n in SHAPES:
-        text.append(wrapper(n))
+        text.append(wrapper(n, "bf16"))
+    for n in FP8_SHAPES:
+        text.append(wrapper(n, "e4m3"))
     text.append("\n}  // namespace dsa\n")
     out.write_text("".join(text))
 

@@ -20,8 +20,6 @@ inline constexpr int kOpT = 1;
 // cublasLtMatmulDescAttributes_t
 inline constexpr int kDescTransA = 3;        // int32_t
 inline constexpr int kDescTransB = 4;        // int32_t
-inline constexpr int kDescAScalePointer = 17;  // const void*
-inline constexpr int kDescBScalePointer = 18;  // const void*
 inline constexpr int kDescFastAccum = 25;      // int8_t
 // cublasLtMatmulPreferenceAttributes_t
 inline constexpr int kPrefMaxWorkspaceBytes = 1;  // uint64_t
