@@ -2,7 +2,7 @@
 # One GPU session: the GPU tests, the demo, the benchmark (and optionally the sanitizers), with
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
-#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9]
+#                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -60,6 +60,18 @@ if [[ " $steps " == *" validate9b "* ]]; then
   run gpu_topk_fused 250 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
   run gpu_topk_select 90 $b/tests/dsa_gpu_tests "[topk_select]" --durations yes
   run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
+fi
+# validate10 (not in all): what session 10 left for the GPU: main's FP8 kernels (x + |x| head
+# sum, lean FP8 at 8 KV stages) through the whole [fp8] suite, memcheck over it, racecheck over
+# the FP8 cases lean serves (lean == generic on 11 shapes, THD), and the CLI's FP8 rows with the
+# FP8 GEMM ceiling (fixed in session 10).
+if [[ " $steps " == *" validate10 "* ]]; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  run gpu_fp8 200 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
+  run sanitize_memcheck_fp8 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[fp8]"
+  run sanitize_racecheck_fp8 150 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
+    "fp8: lean == generic bitwise,fp8: THD layouts against the fp64 oracle"
+  run fp8_bench 150 $b/tools/dsa-indexer bench --in e4m3 --quick --json "$out/fp8_bench.json"
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
