@@ -101,22 +101,30 @@ std::string read_fd(int fd, const struct stat& st, std::size_t max_bytes, std::s
 
 std::string read_regular_at(const DirFd& dir, const std::string& name, std::size_t max_bytes, std::string* out,
                             struct stat* st) {
-  // lstat first: opening a FIFO, a tty or a tape device has effects of its own, even non-blocking.
-  if (::fstatat(dir.get(), name.c_str(), st, AT_SYMLINK_NOFOLLOW) != 0) return std::strerror(errno);
-  if (!S_ISREG(st->st_mode)) return fmt::format("{}, not a regular file", file_kind(*st));
-  const int fd = ::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return std::strerror(errno);
-  struct stat fst {};
-  std::string why;
-  if (::fstat(fd, &fst) != 0)
-    why = std::strerror(errno);
-  else if (fst.st_dev != st->st_dev || fst.st_ino != st->st_ino)
-    why = "replaced while being opened";
-  else
-    why = read_fd(fd, fst, max_bytes, out);
-  *st = fst;
-  ::close(fd);
-  return why;
+  // A publisher renames a whole new file over an entry at any time (DiskCache::store); one that
+  // lands between the lstat and the open is read again, a few times, before it is reported.
+  constexpr int kAttempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    // lstat first: opening a FIFO, a tty or a tape device has effects of its own, even non-blocking.
+    if (::fstatat(dir.get(), name.c_str(), st, AT_SYMLINK_NOFOLLOW) != 0) return std::strerror(errno);
+    if (!S_ISREG(st->st_mode)) return fmt::format("{}, not a regular file", file_kind(*st));
+    const int fd = ::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return std::strerror(errno);
+    struct stat fst {};
+    std::string why;
+    bool replaced = false;
+    if (::fstat(fd, &fst) != 0) {
+      why = std::strerror(errno);
+    } else if (fst.st_dev != st->st_dev || fst.st_ino != st->st_ino) {
+      replaced = true;
+      why = "replaced while being opened";
+    } else {
+      why = read_fd(fd, fst, max_bytes, out);
+    }
+    *st = fst;
+    ::close(fd);
+    if (!replaced || attempt == kAttempts) return why;
+  }
 }
 
 std::string read_regular_file(const std::string& path, std::size_t max_bytes, std::string* out) {

@@ -50,7 +50,9 @@ bool list_names(const DirFd& dir, std::vector<std::string>* names);
 
 // Reads regular file `name` below `dir` into `out`: refuses (before opening) anything that is
 // not a regular file, opens with O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, re-checks the opened
-// descriptor, and refuses files larger than `max_bytes`. `st` receives the file's status.
+// descriptor (a file replaced in between is read again, up to 4 times: publishers rename whole
+// files over entries at any time), and refuses files larger than `max_bytes`. `st` receives the
+// file's status.
 // Returns "" or why not (a FIFO, a device, a link, too large, an errno text).
 std::string read_regular_at(const DirFd& dir, const std::string& name, std::size_t max_bytes, std::string* out,
                             struct stat* st);
