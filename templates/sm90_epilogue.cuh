@@ -15,8 +15,8 @@ namespace dsa {
 // fma(2 relu(x), w, 2 s) == 2 fma(relu(x), w, s) bit for bit, and the head sum of the doubled
 // terms, halved once at its end, has the bits of the fmaxf form for every finite input whose
 // doubled terms stay finite and normal (|q . k| < 2^127, nonzero partial sums >= 2^-125 in
-// magnitude). For a product of -inf (infinite inputs) it gives NaN where fmaxf gave 0. Which form
-// a family uses is fixed per input precision (kRelu2: FP8 in every family; docs/DESIGN.md
+// magnitude). For a product of -inf (infinite inputs) it gives NaN where fmaxf gave 0. The form
+// follows the input precision, here for every family (head_sum's kFp8; docs/DESIGN.md
 // "Contract"): measured in session 10, it is 2-3 % faster for FP8 and 4-6 % slower for bf16.
 template <bool kRelu2>
 __device__ __forceinline__ float relu_term(float x) {
@@ -34,9 +34,10 @@ __device__ __forceinline__ int weight_head(int g4, int e, int cls) { return 16 *
 // acc: m64n256 accumulators of one KV tile (rows = 64 KV rows, columns = TPW tokens x H heads
 // of this warpgroup). On return part[j], j < 2*TPW/4, is the head sum of token slot j >> 1 for
 // accumulator row 16 * warp + lane / 4 + 8 * (j & 1).
-template <int H, int TPW, bool kRelu2 = false, class W>
+template <int H, int TPW, bool kFp8 = false, class W>
 __device__ __forceinline__ void head_sum(const float (&acc)[128], const W& w, float (&part)[2 * TPW], int lane) {
   constexpr int P = 2 * TPW;
+  constexpr bool kRelu2 = kFp8;  // FP8 inputs: relu as x + |x| (relu_term)
   // (1) per thread: relu * w (kRelu2: 2 relu * w) over its H/4 heads of each token, one sum per
   // accumulator row
 #pragma unroll

@@ -77,7 +77,7 @@ __device__ __forceinline__ void epilogue_tile(const float (&acc)[128], u32 w_cls
   using T = GenericTraits<Cfg>;
   constexpr int H = T::kHeads, TPW = T::kTokensPerConsumer, P = 2 * TPW;
   float part[P];
-  head_sum<H, TPW, T::kFp8>(acc, SmemWeights<H>{w_cls}, part, lane);  // FP8: the x + |x| form (sm90_epilogue.cuh)
+  head_sum<H, TPW, T::kFp8>(acc, SmemWeights<H>{w_cls}, part, lane);
   // (3) part[j]: token slot j >> 1, accumulator row 16 * warp + lane / 4 + 8 * (j & 1)
   const i64 kr = kabs0 + 16 * warp_in_wg + (lane >> 2);
 #pragma unroll

@@ -77,7 +77,6 @@ struct LeanTraits {
   static constexpr int kQBytes = InputTiles<kFp8>::kQBytes;    // per consumer: 64 KB (FP8: 32 KB)
   static constexpr int kKvBytes = InputTiles<kFp8>::kKvBytes;  // per stage: 16 KB (FP8: 8 KB)
   static constexpr bool kWF32 = Cfg::kWeightsF32 || kFp8;       // the weights' shared-memory copy is fp32
-  static constexpr bool kRelu2 = kFp8;  // FP8's head sum takes relu as x + |x|, as generic FP8's does
   static constexpr int kWBytes = kTokensPerConsumer * kHeads * (kWF32 ? 4 : 2);  // per consumer
   static constexpr int kFillThreads = 96;                                  // warps 1..3
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
@@ -738,7 +737,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
           phase ^= 1;
         }
         float part[2 * TPW];
-        head_sum<T::kHeads, TPW, T::kRelu2>(acc, wreg, part, lane);
+        head_sum<T::kHeads, TPW, T::kFp8>(acc, wreg, part, lane);
         if constexpr (T::kFp8) {
           // k_scale * head sum, before the epilogue's sm_scale: the generic family's order
           if (kscale.p != nullptr) {

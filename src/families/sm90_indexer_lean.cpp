@@ -472,9 +472,7 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kSeqK] = s_k;
   s.values[kWeights] = weights_value(w);
   s.values[kUnitScale] = unit_scale ? 1 : 0;
-  // FP8 consumes a tile in half bf16's product time and has the shared memory: 8 KV stages
-  // (session 10: 1-2 % faster than 5)
-  const int stages = qk == DType::e4m3 ? 8 : LeanGeometry::kKvStages;
+  const int stages = qk == DType::e4m3 ? LeanGeometry::kKvStagesFp8 : LeanGeometry::kKvStages;
   s.values[kStages] = stages;
   s.values[kInput] = input_value(qk);
   s.values[kKvSplit] = split ? 1 : 0;

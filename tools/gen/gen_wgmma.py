@@ -6,15 +6,14 @@ import pathlib
 SHAPES = [64, 128, 256]      # bf16, k16
 FP8_SHAPES = [256]           # E4M3, k32
 
-# (name suffix, k, PTX type suffix, operand note, trailing immediates) per input kind
+# (name suffix, k, PTX type suffix, inputs, operand note, trailing immediates) per input kind
 KINDS = {
-    "bf16": ("k16_bf16", 16, "bf16.bf16", "(trans-a = trans-b = 0)", "1, 1, 0, 0"),
-    "e4m3": ("k32_e4m3", 32, "e4m3.e4m3", "(FP8 has no transposed form)", "1, 1"),
+    "bf16": ("k16_bf16", 16, "bf16.bf16", "bf16 inputs", "(trans-a = trans-b = 0)", "1, 1, 0, 0"),
+    "e4m3": ("k32_e4m3", 32, "e4m3.e4m3", "FP8 E4M3 inputs", "(FP8 has no transposed form)", "1, 1"),
 }
 
 def wrapper(n, kind):
-    suffix, k, ptx, note, imm = KINDS[kind]
-    inputs = "bf16 inputs" if kind == "bf16" else "FP8 E4M3 inputs"
+    suffix, k, ptx, inputs, note, imm = KINDS[kind]
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
