@@ -31,11 +31,14 @@ __device__ __forceinline__ int token_quarter(int lane) { return 2 * (lane & 1) +
 // W(token_local, g4) -> float4 in that order (shared memory in generic, registers in lean).
 __device__ __forceinline__ int weight_head(int g4, int e, int cls) { return 16 * g4 + 8 * (e >> 1) + 2 * cls + (e & 1); }
 
-// acc: m64n256 accumulators of one KV tile (rows = 64 KV rows, columns = TPW tokens x H heads
-// of this warpgroup). On return part[j], j < 2*TPW/4, is the head sum of token slot j >> 1 for
-// accumulator row 16 * warp + lane / 4 + 8 * (j & 1).
+// acc: m64n(TPW x H) accumulators of one KV tile (rows = 64 KV rows, columns = TPW tokens x H
+// heads of this warpgroup: 256, or 128 for lean with four consumers). On return part[j],
+// j < 2*TPW/4, is the head sum of token slot j >> 1 for accumulator row 16 * warp + lane / 4 +
+// 8 * (j & 1); at TPW 2, part[0] is that of token lane & 1, accumulator row 16 * warp +
+// lane / 4 + 8 * ((lane >> 1) & 1). Either way every sum adds the same per-lane terms in the same
+// tree (lanes paired by bit 0, then by bit 1), so its bits do not depend on TPW.
 template <int H, int TPW, bool kFp8 = false, class W>
-__device__ __forceinline__ void head_sum(const float (&acc)[128], const W& w, float (&part)[2 * TPW], int lane) {
+__device__ __forceinline__ void head_sum(const float (&acc)[TPW * H / 2], const W& w, float (&part)[2 * TPW], int lane) {
   constexpr int P = 2 * TPW;
   constexpr bool kRelu2 = kFp8;  // FP8 inputs: relu as x + |x| (relu_term)
   // (1) per thread: relu * w (kRelu2: 2 relu * w) over its H/4 heads of each token, one sum per

@@ -58,14 +58,32 @@ struct HeadsOf<Cfg, decltype(void(Cfg::kHeads))> {
   static constexpr int value = Cfg::kHeads;
 };
 
+// The consumer warpgroups (kConsumers, rendered only when not 2: the variants from before four
+// keep their sources), read through ConsumersOf.
+template <class Cfg, class = void>
+struct ConsumersOf {
+  static constexpr int value = 2;
+};
+template <class Cfg>
+struct ConsumersOf<Cfg, decltype(void(Cfg::kConsumers))> {
+  static constexpr int value = Cfg::kConsumers;
+};
+
 template <class Cfg>
 struct LeanTraits {
   static constexpr int kHeads = HeadsOf<Cfg>::value;
-  static constexpr int kConsumers = 2;
+  // Two consumers of 256 packed (token, head) rows each (m64n256), or four of 128 (m64n128): the
+  // same q-tile, twice the warps to hide the epilogue's latency per product.
+  static constexpr int kConsumers = ConsumersOf<Cfg>::value;
+  static constexpr int kRows = 2 * kPackedRows / kConsumers;                // the wgmma N: 256 or 128
+  static constexpr int kAcc = kRows / 2;                                    // accumulators per thread
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kTokensPerConsumer = kPackedRows / kHeads;           // 4 (H 64), 8 (H 32), 16 (H 16)
-  static constexpr int kTokensPerTile = kConsumers * kTokensPerConsumer;    // 8, 16, 32
-  static constexpr int kSlots = kTokensPerConsumer / 4;                     // tokens per lane after the head sum
+  static constexpr int kTokensPerConsumer = kRows / kHeads;                 // 4, 8, 16 (two consumers); 2, 4, 8 (four)
+  static constexpr int kTokensPerTile = kConsumers * kTokensPerConsumer;    // 8 (H 64), 16 (H 32), 32 (H 16)
+  // After the head sum a lane holds kVals sums (head_sum's part): kSlots tokens, both of its
+  // accumulator rows each, or at two tokens per consumer one sum of one token and row.
+  static constexpr int kVals = kTokensPerConsumer / 2;
+  static constexpr int kSlots = kTokensPerConsumer == 2 ? 1 : kTokensPerConsumer / 4;
   static constexpr int kStages = Cfg::kKvStages;
   static constexpr i64 kSeqQ = Cfg::kSeqQ;
   static constexpr i64 kSeqK = Cfg::kSeqK;  // BSHD S_k; THD 0 (T_k is a launch argument)
@@ -74,7 +92,7 @@ struct LeanTraits {
   // FP8 (q and k E4M3): a row of D is one 128-byte box, and the weights are fp32 in shared
   // memory whatever W's dtype (each is w * q_scale, folded by the producer).
   static constexpr bool kFp8 = InputOf<Cfg>::value == kInputE4m3;
-  static constexpr int kQBytes = InputTiles<kFp8>::kQBytes;    // per consumer: 64 KB (FP8: 32 KB)
+  static constexpr int kQBytes = InputTiles<kFp8>::kQBytes / kPackedRows * kRows;  // per consumer: 64 KB (FP8: 32 KB) at 256 rows
   static constexpr int kKvBytes = InputTiles<kFp8>::kKvBytes;  // per stage: 16 KB (FP8: 8 KB)
   static constexpr bool kWF32 = Cfg::kWeightsF32 || kFp8;       // the weights' shared-memory copy is fp32
   static constexpr int kWBytes = kTokensPerConsumer * kHeads * (kWF32 ? 4 : 2);  // per consumer
@@ -84,14 +102,17 @@ struct LeanTraits {
   // freed enough for blocks forever, so 128 * (producer + 2 consumers) <= 384 * 168. THD's
   // producer and fillers derive per-row windows from cu_seqlens, and the split variant's
   // its chunks, and need more than 40.
+  // Four consumers: 640 threads launch with 96 (65,536 / 640, in steps of 8), and each consumer
+  // gets 104 beside its 64 accumulators.
   static constexpr bool kSplit = SplitOf<Cfg>::value;
-  static constexpr int kEntryRegs = 168;
+  static constexpr int kEntryRegs = kConsumers == 2 ? 168 : 96;
   static constexpr int kProducerRegs = kThd || kSplit ? 56 : 40;
-  static constexpr int kConsumerRegs = kThd || kSplit ? 224 : 232;
+  static constexpr int kConsumerRegs = kConsumers == 4 ? 104 : kThd || kSplit ? 224 : 232;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kEntryRegs,
                 "sm90_indexer_lean: setmaxnreg asks for more registers than the CTA was launched with");
   static_assert(Cfg::kHeadDim == 128, "sm90_indexer_lean: kHeadDim must be 128");
   static_assert(kHeads == 64 || kHeads == 32 || kHeads == 16, "sm90_indexer_lean: kHeads must be 64, 32 or 16");
+  static_assert(kConsumers == 2 || kConsumers == 4, "sm90_indexer_lean: kConsumers must be 2 or 4");
   static_assert(!kThd || kHeads == 64, "sm90_indexer_lean: THD variants are H 64");
   static_assert(kSeqQ >= kTokensPerTile && kSeqQ % kTokensPerTile == 0,
                 "sm90_indexer_lean: kSeqQ must be a positive multiple of the q-tile (8, 16 or 32 tokens)");
@@ -99,10 +120,19 @@ struct LeanTraits {
   static_assert(kStages >= 2 && kStages <= 8, "sm90_indexer_lean: kKvStages must be in [2, 8]");
 };
 
+// Where value j of a lane's head sums (head_sum's part) belongs: its accumulator row is
+// 16 * warp + lane / 4 + lean_val_row8(j, lane), its token the lane's first plus j >> 1; the
+// lane's first token of its consumer's is token_quarter(lane) * kSlots, or lane & 1 when
+// kVals == 1 (two tokens per consumer).
+template <class T>
+__device__ __forceinline__ int lean_val_row8(int j, int lane) {
+  return T::kVals == 1 ? 8 * ((lane >> 1) & 1) : 8 * (j & 1);
+}
+
 template <class Cfg, int kEpiBytes = 0>
 struct LeanSmem {
   using T = LeanTraits<Cfg>;
-  static constexpr int kOffQ = 0;                                   // [consumer][D half][256 rows][128 B]
+  static constexpr int kOffQ = 0;                                   // [consumer][D half][kRows][128 B]
   static constexpr int kOffKv = kOffQ + T::kConsumers * T::kQBytes;    // [stage][D box][64 rows][128 B]
   static constexpr int kOffW = kOffKv + T::kStages * T::kKvBytes;      // [consumer][4 tokens][64 heads]
   static constexpr int kOffBar = kOffW + T::kConsumers * T::kWBytes;
@@ -320,7 +350,16 @@ struct LeanScoresEpilogue {
     const i32 rel0 = it * kKvRows;
     const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
     const i32 rr = rel0 + 16 * warp_in_wg + (lane >> 2);
-    if constexpr (S == 1) {
+    if constexpr (LeanTraits<Cfg>::kVals == 1) {
+      // two tokens per consumer (four consumers at H 64): one sum, of token slot 0
+      const i32 rel = rr + lean_val_row8<LeanTraits<Cfg>>(0, lane);
+      float v = Cfg::kUnitScale ? part[0] : part[0] * sm_scale;
+      if (masked) {
+        if (rel < ln.c_lo[0] || rel >= ln.c_hi[0]) return;
+        if (rel < ln.w_lo[0] || rel >= ln.w_hi[0]) v = neg_inf();
+      }
+      store_streaming(ln.row[0] + rel, v);
+    } else if constexpr (S == 1) {
       // H 64 keeps the loop its kernels were measured and validated with (the general form
       // below compiles to other SASS)
 #pragma unroll
@@ -497,7 +536,7 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
       const i32 t0 = tok0 + g * T::kTokensPerConsumer;
       if (lane == 0) {
         mbarrier_arrive_expect_tx(&cta.q_full[g], T::kQBytes);
-        load_q_rows<kBshd, T::kFp8>(q_map, cta.smem + L::kOffQ + g * T::kQBytes, &cta.q_full[g], t0, b);
+        load_q_rows<kBshd, T::kFp8, T::kRows>(q_map, cta.smem + L::kOffQ + g * T::kQBytes, &cta.q_full[g], t0, b);
       }
       // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate);
       // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
@@ -574,9 +613,17 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   const i64 rounds = work.rounds();
   const int cg = wg - 1;
   const int warp_in_wg = warp % 4;
-  const u32 my_bar = cg == 0 ? kLeanPingPong0 : kLeanPingPong1;
-  const u32 other_bar = cg == 0 ? kLeanPingPong1 : kLeanPingPong0;
-  if (cg == 1) named_barrier_arrive(kLeanPingPong0, 256);  // consumer 0 issues first
+  // The consumers issue their products in turn: consumer c waits on barrier 1 + c, which the
+  // consumer before it arrives on once its product is issued (four: a ring of 1..4).
+  u32 my_bar, other_bar;
+  if constexpr (T::kConsumers == 2) {
+    my_bar = cg == 0 ? kLeanPingPong0 : kLeanPingPong1;
+    other_bar = cg == 0 ? kLeanPingPong1 : kLeanPingPong0;
+  } else {
+    my_bar = kLeanPingPong0 + cg;
+    other_bar = kLeanPingPong0 + (cg + 1) % T::kConsumers;
+  }
+  if (cg == T::kConsumers - 1) named_barrier_arrive(kLeanPingPong0, 256);  // consumer 0 issues first
   const u32 q_base = smem_addr(cta.smem + L::kOffQ + cg * T::kQBytes);
   const u32 kv_base0 = smem_addr(cta.smem + L::kOffKv);
   const u32 w_smem = smem_addr(cta.smem + L::kOffW + cg * T::kWBytes);
@@ -586,7 +633,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   constexpr int S = T::kSlots;
   using Lane = LeanLaneS<S>;
 
-  float acc[128];
+  float acc[T::kAcc];
   LeanWeights<Cfg> wreg;
   Epi epi(ea, cta.smem + L::kOffEpi, cg, warp_in_wg, lane);
   u32 stage = 0, phase = 0, q_uses = 0;
@@ -597,7 +644,8 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
     Lane ln;
     const i32 tok0 = tile * T::kTokensPerTile;
     const i32 tok_first = tok0 + cg * TPW;
-    const i32 my_tok = tok_first + quarter * S;       // the first token this lane's sums end up with
+    // the first token this lane's sums end up with (two tokens per consumer: lane & 1)
+    const i32 my_tok = tok_first + (T::kVals == 1 ? (lane & 1) : quarter * S);
     if constexpr (kBshd && Work::kSplit) {
       // one chunk of the q-tile's KV tiles: the same ranges relative to its first row
       const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
@@ -643,10 +691,10 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       const LeanThdRow w = lean_thd_row<Cfg>(a, tok0, lane);
       const LeanThdSpan sp = lean_thd_span(w);
       // the consumer's 4 rows: an invalid or empty row leaves no unmasked range
-      const i64 i_lo = lean_group_max(w.live() ? w.lo : kLeanI64Max, 4);
-      const i64 i_hi = lean_group_min(w.live() ? w.hi : -kLeanI64Max, 4);
-      const i64 f_lo = __shfl_sync(0xffffffffu, i_lo, 4 * cg), f_hi = __shfl_sync(0xffffffffu, i_hi, 4 * cg);
-      const LeanThdRow me = w.from_lane(cg * TPW + quarter);
+      const i64 i_lo = lean_group_max(w.live() ? w.lo : kLeanI64Max, TPW);
+      const i64 i_hi = lean_group_min(w.live() ? w.hi : -kLeanI64Max, TPW);
+      const i64 f_lo = __shfl_sync(0xffffffffu, i_lo, TPW * cg), f_hi = __shfl_sync(0xffffffffu, i_hi, TPW * cg);
+      const LeanThdRow me = w.from_lane(cg * TPW + (T::kVals == 1 ? (lane & 1) : quarter));
       ln.n_kv = sp.n_kv;
       ln.f_lo = f_lo < f_hi ? lean_rel(f_lo, sp.kv_begin, sp.n_kv) : 0;
       ln.f_hi = f_lo < f_hi ? lean_rel(f_hi, sp.kv_begin, sp.n_kv) : 0;
@@ -715,8 +763,9 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         if constexpr (T::kFp8) {
           if (kscale.p != nullptr) {
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + 8 * j;
+            for (int j = 0; j < (T::kVals == 1 ? 1 : 2); ++j) {
+              const int row8 = T::kVals == 1 ? lean_val_row8<T>(0, lane) : 8 * j;
+              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + row8;
               if (rel < kscale.rows) ksc[j] = __ldg(kscale.p + rel * kscale.stride);
             }
           }
@@ -742,8 +791,9 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
           // k_scale * head sum, before the epilogue's sm_scale: the generic family's order
           if (kscale.p != nullptr) {
 #pragma unroll
-            for (int j = 0; j < 2 * S; ++j) {
-              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + 8 * (j & 1);
+            for (int j = 0; j < T::kVals; ++j) {
+              const int row8 = T::kVals == 1 ? lean_val_row8<T>(0, lane) : 8 * (j & 1);
+              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + row8;
               if (rel < kscale.rows) part[j] = part[j] * ksc[j & 1];
             }
           }

@@ -55,16 +55,18 @@ __device__ __forceinline__ void load_kv_tile(const TmaDesc& k_map, u8* kv_smem, 
   }
 }
 
-// Producer: one consumer's Q rows (tokens_per_consumer tokens x H heads, both D halves).
-template <bool kBshd, bool kFp8 = false>
+// Producer: one consumer's Q rows (tokens_per_consumer tokens x H heads, both D halves);
+// kRows: the consumer's packed rows (lean with four consumers: 128).
+template <bool kBshd, bool kFp8 = false, int kRows = kPackedRows>
 __device__ __forceinline__ void load_q_rows(const TmaDesc& q_map, u8* dst, u64* bar, i32 tok0, i32 batch) {
   using I = InputTiles<kFp8>;
+  constexpr int kBoxBytes = I::kBoxBytesQ / kPackedRows * kRows;
 #pragma unroll
   for (int hd = 0; hd < I::kBoxes; ++hd) {
     if (kBshd)
-      tma_load_4d(dst + hd * I::kBoxBytesQ, &q_map, bar, hd * I::kBoxCols, 0, tok0, batch, kL2EvictFirst);
+      tma_load_4d(dst + hd * kBoxBytes, &q_map, bar, hd * I::kBoxCols, 0, tok0, batch, kL2EvictFirst);
     else
-      tma_load_3d(dst + hd * I::kBoxBytesQ, &q_map, bar, hd * I::kBoxCols, 0, tok0, kL2EvictFirst);
+      tma_load_3d(dst + hd * kBoxBytes, &q_map, bar, hd * I::kBoxCols, 0, tok0, kL2EvictFirst);
   }
 }
 
@@ -94,10 +96,38 @@ __device__ __forceinline__ void mma_kv_tile_fp8(float (&acc)[128], u32 kv_base, 
   wgmma_commit_group();
 }
 
+// The same products against 128 packed Q rows (lean with four consumers): m64n128, whose every
+// element has the bits of the m64n256 one (both sum the same k-steps in the same order).
+__device__ __forceinline__ void mma_kv_tile_n128(float (&acc)[64], u32 kv_base, u32 q_base) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const u64 da = gmma_desc_sw128(kv_base + (kk >> 2) * kHalfBytesKv + (kk & 3) * 32);
+    const u64 db = gmma_desc_sw128(q_base + (kk >> 2) * (kHalfBytesQ / 2) + (kk & 3) * 32);
+    wgmma_m64n128k16_bf16_ss(acc, da, db, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit_group();
+}
+__device__ __forceinline__ void mma_kv_tile_fp8_n128(float (&acc)[64], u32 kv_base, u32 q_base) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const u64 da = gmma_desc_sw128(kv_base + kk * 32);
+    const u64 db = gmma_desc_sw128(q_base + kk * 32);
+    wgmma_m64n128k32_e4m3_ss(acc, da, db, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit_group();
+}
+
 template <bool kFp8>
 __device__ __forceinline__ void mma_tile(float (&acc)[128], u32 kv_base, u32 q_base) {
   if (kFp8) mma_kv_tile_fp8(acc, kv_base, q_base);
   else mma_kv_tile(acc, kv_base, q_base);
+}
+template <bool kFp8>
+__device__ __forceinline__ void mma_tile(float (&acc)[64], u32 kv_base, u32 q_base) {
+  if (kFp8) mma_kv_tile_fp8_n128(acc, kv_base, q_base);
+  else mma_kv_tile_n128(acc, kv_base, q_base);
 }
 
 }  // namespace dsa

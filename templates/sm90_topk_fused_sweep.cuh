@@ -102,6 +102,7 @@ struct LeanTopkEpilogue {
   static constexpr int kSmemBytes = T::kConsumers * kRows * kLeanTopkRowBytes;
   static constexpr bool kFillsScores = false;  // there is no score matrix
   static constexpr u32 kBarrier = 3;           // consumer cg's own: 3 + cg (the ping-pong takes 1, 2)
+  static_assert(T::kConsumers == 2, "sm90_topk_fused_sweep: two consumers (its barriers follow the ping-pong's 1, 2)");
   static_assert(kRows == 4, "sm90_topk_fused_sweep: one row per consumer warp");
 
   LeanTopkRow* rows;  // this consumer's

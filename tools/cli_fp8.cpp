@@ -13,6 +13,7 @@
 
 #include "core/device_info.hpp"
 #include "cuda/driver.hpp"
+#include "bench_families.hpp"
 #include "dispatch/family.hpp"
 #include "dsa_indexer/errors.hpp"
 #include "dsa_indexer/indexer.hpp"
@@ -74,22 +75,6 @@ constexpr double kTargetVsBf16 = 1.6;
 
 // One FP8 input set on the device: q8 (B, S_q, H, D), k8 (B, S_k, 1, D) e4m3, q_scale (B, S_q, H)
 // and k_scale (B, S_k, 1) fp32, W bf16 (B, S_q, H), scores (B, S_q, S_k).
-std::vector<std::pair<std::string, KernelFamily>> parse_families(const std::string& list) {
-  std::vector<std::pair<std::string, KernelFamily>> v;
-  std::stringstream ss(list);
-  std::string name;
-  while (std::getline(ss, name, ',')) {
-    if (name == "auto") {
-      v.emplace_back(name, KernelFamily::automatic);
-      continue;
-    }
-    const dd::Family* f = dd::family_by_option(name);
-    if (!f) throw dsa_indexer::InvalidArgument(fmt::format("--family: expected a comma list of auto, {}; got '{}'", dd::family_options(), name));
-    v.emplace_back(name, f->id());
-  }
-  return v;
-}
-
 std::string json_str(const std::string& s) {
   std::string o = "\"";
   for (char c : s) {
@@ -148,7 +133,7 @@ Row make_row(const std::string& name, const std::string& input, const std::strin
 }  // namespace
 
 std::string run_fp8_bench(const Fp8BenchOptions& o, bool* checks_ok) {
-  const auto fams = parse_families(o.families);
+  const auto fams = bench_families(o.families);
   std::vector<Fp8Case> cases = fp8_bench_cases();
   const std::string headline = cases.front().name;
   if (o.quick) cases.resize(1);
@@ -267,7 +252,10 @@ std::string run_fp8_bench(const Fp8BenchOptions& o, bool* checks_ok) {
     std::vector<double> ref;  // the oracle's rows, computed when a family first runs
     std::vector<float> generic_bits;
     std::map<std::string, std::vector<float>> first_bits;
-    for (const auto& [fname, fam] : fams) {
+    for (const auto& bf : fams) {
+      const std::string& fname = bf.name;
+      const KernelFamily fam = bf.family;
+      bf.apply();
       Row r = make_row(c.name, "e4m3", fname);
       DeviceProblem& s0 = sets[0];
       std::vector<float> got;
@@ -315,10 +303,11 @@ std::string run_fp8_bench(const Fp8BenchOptions& o, bool* checks_ok) {
       rows.push_back(r);
     }
     // Bitwise against generic FP8 (every cell of input set 0), whatever the family order.
-    auto gen = std::find_if(fams.begin(), fams.end(), [](const auto& f) { return f.second == KernelFamily::generic; });
-    if (gen != fams.end() && first_bits.count(gen->first))
+    dd::set_lean_consumers(2);
+    auto gen = std::find_if(fams.begin(), fams.end(), [](const auto& f) { return f.family == KernelFamily::generic; });
+    if (gen != fams.end() && first_bits.count(gen->name))
       for (Row& r : rows)
-        if (r.served && r.family != gen->first) r.equals_generic = same_bits(first_bits[r.family], first_bits[gen->first]);
+        if (r.served && r.family != gen->name) r.equals_generic = same_bits(first_bits[r.family], first_bits[gen->name]);
     rows.push_back(base);
     for (const Row& r : rows) emit(c, r);
     by_case[c.name] = rows;

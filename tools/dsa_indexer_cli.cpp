@@ -30,6 +30,7 @@
 #include "dispatch/planner.hpp"
 #include "ops/validate.hpp"
 #include "gemm_ceiling.hpp"
+#include "bench_families.hpp"
 #include "cli_fp8.hpp"
 #include "cli_topk.hpp"
 #include "gpu_runner.hpp"
@@ -91,6 +92,7 @@ int run_warmup(const std::string& manifest_text, const std::string& manifest_nam
   dd::Runtime rt(cfg);
   auto problems = dd::parse_manifest(manifest_text, manifest_name);
   dd::DeviceInfo profile = dd::DeviceInfo::h200();
+  dd::set_lean_consumers(std::stoi(a.get("lean-consumers", "2")));
   std::vector<dd::KernelSpec> specs = dd::manifest_specs(problems, profile);
   const std::string arch = a.get("arch", "sm_90a");
   if (arch != "sm_90a") {
@@ -183,21 +185,7 @@ HostProblem bshd(int64_t sq, int64_t sk, int64_t ratio, int heads, bool wf32 = f
 }
 
 // The families a bench or demo compares: "lean,generic" by default, "auto" for the dispatcher.
-std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> bench_families(const std::string& list) {
-  std::vector<std::pair<std::string, dsa_indexer::KernelFamily>> v;
-  std::stringstream ss(list);
-  std::string name;
-  while (std::getline(ss, name, ',')) {
-    if (name == "auto") {
-      v.emplace_back(name, dsa_indexer::KernelFamily::automatic);
-      continue;
-    }
-    const dd::Family* f = dd::family_by_option(name);
-    if (!f) throw dsa_indexer::InvalidArgument(fmt::format("--family: expected a comma list of auto, {}; got '{}'", dd::family_options(), name));
-    v.emplace_back(name, f->id());
-  }
-  return v;
-}
+using dsa_cli::bench_families;
 
 int run_demo(const Args& a) {
   std::string why;
@@ -244,10 +232,10 @@ int run_demo(const Args& a) {
                          std::memcmp(g.scores.data(), r.scores.data(), r.scores.size() * sizeof(float)) == 0;
   fmt::print("demo: automatic vs generic family: {}\n", same_bits ? "bitwise identical" : "DIFFERENT BITS");
   const double flops = 2.0 * 64 * 128 * static_cast<double>(visible_pairs(p));
-  for (const auto& [fname, fam] : bench_families("auto,lean,generic")) {
-    Timed t = time_forward(sets, fam, 5, 30, nullptr);
+  for (const auto& f : bench_families("auto,lean,generic")) {
+    Timed t = time_forward(sets, f.family, 5, 30, nullptr);
     fmt::print("demo: {:<8} median {:.1f} us over 30 runs (3 rotating input sets): {:.1f} TFLOP/s useful ({:.3e} visible pairs)\n",
-               fname, t.median_us, flops / (t.median_us * 1e-6) / 1e12, static_cast<double>(visible_pairs(p)));
+               f.name, t.median_us, flops / (t.median_us * 1e-6) / 1e12, static_cast<double>(visible_pairs(p)));
   }
   auto st = dsa_indexer::kernel_cache_stats();
   fmt::print("demo: kernel cache: {} hits, {} misses, {} compiles, {} disk hits\n", st.hits, st.misses, st.compiles, st.disk_hits);
@@ -597,10 +585,14 @@ int run_bench(const Args& a) {
     auto runs = fams;
     if (c.p.thd() && thd_orders == "both")
       for (const auto& f : fams)
-        if (f.second == dsa_indexer::KernelFamily::lean) runs.emplace_back("lean/st", f.second);
-    for (const auto& [fname, fam] : runs) {
+        if (f.family == dsa_indexer::KernelFamily::lean) runs.push_back({f.name + "/st", f.family, f.lean_consumers});
+    for (const auto& run : runs) {
+      const std::string& fname = run.name;
+      const dsa_indexer::KernelFamily fam = run.family;
+      run.apply();
       Timed cold, warm;
-      const bool static_order = fname == "lean/st" || (thd_orders == "static" && fam == dsa_indexer::KernelFamily::lean);
+      const bool static_order = (fam == dsa_indexer::KernelFamily::lean && fname.size() > 3 && fname.substr(fname.size() - 3) == "/st") ||
+                                (thd_orders == "static" && fam == dsa_indexer::KernelFamily::lean);
       dd::set_lean_thd_order(static_order ? dd::LeanThdOrder::static_order : dd::LeanThdOrder::balanced);
       try {
         cold = time_forward(sets, fam, 3, reps, nullptr);
@@ -621,6 +613,7 @@ int run_bench(const Args& a) {
     }
   }
   dd::set_lean_thd_order(dd::LeanThdOrder::balanced);
+  dd::set_lean_consumers(2);
   json += "\n  ]";
   if (want_topk) {
     dsa_cli::TopkBenchOptions to;
@@ -691,6 +684,8 @@ void build_cli(Cli& cli) {
   cli.value(warmup, "manifest", "a manifest file, or 'default' (cache/manifests/default.txt, built in)")->required();
   cli.value(warmup, "cache-dir", "the writable cache directory (default: DSA_INDEXER_CACHE_DIR, else the XDG cache)");
   cli.value(warmup, "arch", "target architecture")->check(CLI::IsMember({"sm_90a"}));
+  cli.value(warmup, "lean-consumers", "lean's consumer warpgroups: 2 (the default) or 4 (the variants bench's lean4 rows run)")
+      ->check(CLI::IsMember({"2", "4"}));
 
   CLI::App* cache = app.add_subcommand("cache", "list, verify or clear the disk cache");
   cache->require_subcommand(1, 1);
@@ -713,7 +708,8 @@ void build_cli(Cli& cli) {
   CLI::App* bench = cli.command_of(&app, "bench", "a table of shapes: median device time, TFLOP/s, % of a cuBLAS bf16 GEMM "
                                                   "(--in e4m3: FP8 rows, % of a cuBLASLt FP8 GEMM)");
   cli.value(bench, "json", "also write the results to this JSON file");
-  cli.value(bench, "family", fmt::format("comma list of auto, {} (default lean,generic)", dd::family_options()))->check(family_list);
+  cli.value(bench, "family", fmt::format("comma list of auto, lean4 (lean with four consumer warpgroups), {} (default lean,generic)",
+                                         dd::family_options()))->check(family_list);
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
   cli.value(bench, "thd-order", "lean THD q-tile order: balanced (per packing, the default), static (packed order), "
                                 "or both (adds lean/st rows)")->check(CLI::IsMember({"balanced", "static", "both"}));

@@ -35,6 +35,12 @@ inline ParamDesc lean_heads_param() {
   d.omit_zero = true;
   return d;
 }
+// Lean's consumer warpgroups (4); 2, the first, is stored as 0 and omitted, as kInput.
+inline ParamDesc lean_consumers_param() {
+  ParamDesc d{"kConsumers", ParamDesc::integer, "int", "c"};
+  d.omit_zero = true;
+  return d;
+}
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <numeric>
+#include <stdexcept>
 
 #include "jit/codegen.hpp"
 #include "families/family_params.hpp"
@@ -16,7 +17,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot };
+enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot };
 constexpr const char* kScaleChoices[] = {"any", "1"};
 constexpr const char* kScaleLiterals[] = {"false", "true"};
 constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
@@ -48,6 +49,7 @@ bool has_host_seqlens(const Problem& p) {
 }
 
 std::atomic<LeanThdOrder> g_thd_order{LeanThdOrder::balanced};
+std::atomic<int> g_consumers{2};
 
 // THD: the planned schedule of the packings met last (a training step calls every layer with
 // one packing), keyed by the exact host cu_seqlens and what else decides the order.
@@ -117,13 +119,19 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
 Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem,
                bool split) {
   Plan plan;
+  // The scores family's choice for saturated BSHD calls at H 64 and 32; THD, the split variant,
+  // H 16 and another epilogue's sweep (the fused top-k) run two consumers (with four, the
+  // consumers of THD, of the split variant and of H 16 with bf16 W spill at 104 registers).
+  const bool split_here = !p.is_thd() && split && !saturated(p, dev);
+  const int consumers =
+      &family == &lean_family() && !p.is_thd() && !split_here && p.heads != 16 ? lean_consumers() : 2;
   plan.tokens_per_tile = static_cast<int32_t>(p.is_thd() ? kTile : bshd_tile(p));
   if (p.is_thd()) {
     plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {
-    const bool split_here = split && !saturated(p, dev);
-    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here, p.heads);
+    plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here, p.heads,
+                          consumers);
     plan.tiles_per_batch = p.s_q / bshd_tile(p);
     plan.num_tiles = plan.tiles_per_batch * p.batch;
     if (split_here) {
@@ -138,7 +146,7 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   plan.spec.dynamic_smem += static_cast<uint32_t>(extra_smem);
   KernelLaunch& l = plan.launches[plan.n_launches++];
   l.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.num_tiles, dev.sm_count)));
-  l.block[0] = LeanGeometry::kThreads;
+  l.block[0] = static_cast<uint32_t>(LeanGeometry::threads(consumers));
   l.smem = plan.spec.dynamic_smem;
   plan.empty = plan.num_tiles == 0;
   if (p.is_thd() && !plan.empty && purpose == PlanPurpose::launch) plan.schedule = thd_plan_for(p, l.grid[0]);
@@ -181,7 +189,8 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
   args.has_offsets = p.has_offsets ? 1 : 0;
   dsa::DsaScales scales = make_scales(p);
   thread_local TmaMemo q_memo, k_memo;
-  const TmaDescBytes& qmap = q_memo.get(p.q, q_tma_geometry(p, static_cast<int>(LeanGeometry::tokens_per_consumer(p.heads))));
+  const TmaDescBytes& qmap =
+      q_memo.get(p.q, q_tma_geometry(p, static_cast<int>(LeanGeometry::tokens_per_consumer(p.heads, lean_spec_consumers(plan.spec)))));
   const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
   if (!p.is_thd()) {
     // The scores kernel's fourth parameter is the FP8 scales; another epilogue's kernel (extra)
@@ -220,7 +229,8 @@ class LeanFamily final : public Family {
         {"kKvStages", ParamDesc::integer, "int", "s"},
         input_param(),
         split_param(),
-        lean_heads_param()};
+        lean_heads_param(),
+        lean_consumers_param()};
     return p;
   }
 
@@ -320,12 +330,13 @@ int32_t best_policy(const LeanSchedule& s, const std::function<double(const Lean
 
 }  // namespace
 
-int LeanGeometry::smem_bytes(DType w, int kv_stages, DType qk) {
+int LeanGeometry::smem_bytes(DType w, int kv_stages, DType qk, int consumers) {
   // FP8: one 128-byte box per row of D (bf16: two), and fp32 weights (w * q_scale) either way.
+  // The Q and weight regions hold the q-tile's 512 packed rows whatever the consumer count.
   const bool fp8 = qk == DType::e4m3;
   const int boxes = fp8 ? 1 : 2;
   const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 || fp8 ? 4 : 2);
-  const int bars = (3 * 2 + 2 * kv_stages) * 8;
+  const int bars = (3 * consumers + 2 * kv_stages) * 8;
   return 2 * 256 * 128 * boxes + kv_stages * kKvRows * 128 * boxes + w_bytes + bars + 1024;
 }
 
@@ -459,12 +470,21 @@ LeanSplitPlan lean_split_plan(int64_t s_k, int64_t base_items, int64_t grid) {
 
 void set_lean_thd_order(LeanThdOrder order) { g_thd_order.store(order, std::memory_order_relaxed); }
 
+void set_lean_consumers(int consumers) {
+  if (consumers != 2 && consumers != 4)
+    throw std::invalid_argument(fmt::format("set_lean_consumers: 2 or 4 consumer warpgroups, not {}", consumers));
+  g_consumers.store(consumers, std::memory_order_relaxed);
+}
+int lean_consumers() { return g_consumers.load(std::memory_order_relaxed); }
+int lean_spec_consumers(const KernelSpec& spec) { return spec.values[kConsumersSlot] ? static_cast<int>(spec.values[kConsumersSlot]) : 2; }
+
 const Family& lean_family() {
   static const LeanFamily f;
   return f;
 }
 
-KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk, bool split, int64_t heads) {
+KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk, bool split, int64_t heads,
+                     int consumers) {
   KernelSpec s;
   s.family = &lean_family();
   s.values[kLayout] = layout_value(layout);
@@ -477,7 +497,8 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kInput] = input_value(qk);
   s.values[kKvSplit] = split ? 1 : 0;
   s.values[kHeadsSlot] = heads == LeanGeometry::kHeads ? 0 : heads;  // 64 is omitted (the variants from before)
-  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk));
+  s.values[kConsumersSlot] = consumers == 2 ? 0 : consumers;            // 2 is omitted, as 64 heads
+  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers));
   return s;
 }
 

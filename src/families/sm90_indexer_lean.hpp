@@ -15,11 +15,14 @@ namespace dsa_indexer::detail {
 
 struct LeanGeometry {
   static constexpr int kHeads = 64;  // THD and the fused top-k's sweep; BSHD also 32 and 16
-  static constexpr int kThreads = 384;
+  static constexpr int kThreads = 384;  // two consumer warpgroups
   static constexpr int kTokensPerConsumer = 4;  // H 64 (256 packed token-head rows per consumer)
   static constexpr int kTokensPerTile = 8;      // H 64
-  static constexpr int64_t tokens_per_consumer(int64_t heads) { return 256 / heads; }
-  static constexpr int64_t tokens_per_tile(int64_t heads) { return 2 * tokens_per_consumer(heads); }
+  // The q-tile holds 512 packed (token, head) rows whatever the consumer count: two consumers of
+  // 256 rows (m64n256), or four of 128 (m64n128).
+  static constexpr int threads(int consumers) { return 128 * (consumers + 1); }
+  static constexpr int64_t tokens_per_consumer(int64_t heads, int consumers = 2) { return 512 / consumers / heads; }
+  static constexpr int64_t tokens_per_tile(int64_t heads) { return 512 / heads; }
   static constexpr bool serves_heads(int64_t heads) { return heads == 64 || heads == 32 || heads == 16; }
   static constexpr int kKvRows = 64;
   static constexpr int kKvStages = 5;
@@ -30,7 +33,7 @@ struct LeanGeometry {
   // equivalents of fixed work (Q and weight loads, the first product's latency, the -inf rows).
   static constexpr double kTileOverhead = 1.0;
   // Mirrors LeanSmem in templates/sm90_indexer_lean.cuh; the kernel static_asserts agreement.
-  static int smem_bytes(DType w, int kv_stages = kKvStages, DType qk = DType::bf16);
+  static int smem_bytes(DType w, int kv_stages = kKvStages, DType qk = DType::bf16, int consumers = 2);
 };
 
 // The emitted schedule: q-tiles by rank (runs of the order, longest first) and the CTA policy.
@@ -75,6 +78,12 @@ LeanThdPlan lean_thd_plan(const std::vector<int32_t>& kv, int64_t grid, LeanThdO
 // Process-wide, for measuring one order against the other (dsa-indexer bench --thd-order).
 void set_lean_thd_order(LeanThdOrder order);
 
+// The scores kernels' consumer warpgroups: 2 (the default) or 4 (each of half the packed rows;
+// session 11's experiment, docs/PERF_NOTES.md). Process-wide, for measuring one against the
+// other (dsa-indexer bench --lean-consumers) and for the tests; the fused top-k's sweep keeps 2.
+void set_lean_consumers(int consumers);
+int lean_consumers();
+
 // The split variant (templates/sm90_indexer_lean.cuh, sm90_indexer_lean_split): BSHD calls whose
 // q-tiles x B are fewer than the SMs cut every q-tile's KV tiles into `parts` chunks of `chunk`
 // tiles, one work item each. The cost model assumes every q-tile sweeps all of S_k (rows that end
@@ -107,5 +116,7 @@ void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
 void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what);
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
-                     DType qk = DType::bf16, bool split = false, int64_t heads = 64);
+                     DType qk = DType::bf16, bool split = false, int64_t heads = 64, int consumers = 2);
+// The consumer warpgroups of a lean spec (the scores family's or the fused sweep's).
+int lean_spec_consumers(const KernelSpec& spec);
 }  // namespace dsa_indexer::detail

@@ -4,7 +4,7 @@ lists are long and mechanical, so they are generated rather than typed."""
 import pathlib
 
 SHAPES = [64, 128, 256]      # bf16, k16
-FP8_SHAPES = [256]           # E4M3, k32
+FP8_SHAPES = [128, 256]      # E4M3, k32 (n128: lean with four consumers)
 
 # (name suffix, k, PTX type suffix, inputs, operand note, trailing immediates) per input kind
 KINDS = {

@@ -1,0 +1,111 @@
+// Lean with four consumer warpgroups (m64n128, 128 packed token-head rows each; session 11's
+// experiment, docs/PERF_NOTES.md) without a GPU: which plans take it, their keys, launch shape
+// and shared memory, the sources of the two-consumer variants unchanged, and every
+// four-consumer variant compiled by NVRTC without spills or serialized wgmma.
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dispatch/family.hpp"
+#include "dispatch/planner.hpp"
+#include "families/sm90_indexer_lean.hpp"
+#include "families/sm90_topk_fused.hpp"
+#include "jit/codegen.hpp"
+#include "jit/nvrtc_compiler.hpp"
+#include "ops/validate.hpp"
+#include "compile_checks.hpp"
+#include "problems.hpp"
+
+using namespace dsa_indexer::detail;
+using namespace dsa_test;
+using dsa_indexer::DType;
+using dsa_indexer::KernelFamily;
+using Catch::Contains;
+
+namespace {
+Problem problem(const Call& c) { return validate(c.q, c.k, c.w, c.out, c.opt, nullptr); }
+
+// set_lean_consumers is process-wide: every test puts the default back, whatever it throws.
+struct Consumers {
+  explicit Consumers(int n) { set_lean_consumers(n); }
+  ~Consumers() { set_lean_consumers(2); }
+  Consumers(const Consumers&) = delete;
+  Consumers& operator=(const Consumers&) = delete;
+};
+}  // namespace
+
+TEST_CASE("lean consumers: saturated BSHD plans at H 64 and 32 take four, the others keep two", "[planner][lean_consumers]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  CHECK(lean_consumers() == 2);
+  const Call c = bshd_call(1, 8192, 4096, 64);
+  const Plan two = make_plan(problem(c), dev, lean_family());
+  Consumers four(4);
+  CHECK(lean_consumers() == 4);
+  for (int64_t h : {64, 32}) {
+    INFO("H " << h);
+    const Plan p2 = h == 64 ? two : Plan{};
+    const Plan p4 = make_plan(problem(bshd_call(1, 8192, 4096, h)), dev, lean_family());
+    CHECK(lean_spec_consumers(p4.spec) == 4);
+    CHECK_THAT(p4.spec.shape_key(), Contains(".c4"));
+    CHECK(p4.launches[0].block[0] == 640);
+    CHECK(p4.launches[0].smem == static_cast<uint32_t>(LeanGeometry::smem_bytes(DType::bf16, LeanGeometry::kKvStages, DType::bf16, 4)));
+    // the same q-tiles and schedule: only the consumers differ
+    CHECK(p4.tokens_per_tile == LeanGeometry::tokens_per_tile(h));
+    CHECK(p4.num_tiles == 8192 / LeanGeometry::tokens_per_tile(h));
+    CHECK(p4.launches[0].grid[0] == 132);
+    if (h == 64) {
+      CHECK(lean_spec_consumers(p2.spec) == 2);
+      CHECK(p2.spec.shape_key() + ".c4" == p4.spec.shape_key());
+      CHECK(p2.launches[0].block[0] == 384);
+      // three more consumers' barriers (q full/empty, w full: 8 bytes each) and nothing else
+      CHECK(p4.launches[0].smem == p2.launches[0].smem + 2 * 3 * 8);
+    }
+  }
+  // two tokens per consumer at H 64, four at 32, eight at 16: 512 packed rows per q-tile either way
+  CHECK(LeanGeometry::tokens_per_consumer(64, 4) == 2);
+  CHECK(LeanGeometry::tokens_per_consumer(16, 4) == 8);
+  CHECK(LeanGeometry::tokens_per_consumer(64) == 4);
+  // H 16 (its bf16-W consumer spills at 104 registers), THD and the split variant (q-tiles x B
+  // below the SMs) keep two
+  CHECK(lean_spec_consumers(make_plan(problem(bshd_call(1, 8192, 4096, 16)), dev, lean_family()).spec) == 2);
+  PackedCall t({4096, 4096}, {2048, 2048});
+  CHECK(lean_spec_consumers(make_plan(problem(t), dev, lean_family()).spec) == 2);
+  const Plan small = make_plan(problem(bshd_call(1, 1024, 16384, 64)), dev, lean_family());
+  CHECK(small.kv_parts >= 1);
+  CHECK(lean_spec_consumers(small.spec) == 2);
+  CHECK(small.launches[0].block[0] == 384);
+  // the fused top-k's sweep keeps two (its epilogue keeps one row per consumer warp)
+  const Plan sweep = lean_plan(problem(c), dev, PlanPurpose::launch, topk_fused_sweep_family(), 0, false);
+  CHECK(lean_spec_consumers(sweep.spec) == 2);
+  CHECK(sweep.launches[0].block[0] == 384);
+}
+
+TEST_CASE("lean consumers: only 2 and 4, and the two-consumer sources do not name kConsumers", "[lean_consumers]") {
+  CHECK_THROWS_AS(set_lean_consumers(3), std::invalid_argument);
+  CHECK_THROWS_AS(set_lean_consumers(0), std::invalid_argument);
+  CHECK(lean_consumers() == 2);
+  const KernelSpec two = lean_spec(8192, 4096, DType::bf16, true);
+  const KernelSpec four = lean_spec(8192, 4096, DType::bf16, true, Layout::bshd, DType::bf16, false, 64, 4);
+  CHECK(two == lean_spec(8192, 4096, DType::bf16, true, Layout::bshd, DType::bf16, false, 64, 2));
+  CHECK(two.shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5");
+  CHECK(four.shape_key() == "bshd.sq8192.sk4096.wbf16.scale1.s5.c4");
+  CHECK(render(two).text.find("kConsumers") == std::string::npos);
+  CHECK_THAT(render(four).text, Contains("static constexpr int kConsumers = 4;"));
+}
+
+TEST_CASE("lean consumers: every four-consumer variant compiles without spills", "[nvrtc][lean_consumers]") {
+  std::vector<KernelSpec> specs;
+  for (int64_t h : {64, 32}) {
+    specs.push_back(lean_spec(8192, 4096, DType::bf16, true, Layout::bshd, DType::bf16, false, h, 4));
+    specs.push_back(lean_spec(8192, 4096, DType::f32, false, Layout::bshd, DType::bf16, false, h, 4));
+    specs.push_back(lean_spec(8192, 4096, DType::bf16, false, Layout::bshd, DType::e4m3, false, h, 4));
+  }
+  // ragged S_k, the smallest saturating S_q, S_k longer than S_q, FP8 with fp32 W
+  specs.push_back(lean_spec(1056, 1, DType::bf16, true, Layout::bshd, DType::bf16, false, 64, 4));
+  specs.push_back(lean_spec(2048, 999, DType::f32, true, Layout::bshd, DType::bf16, false, 64, 4));
+  specs.push_back(lean_spec(4096, 8192, DType::bf16, false, Layout::bshd, DType::bf16, false, 64, 4));
+  specs.push_back(lean_spec(2048, 65536, DType::f32, false, Layout::bshd, DType::e4m3, false, 64, 4));
+  check_compiles_without_spills(specs, "sm90_indexer_lean");
+}
