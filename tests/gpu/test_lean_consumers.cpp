@@ -53,6 +53,20 @@ void check_lean4(HostProblem p, uint64_t seed) {
   CHECK(bitwise_equal(r.gpu.scores, again.scores));
 }
 
+// Large shapes (no fp64 oracle of every cell): four consumers bitwise against generic and two.
+void check_lean4_bitwise(HostProblem p, uint64_t seed) {
+  INFO(p.describe());
+  dsa_support::fill_random(p, seed);
+  auto dp = dsa_support::upload(p);
+  auto gen = dsa_support::run(p, dp, KernelFamily::generic);
+  auto two = dsa_support::run(p, dp, KernelFamily::lean);
+  FourConsumers four;
+  REQUIRE(planned_consumers(dp) == 4);
+  auto got = dsa_support::run(p, dp, KernelFamily::lean);
+  CHECK(bitwise_equal(got.scores, gen.scores));
+  CHECK(bitwise_equal(got.scores, two.scores));
+}
+
 HostProblem fp8(HostProblem p, bool q_scale, bool k_scale) {
   p.fp8 = true;
   p.fp8_q_scale = q_scale;
@@ -73,10 +87,13 @@ TEST_CASE("lean4: saturated H 64 shapes against the fp64 oracle, bitwise against
   f.sm_scale = 0.3f;
   check_lean4(f, 2303);
   for (int64_t B : {1, 2, 3}) check_lean4(bshd(B, 2048 / B / 8 * 8 + 8, 700, 64, 3), 2310 + static_cast<uint64_t>(B));
-  // the headline shape
+  // the headline shape, and S_k longer than S_q
   HostProblem h = bshd(1, 8192, 4096, 64, 2);
   h.sm_scale = 0.125f;
-  check_lean4(h, 2320);
+  check_lean4_bitwise(h, 2320);
+  HostProblem l = bshd(1, 2048, 16384, 64, 1);
+  l.offsets = {16384 - 2048};
+  check_lean4_bitwise(l, 2321);
 }
 
 TEST_CASE("lean4: ragged S_k tails and offsets near INT32_MAX and negative", "[lean4]") {

@@ -12,7 +12,11 @@
 
 namespace dsa_test {
 
-inline void check_compiles_without_spills(const std::vector<dsa_indexer::detail::KernelSpec>& specs, const std::string& kernel) {
+// launch_regs (when not 0): the registers per thread ptxas must report, which is what a kernel
+// that moves registers between warpgroups with setmaxnreg launches with (its static_assert on
+// the pool assumes it).
+inline void check_compiles_without_spills(const std::vector<dsa_indexer::detail::KernelSpec>& specs, const std::string& kernel,
+                                          int launch_regs = 0) {
   using namespace dsa_indexer::detail;
   for (const KernelSpec& spec : specs) {
     const GeneratedSource g = render(spec);
@@ -23,6 +27,7 @@ inline void check_compiles_without_spills(const std::vector<dsa_indexer::detail:
     CHECK(out.log.find(" 0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
     CHECK(out.log.find("0 bytes stack frame") != std::string::npos);
     CHECK(out.log.find("Performance Loss") == std::string::npos);  // C7514 / C7518: serialized wgmma
+    if (launch_regs) CHECK(out.log.find("Used " + std::to_string(launch_regs) + " registers") != std::string::npos);
     REQUIRE(out.lowered_names.size() == 1);
     CHECK(out.lowered_names[0].find(kernel) != std::string::npos);
   }
