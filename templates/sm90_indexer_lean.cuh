@@ -97,14 +97,20 @@ struct LeanTraits {
   static constexpr bool kWF32 = Cfg::kWeightsF32 || kFp8;       // the weights' shared-memory copy is fp32
   static constexpr int kWBytes = kTokensPerConsumer * kHeads * (kWF32 ? 4 : 2);  // per consumer
   static constexpr int kFillThreads = 96;                                  // warps 1..3
+  static constexpr bool kSplit = SplitOf<Cfg>::value;
+  // How a consumer reads its weights per tile (LeanWeights): 0 bf16 pairs held in registers for
+  // the item, 1 fp32 from shared memory, 2 bf16 pairs from shared memory (THD and the split
+  // variant with four consumers, whose lane state leaves no room for those registers beside 104).
+  // Weights in shared memory keep the consumer's Q and weight buffers until its last tile's
+  // epilogue.
+  static constexpr int kWMode = kWF32 ? 1 : kConsumers == 4 && (kThd || kSplit) ? 2 : 0;
+  static constexpr bool kWSmem = kWMode != 0;
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
   // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
   // freed enough for blocks forever, so 128 * (producer + 2 consumers) <= 384 * 168. THD's
   // producer and fillers derive per-row windows from cu_seqlens, and the split variant's
-  // its chunks, and need more than 40.
-  // Four consumers: 640 threads launch with 96 (65,536 / 640, in steps of 8), and each consumer
-  // gets 104 beside its 64 accumulators.
-  static constexpr bool kSplit = SplitOf<Cfg>::value;
+  // its chunks, and need more than 40. Four consumers: 640 threads launch with 96 (65,536 / 640,
+  // in steps of 8), and each consumer gets 104 beside its 64 accumulators.
   static constexpr int kEntryRegs = kConsumers == 2 ? 168 : 96;
   static constexpr int kProducerRegs = kThd || kSplit ? 56 : 40;
   static constexpr int kConsumerRegs = kConsumers == 4 ? 104 : kThd || kSplit ? 224 : 232;
@@ -286,11 +292,11 @@ __device__ __forceinline__ void lean_fp8_weights(const LeanArgs& a, const DsaSca
 // (weight_head). bf16 weights stay in registers for a whole item (32 registers of packed
 // pairs, widened exactly at use); fp32 weights would need 64 registers beside the 128
 // accumulators, which spills, so they are read from the item's shared-memory copy per tile.
-template <class Cfg, bool kF32 = LeanTraits<Cfg>::kWF32>
+template <class Cfg, int kMode = LeanTraits<Cfg>::kWMode>
 struct LeanWeights;
 
 template <class Cfg>
-struct LeanWeights<Cfg, false> {
+struct LeanWeights<Cfg, 0> {
   static constexpr int H = LeanTraits<Cfg>::kHeads;
   u32 v[LeanTraits<Cfg>::kTokensPerConsumer * (H / 16)][2];
   __device__ __forceinline__ void load(u32 w_smem, int cls) {
@@ -310,7 +316,25 @@ struct LeanWeights<Cfg, false> {
 };
 
 template <class Cfg>
-struct LeanWeights<Cfg, true> {
+struct LeanWeights<Cfg, 2> {
+  static constexpr int H = LeanTraits<Cfg>::kHeads;
+  u32 base;  // this consumer's weights in shared memory, [tokens][H heads] bf16
+  int cls;
+  __device__ __forceinline__ void load(u32 w_smem, int c) {
+    base = w_smem;
+    cls = c;
+  }
+  // the pairs LeanWeights<Cfg, 0> holds, widened the same way (the same values, the same bits)
+  __device__ __forceinline__ float4 operator()(int tl, int g4) const {
+    const u32 a = ld_shared_u32(base + (tl * H + weight_head(g4, 0, cls)) * 2);
+    const u32 b = ld_shared_u32(base + (tl * H + weight_head(g4, 2, cls)) * 2);
+    return make_float4(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u), __uint_as_float(b << 16),
+                       __uint_as_float(b & 0xffff0000u));
+  }
+};
+
+template <class Cfg>
+struct LeanWeights<Cfg, 1> {
   static constexpr int H = LeanTraits<Cfg>::kHeads;
   u32 base;  // this consumer's weights in shared memory, [4 tokens][64 heads] fp32
   int cls;
@@ -743,7 +767,10 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   while (have) {
     i64 k_n = k + 1;
     i32 tile_n = 0, b_n = 0, part_n = 0;
-    const bool have_n = next_item(k_n, tile_n, b_n, part_n);
+    // (four consumers: the next item is found after this one's tiles, so that its state is not
+    // live across them beside the accumulators)
+    bool have_n = false;
+    if constexpr (T::kConsumers == 2) have_n = next_item(k_n, tile_n, b_n, part_n);
     Lane ln_n = ln;
     bool ready_n = false;
     const i32 n_kv = ln.n_kv;
@@ -770,16 +797,18 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
             }
           }
         }
-        if (!kBshd && it == 0 && have_n) {
+        // (four consumers: after the item, where the other consumers' warps hide it, as the
+        // next item's lane state beside this one's would not fit 104 registers)
+        if (!kBshd && T::kConsumers == 2 && it == 0 && have_n) {
           ln_n = lane_info(tile_n, b_n, part_n);
           ready_n = true;
         }
         wgmma_wait_group<0>();
         wgmma_fence_operands(acc);
         // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
-        // load under this last epilogue. fp32 weights are still read from shared memory.
+        // load under this last epilogue. Weights read from shared memory (kWSmem) are not done with.
         // Every thread arrives on q_empty: an arrival releases only its own thread's reads.
-        if (!T::kWF32 && it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
+        if (!T::kWSmem && it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
         if (lane == 0) mbarrier_arrive(&cta.kv_empty[stage]);
         if (++stage == T::kStages) {
           stage = 0;
@@ -801,9 +830,10 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         epi.tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
         epi.after_tile(ln);
       }
-      if (T::kWF32) mbarrier_arrive(&cta.q_empty[cg]);
+      if (T::kWSmem) mbarrier_arrive(&cta.q_empty[cg]);
       ++q_uses;
     }
+    if constexpr (T::kConsumers == 4) have_n = next_item(k_n, tile_n, b_n, part_n);
     epi.end_item(ln);
     if (have_n && !ready_n) ln_n = lane_info(tile_n, b_n, part_n);
     ln = ln_n;

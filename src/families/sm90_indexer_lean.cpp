@@ -119,15 +119,14 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
 Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem,
                bool split) {
   Plan plan;
-  // The scores family's choice for saturated BSHD calls at H 64 and 32; THD, the split variant,
-  // H 16 and another epilogue's sweep (the fused top-k) run two consumers (with four, the
-  // consumers of THD, of the split variant and of H 16 with bf16 W spill at 104 registers).
+  // The scores family's choice; another epilogue's sweep (the fused top-k: one row per consumer
+  // warp) runs two consumers.
   const bool split_here = !p.is_thd() && split && !saturated(p, dev);
-  const int consumers =
-      &family == &lean_family() && !p.is_thd() && !split_here && p.heads != 16 ? lean_consumers() : 2;
+  const int consumers = &family == &lean_family() ? lean_consumers() : 2;
   plan.tokens_per_tile = static_cast<int32_t>(p.is_thd() ? kTile : bshd_tile(p));
   if (p.is_thd()) {
-    plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype);
+    plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype, false,
+                          LeanGeometry::kHeads, consumers);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {
     plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here, p.heads,

@@ -80,7 +80,9 @@ void set_lean_thd_order(LeanThdOrder order);
 
 // The scores kernels' consumer warpgroups: 2 (the default) or 4 (each of half the packed rows;
 // session 11's experiment, docs/PERF_NOTES.md). Process-wide, for measuring one against the
-// other (dsa-indexer bench --lean-consumers) and for the tests; the fused top-k's sweep keeps 2.
+// other (dsa-indexer bench --family lean4, warmup --lean-consumers) and for the tests; every
+// scores variant (BSHD at H 64, 32 and 16, split, THD, bf16 and FP8) has both; the fused top-k's
+// sweep keeps 2.
 void set_lean_consumers(int consumers);
 int lean_consumers();
 

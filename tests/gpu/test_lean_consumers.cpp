@@ -1,7 +1,7 @@
 // Lean with four consumer warpgroups (m64n128 over 128 packed token-head rows each; session 11's
 // experiment, set_lean_consumers(4)): against the fp64 oracle, and bitwise against generic and
 // against lean's two-consumer kernels (the same per-lane terms in the same order), bf16 and FP8,
-// run to run.
+// BSHD at H 64, 32 and 16, the split variant and THD, run to run.
 #include <climits>
 #include <cstring>
 
@@ -122,6 +122,55 @@ TEST_CASE("lean4: H 32 against the fp64 oracle, bitwise against generic and two 
   check_lean4(m, 2702);
 }
 
+TEST_CASE("lean4: H 16 against the fp64 oracle, bitwise against generic and two consumers", "[lean4]") {
+  const int64_t tile = 32;
+  check_lean4(bshd(1, 132 * tile, 528, 16, 2), 2750);
+  HostProblem f = bshd(2, 66 * tile, 700, 16, 2);
+  f.w_f32 = true;
+  f.sm_scale = 0.3f;
+  f.offsets = {17, 2 * 700 - 66 * static_cast<int32_t>(tile)};
+  check_lean4(f, 2751);
+}
+
+TEST_CASE("lean4: the split variant against the fp64 oracle, bitwise against generic and two consumers", "[lean4]") {
+  HostProblem a = bshd(1, 256, 16384, 64, 1);  // four chunks of 64 tiles
+  a.offsets = {16384 - 256};
+  check_lean4(a, 2801);
+  HostProblem c = bshd(3, 40, 9999, 64, 2);  // one batch masked everywhere, one near INT32_MAX
+  c.offsets = {2 * 9999 - 40, -5000, INT32_MAX - 400};
+  check_lean4(c, 2802);
+  HostProblem d = bshd(1, 8, 65536, 64, 1);  // one q-tile: 64 chunks of 16 tiles
+  d.offsets = {65536 - 8};
+  d.w_f32 = true;
+  check_lean4(d, 2803);
+  for (int h : {32, 16}) {
+    const int64_t tile = 512 / h;
+    HostProblem s = bshd(1, 8 * tile, 8192, h, 1);
+    s.offsets = {8192 - 8 * static_cast<int32_t>(tile)};
+    check_lean4(s, 2810 + static_cast<uint64_t>(h));
+  }
+  HostProblem l = bshd(1, 1024, 65536, 64, 1);  // chunked prefill over a long KV
+  l.offsets = {65536 - 1024};
+  l.sm_scale = 0.125f;
+  check_lean4_bitwise(l, 2820);
+}
+
+TEST_CASE("lean4: THD against the fp64 oracle, bitwise against generic and two consumers", "[lean4]") {
+  for (Layout l : {Layout::thd_local, Layout::thd_global}) {
+    // 1-token and empty segments, offsets near INT32_MAX and negative
+    HostProblem p = thd({300, 5, 0, 400, 371}, {150, 3, 7, 200, 180}, 64, 2, l);
+    p.offsets = {INT32_MAX - 300, -5000, 9, -100, 333};
+    p.sm_scale = 0.25f;
+    check_lean4(p, 2900 + static_cast<uint64_t>(l));
+    HostProblem w = thd({1, 520, 1, 533, 1}, {1, 260, 0, 266, 5}, 64, 1, l);  // 1056 rows: 132 q-tiles
+    w.w_f32 = true;
+    check_lean4(w, 2910 + static_cast<uint64_t>(l));
+  }
+  // a training packing of 8 segments (no oracle of every cell)
+  HostProblem big = thd({1500, 700, 2100, 300, 1200, 900, 1100, 392}, {375, 175, 525, 75, 300, 225, 275, 98}, 64, 4);
+  check_lean4_bitwise(big, 2920);
+}
+
 TEST_CASE("lean4: run to run bitwise, bf16 W == fp32 W", "[lean4]") {
   FourConsumers four;
   HostProblem p = bshd(1, 1056, 600, 64, 2);
@@ -159,6 +208,12 @@ TEST_CASE("lean4: FP8 == generic FP8 bitwise, and against the fp64 oracle", "[le
   same(b, 52003);
   same(fp8(bshd(1, 1056, 700, 64, 4), false, false), 52004);
   same(fp8(bshd(1, 132 * 16, 999, 32, 2), true, true), 52005);
+  same(fp8(bshd(1, 132 * 32, 999, 16, 2), true, false), 52006);
+  HostProblem sp = fp8(bshd(1, 512, 16384, 64, 1), true, true);  // the split variant
+  sp.offsets = {16384 - 512};
+  same(sp, 52007);
+  HostProblem th = fp8(thd({1500, 700, 2100, 300, 1200, 900, 1100, 392}, {375, 175, 525, 75, 300, 225, 275, 98}, 64, 4), true, true);
+  same(th, 52008);
   FourConsumers four;
   HostProblem o = fp8(bshd(1, 1056, 2000, 64, 1), true, true);
   o.offsets = {2000 - 1056};

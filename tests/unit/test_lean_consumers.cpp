@@ -36,16 +36,17 @@ struct Consumers {
 };
 }  // namespace
 
-TEST_CASE("lean consumers: saturated BSHD plans at H 64 and 32 take four, the others keep two", "[planner][lean_consumers]") {
+TEST_CASE("lean consumers: every scores plan takes the process-wide count, the fused sweep keeps two", "[planner][lean_consumers]") {
   const DeviceInfo dev = DeviceInfo::h200();
   CHECK(lean_consumers() == 2);
   const Call c = bshd_call(1, 8192, 4096, 64);
   const Plan two = make_plan(problem(c), dev, lean_family());
+  PackedCall t({4096, 4096}, {2048, 2048});
+  const Plan thd_two = make_plan(problem(t), dev, lean_family());
   Consumers four(4);
   CHECK(lean_consumers() == 4);
-  for (int64_t h : {64, 32}) {
+  for (int64_t h : {64, 32, 16}) {
     INFO("H " << h);
-    const Plan p2 = h == 64 ? two : Plan{};
     const Plan p4 = make_plan(problem(bshd_call(1, 8192, 4096, h)), dev, lean_family());
     CHECK(lean_spec_consumers(p4.spec) == 4);
     CHECK_THAT(p4.spec.shape_key(), Contains(".c4"));
@@ -55,27 +56,28 @@ TEST_CASE("lean consumers: saturated BSHD plans at H 64 and 32 take four, the ot
     CHECK(p4.tokens_per_tile == LeanGeometry::tokens_per_tile(h));
     CHECK(p4.num_tiles == 8192 / LeanGeometry::tokens_per_tile(h));
     CHECK(p4.launches[0].grid[0] == 132);
-    if (h == 64) {
-      CHECK(lean_spec_consumers(p2.spec) == 2);
-      CHECK(p2.spec.shape_key() + ".c4" == p4.spec.shape_key());
-      CHECK(p2.launches[0].block[0] == 384);
-      // three more consumers' barriers (q full/empty, w full: 8 bytes each) and nothing else
-      CHECK(p4.launches[0].smem == p2.launches[0].smem + 2 * 3 * 8);
-    }
+    // the split variant (q-tiles x B below the SMs) too
+    const Plan small = make_plan(problem(bshd_call(1, 1024, 16384, h)), dev, lean_family());
+    CHECK(small.kv_parts >= 1);
+    CHECK(lean_spec_consumers(small.spec) == 4);
+    CHECK(small.launches[0].block[0] == 640);
   }
+  CHECK(lean_spec_consumers(two.spec) == 2);
+  const Plan p4 = make_plan(problem(c), dev, lean_family());
+  CHECK(two.spec.shape_key() + ".c4" == p4.spec.shape_key());
+  CHECK(two.launches[0].block[0] == 384);
+  // three more consumers' barriers (q full/empty, w full: 8 bytes each) and nothing else
+  CHECK(p4.launches[0].smem == two.launches[0].smem + 2 * 3 * 8);
   // two tokens per consumer at H 64, four at 32, eight at 16: 512 packed rows per q-tile either way
   CHECK(LeanGeometry::tokens_per_consumer(64, 4) == 2);
   CHECK(LeanGeometry::tokens_per_consumer(16, 4) == 8);
   CHECK(LeanGeometry::tokens_per_consumer(64) == 4);
-  // H 16 (its bf16-W consumer spills at 104 registers), THD and the split variant (q-tiles x B
-  // below the SMs) keep two
-  CHECK(lean_spec_consumers(make_plan(problem(bshd_call(1, 8192, 4096, 16)), dev, lean_family()).spec) == 2);
-  PackedCall t({4096, 4096}, {2048, 2048});
-  CHECK(lean_spec_consumers(make_plan(problem(t), dev, lean_family()).spec) == 2);
-  const Plan small = make_plan(problem(bshd_call(1, 1024, 16384, 64)), dev, lean_family());
-  CHECK(small.kv_parts >= 1);
-  CHECK(lean_spec_consumers(small.spec) == 2);
-  CHECK(small.launches[0].block[0] == 384);
+  // THD
+  const Plan thd4 = make_plan(problem(t), dev, lean_family());
+  CHECK(lean_spec_consumers(thd_two.spec) == 2);
+  CHECK(lean_spec_consumers(thd4.spec) == 4);
+  CHECK(thd_two.spec.shape_key() + ".c4" == thd4.spec.shape_key());
+  CHECK(thd4.launches[0].block[0] == 640);
   // the fused top-k's sweep keeps two (its epilogue keeps one row per consumer warp)
   const Plan sweep = lean_plan(problem(c), dev, PlanPurpose::launch, topk_fused_sweep_family(), 0, false);
   CHECK(lean_spec_consumers(sweep.spec) == 2);
@@ -97,7 +99,8 @@ TEST_CASE("lean consumers: only 2 and 4, and the two-consumer sources do not nam
 
 TEST_CASE("lean consumers: every four-consumer variant compiles without spills", "[nvrtc][lean_consumers]") {
   std::vector<KernelSpec> specs;
-  for (int64_t h : {64, 32}) {
+  for (int64_t h : {64, 32, 16}) {
+    specs.push_back(lean_spec(1024, 16384, DType::bf16, true, Layout::bshd, DType::bf16, true, h, 4));  // split
     specs.push_back(lean_spec(8192, 4096, DType::bf16, true, Layout::bshd, DType::bf16, false, h, 4));
     specs.push_back(lean_spec(8192, 4096, DType::f32, false, Layout::bshd, DType::bf16, false, h, 4));
     specs.push_back(lean_spec(8192, 4096, DType::bf16, false, Layout::bshd, DType::e4m3, false, h, 4));
@@ -107,6 +110,11 @@ TEST_CASE("lean consumers: every four-consumer variant compiles without spills",
   specs.push_back(lean_spec(2048, 999, DType::f32, true, Layout::bshd, DType::bf16, false, 64, 4));
   specs.push_back(lean_spec(4096, 8192, DType::bf16, false, Layout::bshd, DType::bf16, false, 64, 4));
   specs.push_back(lean_spec(2048, 65536, DType::f32, false, Layout::bshd, DType::e4m3, false, 64, 4));
+  // THD, both column modes, both weight dtypes, FP8
+  specs.push_back(lean_spec(8192, 0, DType::bf16, false, Layout::thd_local, DType::bf16, false, 64, 4));
+  specs.push_back(lean_spec(1056, 0, DType::f32, true, Layout::thd_global, DType::bf16, false, 64, 4));
+  specs.push_back(lean_spec(2048, 0, DType::bf16, true, Layout::thd_local, DType::bf16, false, 64, 4));
+  specs.push_back(lean_spec(8192, 0, DType::bf16, false, Layout::thd_global, DType::e4m3, false, 64, 4));
   // 640 threads launch with 96 registers each (65,536 / 640 in steps of 8); the consumers'
   // setmaxnreg to 104 relies on it
   check_compiles_without_spills(specs, "sm90_indexer_lean", 96);
