@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11|perf11]
+#                                [validate11|perf11a|perf11b]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -77,8 +77,8 @@ fi
 # validate11 / perf11 (not in all): session 11's lean with four consumer warpgroups (lean4, by
 # set_lean_consumers; built without a device). validate11: its GPU tests, memcheck over them,
 # racecheck over one case of each precision, then what validate10 left (main's FP8 suite,
-# memcheck, racecheck). perf11: bf16 rows lean / lean4 / generic (headline and its variants,
-# H 32, S_q 16384), the FP8 rows with lean4 beside lean, and ncu of both at the headline.
+# memcheck). perf11a: the whole bf16 table with lean4 rows beside lean and generic; perf11b: the
+# FP8 rows with lean4 beside lean, and ncu of both at the headline.
 if [[ " $steps " == *" validate11 "* ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   run gpu_lean4 150 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
@@ -88,10 +88,11 @@ if [[ " $steps " == *" validate11 "* ]]; then
   run gpu_fp8 150 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[fp8]"
 fi
-if [[ " $steps " == *" perf11 "* ]]; then
-  run bench_lean4 200 $b/tools/dsa-indexer bench --family lean,lean4,generic --match "S_q 8192" --reps 10 --json "$out/bench_lean4.json"
-  run bench_lean4_16k 60 $b/tools/dsa-indexer bench --family lean,lean4 --match "r2 S_q 16384" --reps 10
-  run fp8_bench_lean4 150 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --json "$out/fp8_bench_lean4.json"
+if [[ " $steps " == *" perf11a "* ]]; then
+  run bench_lean4 560 $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --json "$out/bench_lean4.json"
+fi
+if [[ " $steps " == *" perf11b "* ]]; then
+  run fp8_bench_lean4 240 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --json "$out/fp8_bench_lean4.json"
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for fam in lean lean4; do
     run ncu_$fam 120 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \
