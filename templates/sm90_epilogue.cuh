@@ -82,6 +82,29 @@ __device__ __forceinline__ void head_sum(const float (&acc)[TPW * H / 2], const 
   }
 }
 
+// FP8 scales of KV rows: row r's at p[r * stride] for rows [0, k_rows) (p null: no scales).
+// Generic points p at the batch's (BSHD) or the packed K's (THD) row 0, lean at its item's
+// first KV row. A tile's rows past k_rows (zero-filled by TMA and never stored) read nothing.
+struct KScales {
+  const float* p = nullptr;
+  i64 stride = 1, k_rows = 0;
+};
+
+// The scales of this lane's two KV rows of a tile (kr and kr + 8; 1 where there are none),
+// loaded while the tile's product runs, so that their latency is not the epilogue's.
+struct KScalePair {
+  float v[2] = {1.0f, 1.0f};
+};
+__device__ __forceinline__ KScalePair load_k_scales(const KScales& ks, i64 kr) {
+  KScalePair r;
+  if (ks.p != nullptr) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (kr + 8 * e < ks.k_rows) r.v[e] = __ldg(ks.p + (kr + 8 * e) * ks.stride);
+  }
+  return r;
+}
+
 // -inf over columns [c0, c1) of one row, by `n` cooperating threads: 16-byte stores where the
 // address allows, single stores at the unaligned ends.
 __device__ __forceinline__ void fill_neg_inf(float* row, i64 c0, i64 c1, int t, int n) {

@@ -45,29 +45,6 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
 // w_cls: shared address of this lane class's weights of the warpgroup's tokens.
 // acc: the m64n256 accumulators of one KV tile (rows = 64 KV rows, columns = this warpgroup's
 // 256 packed (token, head) rows). kabs0: absolute K row of the tile's row 0.
-// FP8 scales of KV rows: k_scale (null: no scales) is the batch's (BSHD) or the packed K's (THD)
-// row scales, row r at r * stride, rows [0, k_rows) (a tile's rows past them, zero-filled by
-// TMA and never stored, read nothing).
-struct KScales {
-  const float* p = nullptr;
-  i64 stride = 1, k_rows = 0;
-};
-
-// The scales of this lane's two KV rows of a tile (kr and kr + 8; 1 where there are none),
-// loaded while the tile's product runs, so that their latency is not the epilogue's.
-struct KScalePair {
-  float v[2] = {1.0f, 1.0f};
-};
-__device__ __forceinline__ KScalePair load_k_scales(const KScales& ks, i64 kr) {
-  KScalePair r;
-  if (ks.p != nullptr) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-      if (kr + 8 * e < ks.k_rows) r.v[e] = __ldg(ks.p + (kr + 8 * e) * ks.stride);
-  }
-  return r;
-}
-
 // kKScaled (FP8): a cell is sm_scale * (k_scale * head sum), in that fixed order; ksc holds the
 // k scales of this lane's rows (load_k_scales).
 template <class Cfg, bool kKScaled = false>

@@ -255,13 +255,6 @@ struct LeanLaneS {
 };
 using LeanLane = LeanLaneS<1>;  // H 64: one token per lane
 
-// FP8: the k scales of an item's KV rows: p is the scale of its first KV row, rows [0, rows)
-// readable at stride `stride`; p null: no scales.
-struct LeanKScales {
-  const float* p = nullptr;
-  i64 rows = 0, stride = 1;
-};
-
 // FP8: the weights of one consumer's 4 tokens as fp32 w * q_scale (one product, as the generic
 // family folds them), [token][head], zero past T_q (THD), by the producer warp.
 template <class Cfg>
@@ -738,7 +731,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   };
   // FP8: the k scales of item (tile, b, part)'s KV rows (the whole warp calls it: THD shuffles).
   auto k_scales = [&](i32 tile, i32 b, i32 part) {
-    LeanKScales r;
+    KScales r;  // p at the item's first KV row
     if (sc.k_scale == 0) return r;
     r.stride = sc.k_scale_stride[1];
     if constexpr (kBshd) {
@@ -748,11 +741,11 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       else
         (void)part;
       r.p = reinterpret_cast<const float*>(sc.k_scale) + b * sc.k_scale_stride[0] + kv_begin * r.stride;
-      r.rows = T::kSeqK - kv_begin;
+      r.k_rows = T::kSeqK - kv_begin;
     } else {
       const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tile * T::kTokensPerTile, lane));
       r.p = reinterpret_cast<const float*>(sc.k_scale) + sp.kv_begin * r.stride;
-      r.rows = a.t_k - sp.kv_begin;
+      r.k_rows = a.t_k - sp.kv_begin;
     }
     return r;
   };
@@ -775,7 +768,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
     bool ready_n = false;
     const i32 n_kv = ln.n_kv;
     if (n_kv > 0) {
-      LeanKScales kscale;
+      KScales kscale;
       if constexpr (T::kFp8) kscale = k_scales(cur_tile, cur_b, cur_part);
       mbarrier_wait(&cta.w_full[cg], q_uses & 1);
       mbarrier_wait(&cta.q_full[cg], q_uses & 1);
@@ -786,17 +779,11 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         mma_tile<T::kFp8>(acc, kv_base0 + stage * T::kKvBytes, q_base);
         named_barrier_arrive(other_bar, 256);
         // FP8: this lane's two k scales load while the product runs (1 where there are none)
-        float ksc[2] = {1.0f, 1.0f};
-        if constexpr (T::kFp8) {
-          if (kscale.p != nullptr) {
-#pragma unroll
-            for (int j = 0; j < (T::kVals == 1 ? 1 : 2); ++j) {
-              const int row8 = T::kVals == 1 ? lean_val_row8<T>(0, lane) : 8 * j;
-              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + row8;
-              if (rel < kscale.rows) ksc[j] = __ldg(kscale.p + rel * kscale.stride);
-            }
-          }
-        }
+        // (four consumers: one row per lane, row8 of lean_val_row8; its second load goes unused)
+        KScalePair ksc;
+        if constexpr (T::kFp8)
+          ksc = load_k_scales(kscale, static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) +
+                                          (T::kVals == 1 ? lean_val_row8<T>(0, lane) : 0));
         // (four consumers: after the item, where the other consumers' warps hide it, as the
         // next item's lane state beside this one's would not fit 104 registers)
         if (!kBshd && T::kConsumers == 2 && it == 0 && have_n) {
@@ -823,7 +810,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
             for (int j = 0; j < T::kVals; ++j) {
               const int row8 = T::kVals == 1 ? lean_val_row8<T>(0, lane) : 8 * (j & 1);
               const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + row8;
-              if (rel < kscale.rows) part[j] = part[j] * ksc[j & 1];
+              if (rel < kscale.k_rows) part[j] = part[j] * ksc.v[T::kVals == 1 ? 0 : j & 1];
             }
           }
         }
