@@ -82,6 +82,27 @@ __device__ __forceinline__ void head_sum(const float (&acc)[TPW * H / 2], const 
   }
 }
 
+// The running log-sum-exp of a row's cells: (max, sum of exp(x - max)), one cell at a time
+// (lse_push) or two states (lse_merge, symmetric in its two states bit for bit), in orders the
+// families fix (generic's lse_finish; lean's LeanScoresEpilogue follows it).
+__device__ __forceinline__ void lse_push(float& m, float& s, float x) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
+
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+  const float mx = fmaxf(m, m2);
+  float r = 0.0f;
+  if (m != neg_inf()) r += s * expf(m - mx);
+  if (m2 != neg_inf()) r += s2 * expf(m2 - mx);
+  m = mx;
+  s = r;
+}
+
 // FP8 scales of KV rows: row r's at p[r * stride] for rows [0, k_rows) (p null: no scales).
 // Generic points p at the batch's (BSHD) or the packed K's (THD) row 0, lean at its item's
 // first KV row. A tile's rows past k_rows (zero-filled by TMA and never stored) read nothing.

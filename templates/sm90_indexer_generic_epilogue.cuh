@@ -24,24 +24,6 @@ struct EpilogueRows {
   float lse_m[kSlots], lse_s[kSlots];
 };
 
-__device__ __forceinline__ void lse_push(float& m, float& s, float x) {
-  if (x > m) {
-    s = s * expf(m - x) + 1.0f;
-    m = x;
-  } else {
-    s += expf(x - m);
-  }
-}
-
-__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
-  const float mx = fmaxf(m, m2);
-  float r = 0.0f;
-  if (m != neg_inf()) r += s * expf(m - mx);
-  if (m2 != neg_inf()) r += s2 * expf(m2 - mx);
-  m = mx;
-  s = r;
-}
-
 // w_cls: shared address of this lane class's weights of the warpgroup's tokens.
 // acc: the m64n256 accumulators of one KV tile (rows = 64 KV rows, columns = this warpgroup's
 // 256 packed (token, head) rows). kabs0: absolute K row of the tile's row 0.

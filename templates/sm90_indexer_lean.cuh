@@ -69,6 +69,16 @@ struct ConsumersOf<Cfg, decltype(void(Cfg::kConsumers))> {
   static constexpr int value = Cfg::kConsumers;
 };
 
+// Whether the variant writes lse (kWithLse, rendered only when set), read through LseOf.
+template <class Cfg, class = void>
+struct LseOf {
+  static constexpr bool value = false;
+};
+template <class Cfg>
+struct LseOf<Cfg, decltype(void(Cfg::kWithLse))> {
+  static constexpr bool value = Cfg::kWithLse;
+};
+
 template <class Cfg>
 struct LeanTraits {
   static constexpr int kHeads = HeadsOf<Cfg>::value;
@@ -103,7 +113,7 @@ struct LeanTraits {
   // variant with four consumers, whose lane state leaves no room for those registers beside 104).
   // Weights in shared memory keep the consumer's Q and weight buffers until its last tile's
   // epilogue.
-  static constexpr int kWMode = kWF32 ? 1 : kConsumers == 4 && (kThd || kSplit) ? 2 : 0;
+  static constexpr int kWMode = kWF32 ? 1 : (kConsumers == 4 && (kThd || kSplit)) || LseOf<Cfg>::value ? 2 : 0;
   static constexpr bool kWSmem = kWMode != 0;
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
   // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
@@ -111,9 +121,12 @@ struct LeanTraits {
   // producer and fillers derive per-row windows from cu_seqlens, and the split variant's
   // its chunks, and need more than 40. Four consumers: 640 threads launch with 96 (65,536 / 640,
   // in steps of 8), and each consumer gets 104 beside its 64 accumulators.
+  // BSHD rows of an S_k that is not a multiple of 4 are not 16-byte aligned, and the fillers'
+  // unaligned ends need more than 40 too (they spilled 8-12 bytes there).
+  static constexpr bool kWideProducer = kThd || kSplit || kSeqK % 4 != 0;
   static constexpr int kEntryRegs = kConsumers == 2 ? 168 : 96;
-  static constexpr int kProducerRegs = kThd || kSplit ? 56 : 40;
-  static constexpr int kConsumerRegs = kConsumers == 4 ? 104 : kThd || kSplit ? 224 : 232;
+  static constexpr int kProducerRegs = kWideProducer ? 56 : 40;
+  static constexpr int kConsumerRegs = kConsumers == 4 ? 104 : kWideProducer ? 224 : 232;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kEntryRegs,
                 "sm90_indexer_lean: setmaxnreg asks for more registers than the CTA was launched with");
   static_assert(Cfg::kHeadDim == 128, "sm90_indexer_lean: kHeadDim must be 128");
@@ -353,13 +366,71 @@ struct LeanWeights<Cfg, 1> {
 // (end_item also for items without KV tiles).
 //
 // The scores operation: the tile to the row of scores, -inf outside the row's window, nothing
-// outside the row's columns.
+// outside the row's columns; with kWithLse (LseOf) also each row's log-sum-exp, in the generic
+// family's order (below), so its bits are generic's.
+// Named barrier ids (0 is __syncthreads): the consumers' ring takes 1 .. kConsumers, a
+// consumer's own (128 threads: its LSE merge) the next kConsumers.
+constexpr u32 kLeanPingPong0 = 1;  // consumer 0 may issue its wgmma (arrived by the last consumer)
+constexpr u32 kLeanPingPong1 = 2;  // consumer 1 may issue its wgmma (arrived by consumer 0)
+
 template <class Cfg>
 struct LeanScoresEpilogue {
-  struct Args {};
-  static constexpr int kSmemBytes = 0;
+  using T = LeanTraits<Cfg>;
+  static constexpr bool kLse = LseOf<Cfg>::value;
+  // kWithLse variants read the kernel's LeanLseArgs; the others take nothing (an empty struct:
+  // the variants from before LSE keep their SASS)
+  struct NoArgs {};
+  template <bool kOn, int = 0>
+  struct ArgsOf {
+    using type = LeanLseArgs;
+  };
+  template <int D>
+  struct ArgsOf<false, D> {
+    using type = NoArgs;
+  };
+  using Args = typename ArgsOf<kLse>::type;
+  // kLse: the kernel's parameter itself (a __grid_constant__, read where it is used, not held
+  // in registers beside the accumulators)
+  __device__ __forceinline__ static decltype(auto) args(const LeanLseArgs& la) {
+    if constexpr (kLse) return (la);
+    else return Args{};
+  }
+  static constexpr int TPW = T::kTokensPerConsumer;
+  static constexpr int kSmemBytes = kLse ? T::kConsumers * 4 * TPW * 2 * 4 : 0;  // [consumer][warp][token][m, s]
   static constexpr bool kFillsScores = true;
-  __device__ __forceinline__ LeanScoresEpilogue(const Args&, u8*, int, int, int) {}
+  // kLse: the running (max, sum of exp) of this lane's visible cells of each token slot, pushed
+  // in the generic family's order (KV tiles from the first, in a tile row r then r + 8), merged
+  // at the item's end as generic's lse_finish does (lanes by their row groups, then warps 0..3).
+  template <bool kOn, int = 0>
+  struct State {
+    float m[T::kSlots], s[T::kSlots];
+    u32 scratch;  // shared address of this consumer's [warp][token][m, s]
+    const LeanLseArgs* args;
+  };
+  template <int D>
+  struct State<false, D> {};  // no LSE: the scores epilogue keeps no state
+  mutable State<kLse> st;
+  __device__ __forceinline__ LeanScoresEpilogue(const Args& a, u8* smem, int cg, int, int) {
+    if constexpr (kLse) {
+      st.scratch = smem_addr(smem) + cg * 4 * TPW * 2 * 4;
+      st.args = &a;
+      lse_reset();
+    } else {
+      (void)a, (void)smem, (void)cg;
+    }
+  }
+  __device__ __forceinline__ void lse_reset() const {
+    if constexpr (kLse) {
+#pragma unroll
+      for (int t = 0; t < T::kSlots; ++t) {
+        st.m[t] = neg_inf();
+        st.s[t] = 0.0f;
+      }
+    }
+  }
+  __device__ __forceinline__ void lse_push_slot(int t, float v) const {
+    if constexpr (kLse) lse_push(st.m[t], st.s[t], v);
+  }
   template <int S>
   __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLaneS<S>& ln, int warp_in_wg, int lane,
                                        float sm_scale) const {
@@ -371,12 +442,23 @@ struct LeanScoresEpilogue {
       // two tokens per consumer (four consumers at H 64): one sum, of token slot 0
       const i32 rel = rr + lean_val_row8<LeanTraits<Cfg>>(0, lane);
       float v = Cfg::kUnitScale ? part[0] : part[0] * sm_scale;
+      bool in_cols = true, visible = true;
       if (masked) {
-        if (rel < ln.c_lo[0] || rel >= ln.c_hi[0]) return;
-        if (rel < ln.w_lo[0] || rel >= ln.w_hi[0]) v = neg_inf();
+        in_cols = !(rel < ln.c_lo[0] || rel >= ln.c_hi[0]);
+        if (rel < ln.w_lo[0] || rel >= ln.w_hi[0]) v = neg_inf(), visible = false;
+        visible = visible && in_cols;
       }
-      store_streaming(ln.row[0] + rel, v);
-    } else if constexpr (S == 1) {
+      if constexpr (kLse) {
+        // generic's order: row r, then row r + 8 (lane ^ 2's), in the lane of row r
+        const float v8 = __shfl_xor_sync(0xffffffffu, v, 2);
+        const bool visible8 = __shfl_xor_sync(0xffffffffu, visible ? 1 : 0, 2) != 0;
+        if (!(lane & 2)) {
+          if (visible) lse_push_slot(0, v);
+          if (visible8) lse_push_slot(0, v8);
+        }
+      }
+      if (in_cols) store_streaming(ln.row[0] + rel, v);
+    } else if constexpr (S == 1 && !kLse) {
       // H 64 keeps the loop its kernels were measured and validated with (the general form
       // below compiles to other SASS)
 #pragma unroll
@@ -398,6 +480,9 @@ struct LeanScoresEpilogue {
         if (masked) {
           if (rel < ln.c_lo[t] || rel >= ln.c_hi[t]) continue;
           if (rel < ln.w_lo[t] || rel >= ln.w_hi[t]) v = neg_inf();
+          else if (kLse) lse_push_slot(t, v);
+        } else if (kLse) {
+          lse_push_slot(t, v);
         }
         store_streaming(ln.row[t] + rel, v);
       }
@@ -405,13 +490,52 @@ struct LeanScoresEpilogue {
   }
   template <int S>
   __device__ __forceinline__ void after_tile(const LeanLaneS<S>&) const {}
+  // kLse: generic's lse_finish over the consumer's tokens: the 8 lanes of a token's rows by
+  // butterfly (xor 4, 8, 16), the 4 warps in order through shared memory; every row of the item
+  // gets its lse (-inf where nothing is visible), THD's rows past T_q none.
   template <int S>
-  __device__ __forceinline__ void end_item(const LeanLaneS<S>&) const {}
+  __device__ __forceinline__ void end_item(const LeanLaneS<S>& ln) const {
+    if constexpr (kLse) {
+      const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, cg = threadIdx.x / 128 - 1;
+#pragma unroll
+      for (int t = 0; t < T::kSlots; ++t) {
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+          const float m2 = __shfl_xor_sync(0xffffffffu, st.m[t], o);
+          const float s2 = __shfl_xor_sync(0xffffffffu, st.s[t], o);
+          lse_merge(st.m[t], st.s[t], m2, s2);
+        }
+      }
+      // the lanes holding a token's state: 0..3 (two tokens per consumer: 0 and 1)
+      if (T::kVals == 1 ? lane < 2 : lane < 4) {
+#pragma unroll
+        for (int t = 0; t < T::kSlots; ++t) {
+          const int tl = T::kVals == 1 ? lane : token_quarter(lane) * T::kSlots + t;
+          st_shared_f32x2(st.scratch + (warp * TPW + tl) * 8, st.m[t], st.s[t]);
+        }
+      }
+      const u32 bar = kLeanPingPong0 + T::kConsumers + cg;
+      named_barrier_sync(bar, 128);
+      if (warp == 0 && lane < TPW) {
+        float2 ms = ld_shared_f32x2(st.scratch + lane * 8);
+        float m = ms.x, s = ms.y;
+#pragma unroll
+        for (int w = 1; w < 4; ++w) {
+          ms = ld_shared_f32x2(st.scratch + (w * TPW + lane) * 8);
+          lse_merge(m, s, ms.x, ms.y);
+        }
+        const LeanLseArgs& a = *st.args;
+        const i64 row = ln.q_row0 + lane;  // b * S_q + token (BSHD), the packed row (THD)
+        const i64 off = T::kThd ? row * a.stride_row : (row / T::kSeqQ) * a.stride_b + (row % T::kSeqQ) * a.stride_row;
+        if (!T::kThd || row < a.t_q) reinterpret_cast<float*>(a.lse)[off] = (m == neg_inf()) ? neg_inf() : m + logf(s);
+      }
+      named_barrier_sync(bar, 128);
+      lse_reset();
+    } else {
+      (void)ln;
+    }
+  }
 };
-
-// Named barrier ids (0 is __syncthreads).
-constexpr u32 kLeanPingPong0 = 1;  // consumer 0 may issue its wgmma (arrived by consumer 1)
-constexpr u32 kLeanPingPong1 = 2;  // consumer 1 may issue its wgmma (arrived by consumer 0)
 
 // What the roles share: the CTA's shared memory and its mbarriers.
 struct LeanCta {
@@ -720,7 +844,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       ln.c_lo[0] = me.valid ? lean_rel(me.base, sp.kv_begin, sp.n_kv) : 0;
       ln.c_hi[0] = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
       ln.row[0] = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
-      ln.q_row0 = 0;  // no THD epilogue reads it
+      ln.q_row0 = LseOf<Cfg>::value ? tok_first : 0;  // the packed row, for the LSE epilogue
 
     }
     return ln;
@@ -837,10 +961,10 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
 template <class Cfg, class Sched>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_indexer_lean(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
-                      const DsaScales sc) {
+                      const DsaScales sc, const __grid_constant__ LeanLseArgs la) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the BSHD kernel of a THD variant");
   static_assert(!LeanTraits<Cfg>::kSplit, "sm90_indexer_lean: the unsplit kernel of a split variant");
-  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, {}, LeanStaticRuns<Sched>{});
+  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, LeanScoresEpilogue<Cfg>::args(la), LeanStaticRuns<Sched>{});
 }
 
 // BSHD, the split variant (q-tiles x B below the SM count): each q-tile's KV tiles in chunks
@@ -849,19 +973,20 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
 template <class Cfg, class Sched>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_indexer_lean_split(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
-                            const DsaScales sc, const LeanSplit split) {
+                            const DsaScales sc, const LeanSplit split, const __grid_constant__ LeanLseArgs la) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the split kernel is BSHD only");
   static_assert(LeanTraits<Cfg>::kSplit, "sm90_indexer_lean: the split kernel of a variant without kKvSplit");
-  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, {}, LeanStaticRuns<Sched>{}, split);
+  static_assert(!LseOf<Cfg>::value, "sm90_indexer_lean: the split variant has no lse (its chunks would need a combine)");
+  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, LeanScoresEpilogue<Cfg>::args(la), LeanStaticRuns<Sched>{}, split);
 }
 
 // THD: the schedule of the call's packing is a launch parameter.
 template <class Cfg>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_indexer_lean_thd(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
-                          const __grid_constant__ LeanThdSchedule sched, const DsaScales sc) {
+                          const __grid_constant__ LeanThdSchedule sched, const DsaScales sc, const __grid_constant__ LeanLseArgs la) {
   static_assert(LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the THD kernel of a BSHD variant");
-  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, {}, LeanParamRuns{&sched});
+  lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, LeanScoresEpilogue<Cfg>::args(la), LeanParamRuns{&sched});
 }
 
 }  // namespace dsa

@@ -20,6 +20,15 @@ struct LeanArgs {
   i32 has_offsets;
 };
 
+// The scores kernels' last launch parameter: the lse output of a kWithLse variant, fp32 (B, S_q)
+// at strides (batch, row) or THD (T_q) at stride row (0: none), and THD's T_q (its rows past T_q
+// have no lse).
+struct LeanLseArgs {
+  u64 lse;
+  i64 t_q;
+  i64 stride_b, stride_row;
+};
+
 // The split variant's launch parameter: each q-tile's KV tiles in `parts` chunks of `chunk`
 // tiles (parts = ceil(the most KV tiles a q-tile can need / chunk)), planned per call from the
 // shape, B and the grid.

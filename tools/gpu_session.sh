@@ -75,14 +75,17 @@ if [[ " $steps " == *" validate10 "* ]]; then
   run fp8_bench 150 $b/tools/dsa-indexer bench --in e4m3 --quick --json "$out/fp8_bench.json"
 fi
 # validate11 / perf11 (not in all): session 11's lean with four consumer warpgroups (lean4, by
-# set_lean_consumers; built without a device). validate11: its GPU tests, memcheck over them,
+# set_lean_consumers; built without a device) and lean's lse. validate11: [lean] (ragged S_k's
+# producer registers changed), [lean4] and [lean_lse], memcheck over the last two,
 # racecheck over one case of each precision, then what validate10 left (main's FP8 suite,
 # memcheck). perf11a: the whole bf16 table with lean4 rows beside lean and generic; perf11b: the
 # FP8 rows with lean4 beside lean, and ncu of both at the headline.
 if [[ " $steps " == *" validate11 "* ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  run gpu_lean 200 $b/tests/dsa_gpu_tests "[lean]" --durations yes
   run gpu_lean4 150 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
-  run sanitize_memcheck_lean4 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean4]"
+  run gpu_lean_lse 150 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
+  run sanitize_memcheck_lean4 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean4],[lean_lse]"
   run sanitize_racecheck_lean4 150 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
     "lean4: run to run bitwise*,lean4: FP8 == generic FP8 bitwise*"
   run gpu_fp8 150 $b/tests/dsa_gpu_tests "[fp8]" --durations yes

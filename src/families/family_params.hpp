@@ -41,6 +41,12 @@ inline ParamDesc lean_consumers_param() {
   d.omit_zero = true;
   return d;
 }
+// Lean's lse output (the variants from before it omit it, as kInput).
+inline ParamDesc lean_lse_param() {
+  ParamDesc d = lse_param();
+  d.omit_zero = true;
+  return d;
+}
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }

@@ -17,7 +17,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot };
+enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot, kLseSlot };
 constexpr const char* kScaleChoices[] = {"any", "1"};
 constexpr const char* kScaleLiterals[] = {"false", "true"};
 constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
@@ -81,7 +81,11 @@ Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
   if (p.is_thd() ? p.heads != LeanGeometry::kHeads : !LeanGeometry::serves_heads(p.heads))
     return Gate::fail("heads H", p.is_thd() ? "64 (THD)" : "64, 32 or 16", std::to_string(p.heads));
   if (p.head_dim != 128) return Gate::fail("head dim D", "128", std::to_string(p.head_dim));
-  if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");
+  // lse: in the generic family's order (bitwise its values), except where the split variant
+  // would serve the call (its chunks would need a combine)
+  if (p.has_lse && !p.is_thd() && !saturated(p, dev))
+    return Gate::fail("lse", fmt::format("not requested when the q-tiles x B ({}) cannot fill the {} SMs", work_items(p), dev.sm_count),
+                      "an lse output");
   if (p.has_windows) return Gate::fail("explicit windows ks/ke", "not given", "given");
   if (!contiguous(p)) return Gate::fail("operand strides", "contiguous q, k, w and scores", "a strided operand");
   for (const void* ptr : {p.q, p.k, p.w, static_cast<const void*>(p.out)})
@@ -122,15 +126,18 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   // The scores family's choice; another epilogue's sweep (the fused top-k: one row per consumer
   // warp) runs two consumers.
   const bool split_here = !p.is_thd() && split && !saturated(p, dev);
-  const int consumers = &family == &lean_family() ? lean_consumers() : 2;
+  int consumers = &family == &lean_family() ? lean_consumers() : 2;
+  // Four consumers' FP8 lse variants at H 16 and THD spill at 104 registers (the k scales and the
+  // lse state beside the lane's rows): two consumers serve them.
+  if (consumers == 4 && p.has_lse && p.qk_dtype == DType::e4m3 && (p.is_thd() || p.heads == 16)) consumers = 2;
   plan.tokens_per_tile = static_cast<int32_t>(p.is_thd() ? kTile : bshd_tile(p));
   if (p.is_thd()) {
     plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype, false,
-                          LeanGeometry::kHeads, consumers);
+                          LeanGeometry::kHeads, consumers, p.has_lse);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {
     plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here, p.heads,
-                          consumers);
+                          consumers, p.has_lse);
     plan.tiles_per_batch = p.s_q / bshd_tile(p);
     plan.num_tiles = plan.tiles_per_batch * p.batch;
     if (split_here) {
@@ -191,18 +198,30 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
   const TmaDescBytes& qmap =
       q_memo.get(p.q, q_tma_geometry(p, static_cast<int>(LeanGeometry::tokens_per_consumer(p.heads, lean_spec_consumers(plan.spec)))));
   const TmaDescBytes& kmap = k_memo.get(p.t_k > 0 ? p.k : p.q, k_tma_geometry(p));
+  // The scores kernels' last parameter: the lse output (read by the kWithLse variants).
+  dsa::LeanLseArgs lse{};
+  lse.lse = reinterpret_cast<uintptr_t>(p.lse);
+  lse.t_q = p.t_q;
+  lse.stride_b = p.lse_stride[0];
+  lse.stride_row = p.lse_stride[1];
   if (!p.is_thd()) {
-    // The scores kernel's fourth parameter is the FP8 scales; another epilogue's kernel (extra)
-    // takes its own arguments there instead. The split variant's fifth is its chunks.
+    // The scores kernel's fourth parameter is the FP8 scales, its fifth the lse; another
+    // epilogue's kernel (extra) takes its own arguments fourth and no more. The split variant's
+    // fifth is its chunks, its sixth the lse.
     dsa::LeanSplit split{plan.kv_parts, plan.kv_chunk};
-    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra ? extra : &scales, &split};
-    launch_one(k.functions[0], plan.launches[0], stream, params, plan.kv_parts > 0 ? "cuLaunchKernelEx(sm90_indexer_lean_split)" : what);
+    if (plan.kv_parts > 0) {
+      void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, &scales, &split, &lse};
+      launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean_split)");
+      return;
+    }
+    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra ? extra : &scales, &lse};
+    launch_one(k.functions[0], plan.launches[0], stream, params, what);
     return;
   }
   // cuLaunchKernelEx copies the parameters, the schedule included, at the call.
   const auto* thd = static_cast<const LeanThdPlan*>(plan.schedule.get());
   void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args,
-                    const_cast<dsa::LeanThdSchedule*>(&thd->sched), &scales};
+                    const_cast<dsa::LeanThdSchedule*>(&thd->sched), &scales, &lse};
   launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean_thd)");
 }
 
@@ -229,7 +248,8 @@ class LeanFamily final : public Family {
         input_param(),
         split_param(),
         lean_heads_param(),
-        lean_consumers_param()};
+        lean_consumers_param(),
+        lean_lse_param()};
     return p;
   }
 
@@ -483,7 +503,7 @@ const Family& lean_family() {
 }
 
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk, bool split, int64_t heads,
-                     int consumers) {
+                     int consumers, bool lse) {
   KernelSpec s;
   s.family = &lean_family();
   s.values[kLayout] = layout_value(layout);
@@ -497,7 +517,8 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kKvSplit] = split ? 1 : 0;
   s.values[kHeadsSlot] = heads == LeanGeometry::kHeads ? 0 : heads;  // 64 is omitted (the variants from before)
   s.values[kConsumersSlot] = consumers == 2 ? 0 : consumers;            // 2 is omitted, as 64 heads
-  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers));
+  s.values[kLseSlot] = lse ? 1 : 0;
+  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers) + (lse ? LeanGeometry::lse_bytes(heads) : 0));
   return s;
 }
 

@@ -34,6 +34,9 @@ struct LeanGeometry {
   static constexpr double kTileOverhead = 1.0;
   // Mirrors LeanSmem in templates/sm90_indexer_lean.cuh; the kernel static_asserts agreement.
   static int smem_bytes(DType w, int kv_stages = kKvStages, DType qk = DType::bf16, int consumers = 2);
+  // A kWithLse variant's epilogue scratch, after the barriers: every consumer's 4 warps x its
+  // tokens x (max, sum), 512 / H tokens per q-tile whatever the consumer count.
+  static constexpr int lse_bytes(int64_t heads) { return static_cast<int>(4 * (512 / heads) * 2 * 4); }
 };
 
 // The emitted schedule: q-tiles by rank (runs of the order, longest first) and the CTA policy.
@@ -118,7 +121,7 @@ void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
 void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what);
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
-                     DType qk = DType::bf16, bool split = false, int64_t heads = 64, int consumers = 2);
+                     DType qk = DType::bf16, bool split = false, int64_t heads = 64, int consumers = 2, bool lse = false);
 // The consumer warpgroups of a lean spec (the scores family's or the fused sweep's).
 int lean_spec_consumers(const KernelSpec& spec);
 }  // namespace dsa_indexer::detail

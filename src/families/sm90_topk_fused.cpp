@@ -89,6 +89,7 @@ class TopkFusedSweepFamily final : public Family {
     if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
     // the selection epilogue keeps one row per consumer warp: 4 tokens per consumer
     if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
+    if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");  // its epilogue writes none
     return lean_check(p, dev, /*split=*/false);
   }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }

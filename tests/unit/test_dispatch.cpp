@@ -51,12 +51,13 @@ TEST_CASE("dispatch: THD calls that pass the lean gates go lean, in both column 
   PackedCall small({500, 300}, {250, 150});
   CHECK(&pick(small) == &generic_family());
   CHECK_THAT(lean_error(small), Contains("grid saturation (q-tiles of T_q)") && Contains("got 100"));
-  // H 32, LSE and explicit windows stay generic
+  // H 32 and explicit windows stay generic; LSE goes lean (session 11: its lse in generic's order)
   PackedCall h32({4096, 4096}, {2048, 2048}, false, 32);
   CHECK_THAT(lean_error(h32), Contains("heads H"));
   PackedCall lse({4096, 4096}, {2048, 2048});
   lse.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {8192});
-  CHECK_THAT(lean_error(lse), Contains("family lean: lse"));
+  CHECK(lean_error(lse) == "accepted");
+  CHECK(&pick(lse) == &lean_family());
   // the planner needs the host cu_seqlens (validate always has them: mirrors or one read)
   Problem p = prob(t);
   CHECK(lean_family().check(p, DeviceInfo::h200()).passed());
@@ -128,9 +129,10 @@ TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]"
     cases.push_back({"misaligned scores", c, "operand alignment"});
   }
   {
-    Call c = lean_call();
-    c.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {1, 8192});
-    cases.push_back({"LSE", c, "lse"});
+    // lse where the split variant would serve the call (64 q-tiles < 132 SMs)
+    Call c = lean_call(1, 512, 4096);
+    c.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {1, 512});
+    cases.push_back({"LSE (split)", c, "lse"});
   }
   {
     Call c = lean_call();

@@ -1,0 +1,97 @@
+// Lean's lse output (kWithLse) on the device: against the fp64 oracle, and bitwise against the
+// generic family's lse and scores (lean pushes every visible cell in generic's order and merges
+// as generic's lse_finish does), with two and four consumers, bf16 and FP8, BSHD and THD.
+#include <climits>
+#include <cstring>
+
+#include "edge_grid.hpp"
+#include "families/sm90_indexer_lean.hpp"
+
+using namespace dsa_gpu_test;
+
+namespace {
+
+namespace dd = dsa_indexer::detail;
+
+struct Consumers {
+  explicit Consumers(int n) { dd::set_lean_consumers(n); }
+  ~Consumers() { dd::set_lean_consumers(2); }
+  Consumers(const Consumers&) = delete;
+  Consumers& operator=(const Consumers&) = delete;
+};
+
+int64_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
+  return n;
+}
+
+// Lean (two and four consumers) against the oracle (bf16: scores and lse; FP8: scores), then
+// bitwise against generic: scores and lse.
+void check_lean_lse(HostProblem p, uint64_t seed, bool oracle = true) {
+  p.lse = true;
+  INFO(p.describe());
+  dsa_support::fill_random(p, seed);
+  auto dp = dsa_support::upload(p);
+  const auto gen = dsa_support::run(p, dp, KernelFamily::generic);
+  for (int consumers : {2, 4}) {
+    INFO("consumers " << consumers);
+    Consumers c(consumers);
+    if (oracle) check_against_oracle(p, KernelFamily::lean, seed);
+    const auto l = dsa_support::run(p, dp, KernelFamily::lean);
+    CHECK(differing(l.scores, gen.scores) == 0);
+    CHECK(differing(l.lse, gen.lse) == 0);
+    const auto again = dsa_support::run(p, dp, KernelFamily::lean);
+    CHECK(differing(again.lse, l.lse) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("lean lse: BSHD H 64, 32 and 16 against the oracle and bitwise against generic", "[lean_lse]") {
+  for (int h : {64, 32, 16}) {
+    const int64_t tile = 512 / h;
+    check_lean_lse(bshd(1, 132 * tile, 528, h, 2), 3000 + static_cast<uint64_t>(h));
+    HostProblem f = bshd(2, 66 * tile, 700, h, 2);  // fp32 W, sm_scale, offsets, a ragged tail
+    f.w_f32 = true;
+    f.sm_scale = 0.3f;
+    f.offsets = {17, 2 * 700 - 66 * static_cast<int32_t>(tile)};
+    check_lean_lse(f, 3100 + static_cast<uint64_t>(h));
+    HostProblem m = bshd(3, 48 * tile, 999, h, 1);  // one batch masked everywhere: lse -inf
+    m.offsets = {INT32_MAX - 2000, -5000, 999 - 48 * static_cast<int32_t>(tile)};
+    check_lean_lse(m, 3200 + static_cast<uint64_t>(h));
+  }
+  // the headline shape (no oracle of every cell)
+  HostProblem h = bshd(1, 8192, 4096, 64, 2);
+  h.sm_scale = 0.125f;
+  check_lean_lse(h, 3300, false);
+}
+
+TEST_CASE("lean lse: THD packings against the oracle and bitwise against generic", "[lean_lse]") {
+  for (Layout l : {Layout::thd_local, Layout::thd_global}) {
+    HostProblem p = thd({300, 5, 0, 400, 371}, {150, 3, 7, 200, 180}, 64, 2, l);  // 1-token and empty segments
+    p.offsets = {INT32_MAX - 300, -5000, 9, -100, 333};
+    p.sm_scale = 0.25f;
+    check_lean_lse(p, 3400 + static_cast<uint64_t>(l));
+    HostProblem w = thd({1, 520, 1, 533, 3}, {1, 260, 0, 266, 5}, 64, 1, l);  // T_q 1058: a short last q-tile
+    w.w_f32 = true;
+    check_lean_lse(w, 3410 + static_cast<uint64_t>(l));
+  }
+  check_lean_lse(thd({1500, 700, 2100, 300, 1200, 900, 1100, 392}, {375, 175, 525, 75, 300, 225, 275, 98}, 64, 4), 3420, false);
+}
+
+TEST_CASE("lean lse: FP8 bitwise against generic FP8", "[lean_lse][fp8]") {
+  auto fp8 = [](HostProblem p) {
+    p.fp8 = true;
+    p.fp8_q_scale = p.fp8_k_scale = true;
+    return p;
+  };
+  check_lean_lse(fp8(bshd(1, 1056, 2000, 64, 1)), 3500, false);
+  HostProblem o = fp8(bshd(2, 1056, 3000, 64, 1));
+  o.offsets = {3000 - 1056 - 1, INT32_MAX - 2000};
+  o.sm_scale = 0.125f;
+  check_lean_lse(o, 3501, false);
+  check_lean_lse(fp8(bshd(1, 132 * 32, 999, 16, 2)), 3502, false);
+  check_lean_lse(fp8(thd({1500, 700, 2100, 300, 1200, 900, 1100, 392}, {375, 175, 525, 75, 300, 225, 275, 98}, 64, 4)), 3503, false);
+}
