@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11|perf11a|perf11b]
+#                                [validate11a|validate11b|perf11a|perf11b]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -74,21 +74,22 @@ if [[ " $steps " == *" validate10 "* ]]; then
     "fp8: lean == generic bitwise,fp8: THD layouts against the fp64 oracle"
   run fp8_bench 150 $b/tools/dsa-indexer bench --in e4m3 --quick --json "$out/fp8_bench.json"
 fi
-# validate11 / perf11 (not in all): session 11's lean with four consumer warpgroups (lean4, by
-# set_lean_consumers; built without a device) and lean's lse. validate11: [lean] (ragged S_k's
-# producer registers changed), [lean4] and [lean_lse], memcheck over the last two,
-# racecheck over one case of each precision, then what validate10 left (main's FP8 suite,
-# memcheck). perf11a: the whole bf16 table with lean4 rows beside lean and generic; perf11b: the
+# validate11a/b, perf11a/b (not in all): session 11's lean with four consumer warpgroups (lean4,
+# by set_lean_consumers; built without a device) and lean's lse. validate11a: [lean] (ragged
+# S_k's producer registers changed), [lean4], [lean_lse], [fp8]; validate11b: memcheck over
+# [lean4] and [lean_lse], racecheck over a case of each kind, memcheck over [fp8]. perf11a: the whole bf16 table with lean4 rows beside lean and generic; perf11b: the
 # FP8 rows with lean4 beside lean, and ncu of both at the headline.
-if [[ " $steps " == *" validate11 "* ]]; then
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [[ " $steps " == *" validate11a "* ]]; then
   run gpu_lean 200 $b/tests/dsa_gpu_tests "[lean]" --durations yes
   run gpu_lean4 150 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
-  run gpu_lean_lse 150 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
+  run gpu_lean_lse 120 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
+  run gpu_fp8 120 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
+fi
+if [[ " $steps " == *" validate11b "* ]]; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   run sanitize_memcheck_lean4 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean4],[lean_lse]"
   run sanitize_racecheck_lean4 150 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
-    "lean4: run to run bitwise*,lean4: FP8 == generic FP8 bitwise*"
-  run gpu_fp8 150 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
+    "lean4: run to run bitwise*,lean4: FP8 == generic FP8 bitwise*,lean lse: THD packings*"
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[fp8]"
 fi
 if [[ " $steps " == *" perf11a "* ]]; then
