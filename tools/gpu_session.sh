@@ -77,8 +77,9 @@ fi
 # validate11a/b, perf11a/b (not in all): session 11's lean with four consumer warpgroups (lean4,
 # by set_lean_consumers; built without a device) and lean's lse. validate11a: [lean] (ragged
 # S_k's producer registers changed), [lean4], [lean_lse], [fp8]; validate11b: memcheck over
-# [lean4] and [lean_lse], racecheck over a case of each kind, memcheck over [fp8]. perf11a: the whole bf16 table with lean4 rows beside lean and generic; perf11b: the
-# FP8 rows with lean4 beside lean, and ncu of both at the headline.
+# [lean4] and [lean_lse], racecheck over a case of each kind, memcheck over [fp8]. perf11a: the
+# whole bf16 table with lean4 rows beside lean and generic; perf11b: the FP8 rows with lean4
+# beside lean, and ncu of both at the headline.
 if [[ " $steps " == *" validate11a "* ]]; then
   run gpu_lean 200 $b/tests/dsa_gpu_tests "[lean]" --durations yes
   run gpu_lean4 150 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
