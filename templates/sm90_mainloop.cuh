@@ -70,64 +70,48 @@ __device__ __forceinline__ void load_q_rows(const TmaDesc& q_map, u8* dst, u64* 
   }
 }
 
+// One k-step's wgmma against 2R packed Q rows (R accumulators per thread): m64n256 for the
+// families' 256 rows per consumer, m64n128 for lean's four consumers of 128. Every element of an
+// m64n128 product has the bits of the m64n256 one (both sum the same k-steps in the same order).
+__device__ __forceinline__ void wgmma_bf16(float (&d)[128], u64 a, u64 b, int scale_d) { wgmma_m64n256k16_bf16_ss(d, a, b, scale_d); }
+__device__ __forceinline__ void wgmma_bf16(float (&d)[64], u64 a, u64 b, int scale_d) { wgmma_m64n128k16_bf16_ss(d, a, b, scale_d); }
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[128], u64 a, u64 b, int scale_d) { wgmma_m64n256k32_e4m3_ss(d, a, b, scale_d); }
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], u64 a, u64 b, int scale_d) { wgmma_m64n128k32_e4m3_ss(d, a, b, scale_d); }
+
 // acc = KV tile x Q rows^T: issues the eight k16 steps and commits them as one group (the
-// caller waits). kv_base / q_base: shared addresses of the tile's and the rows' D half 0.
-__device__ __forceinline__ void mma_kv_tile(float (&acc)[128], u32 kv_base, u32 q_base) {
+// caller waits). kv_base / q_base: shared addresses of the tile's and the rows' D half 0 (a D
+// half of the 2R rows is 2R x 128 bytes).
+template <int R>
+__device__ __forceinline__ void mma_kv_tile(float (&acc)[R], u32 kv_base, u32 q_base) {
+  constexpr int kHalfBytes = 2 * R * 128;
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
     const u64 da = gmma_desc_sw128(kv_base + (kk >> 2) * kHalfBytesKv + (kk & 3) * 32);
-    const u64 db = gmma_desc_sw128(q_base + (kk >> 2) * kHalfBytesQ + (kk & 3) * 32);
-    wgmma_m64n256k16_bf16_ss(acc, da, db, kk > 0 ? 1 : 0);
+    const u64 db = gmma_desc_sw128(q_base + (kk >> 2) * kHalfBytes + (kk & 3) * 32);
+    wgmma_bf16(acc, da, db, kk > 0 ? 1 : 0);
   }
   wgmma_commit_group();
 }
 
 // FP8: the same product over D = 128 in four k32 steps; each step's 32 columns are 32 bytes of
 // the one 128-byte swizzled row (the descriptor advances as BF16's k16 steps do within a half).
-__device__ __forceinline__ void mma_kv_tile_fp8(float (&acc)[128], u32 kv_base, u32 q_base) {
+template <int R>
+__device__ __forceinline__ void mma_kv_tile_fp8(float (&acc)[R], u32 kv_base, u32 q_base) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const u64 da = gmma_desc_sw128(kv_base + kk * 32);
     const u64 db = gmma_desc_sw128(q_base + kk * 32);
-    wgmma_m64n256k32_e4m3_ss(acc, da, db, kk > 0 ? 1 : 0);
+    wgmma_e4m3(acc, da, db, kk > 0 ? 1 : 0);
   }
   wgmma_commit_group();
 }
 
-// The same products against 128 packed Q rows (lean with four consumers): m64n128, whose every
-// element has the bits of the m64n256 one (both sum the same k-steps in the same order).
-__device__ __forceinline__ void mma_kv_tile_n128(float (&acc)[64], u32 kv_base, u32 q_base) {
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-    const u64 da = gmma_desc_sw128(kv_base + (kk >> 2) * kHalfBytesKv + (kk & 3) * 32);
-    const u64 db = gmma_desc_sw128(q_base + (kk >> 2) * (kHalfBytesQ / 2) + (kk & 3) * 32);
-    wgmma_m64n128k16_bf16_ss(acc, da, db, kk > 0 ? 1 : 0);
-  }
-  wgmma_commit_group();
-}
-__device__ __forceinline__ void mma_kv_tile_fp8_n128(float (&acc)[64], u32 kv_base, u32 q_base) {
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const u64 da = gmma_desc_sw128(kv_base + kk * 32);
-    const u64 db = gmma_desc_sw128(q_base + kk * 32);
-    wgmma_m64n128k32_e4m3_ss(acc, da, db, kk > 0 ? 1 : 0);
-  }
-  wgmma_commit_group();
-}
-
-template <bool kFp8>
-__device__ __forceinline__ void mma_tile(float (&acc)[128], u32 kv_base, u32 q_base) {
+template <bool kFp8, int R>
+__device__ __forceinline__ void mma_tile(float (&acc)[R], u32 kv_base, u32 q_base) {
   if (kFp8) mma_kv_tile_fp8(acc, kv_base, q_base);
   else mma_kv_tile(acc, kv_base, q_base);
-}
-template <bool kFp8>
-__device__ __forceinline__ void mma_tile(float (&acc)[64], u32 kv_base, u32 q_base) {
-  if (kFp8) mma_kv_tile_fp8_n128(acc, kv_base, q_base);
-  else mma_kv_tile_n128(acc, kv_base, q_base);
 }
 
 }  // namespace dsa

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "edge_grid.hpp"
+#include "lean_cases.hpp"
 
 using namespace dsa_gpu_test;
 
@@ -354,18 +355,7 @@ TEST_CASE("fp8: the kernel cache compiles once per FP8 variant", "[fp8]") {
 // products, the same fp32 weights w * q_scale, k_scale before sm_scale); BSHD and THD, both
 // weight dtypes, both scale variants, scales given and not.
 TEST_CASE("fp8: lean == generic bitwise", "[fp8]") {
-  auto same = [](HostProblem p, uint64_t seed) {
-    dsa_support::fill_random(p, seed);
-    INFO(p.describe());
-    auto dp = dsa_support::upload(p);
-    const auto g = dsa_support::run(p, dp, KernelFamily::generic);
-    const auto l = dsa_support::run(p, dp, KernelFamily::lean);
-    REQUIRE(g.scores.size() == l.scores.size());
-    int64_t diff = 0;
-    for (size_t i = 0; i < g.scores.size(); ++i) diff += std::memcmp(&g.scores[i], &l.scores[i], 4) != 0;
-    CHECK(diff == 0);
-    std::printf("fp8 lean == generic: %-80s %s\n", p.describe().c_str(), diff == 0 ? "bitwise equal" : "DIFFERS");
-  };
+  auto same = [](HostProblem p, uint64_t seed) { check_fp8_lean_equals_generic(std::move(p), seed); };
   same(fp8(bshd(1, 8192, 4096, 64, 2), 0), 50001);            // both scales
   HostProblem a = fp8(bshd(2, 1056, 3000, 64, 1), 1);         // q scale only, B 2, offsets
   a.offsets = {3000 - 1056 - 1, INT32_MAX - 2000};

@@ -3,40 +3,12 @@
 #include <climits>
 
 #include "edge_grid.hpp"
+#include "lean_cases.hpp"
 
 using namespace dsa_gpu_test;
 
-namespace {
-
-// Lean against the oracle, then the same inputs through generic and through the dispatcher:
-// all three must agree bit for bit.
-void check_lean(HostProblem p, uint64_t seed) {
-  auto r = check_against_oracle(p, KernelFamily::lean, seed);
-  dsa_support::fill_random(p, seed);
-  auto dp = dsa_support::upload(p);
-  auto gen = dsa_support::run(p, dp, KernelFamily::generic);
-  auto aut = dsa_support::run(p, dp, KernelFamily::automatic);
-  auto again = dsa_support::run(p, dp, KernelFamily::lean);
-  INFO(p.describe());
-  CHECK(bitwise_equal(r.gpu.scores, gen.scores));
-  CHECK(bitwise_equal(r.gpu.scores, aut.scores));
-  CHECK(bitwise_equal(r.gpu.scores, again.scores));
-}
-
-}  // namespace
-
 TEST_CASE("lean: saturated shapes against the fp64 oracle and bitwise against generic", "[lean]") {
-  // 1056 tokens = 132 q-tiles: exactly one per SM of an H100/H200.
-  check_lean(bshd(1, 1056, 528, 64, 2), 301);
-  HostProblem s = bshd(1, 1056, 528, 64, 2);
-  s.sm_scale = 0.125f;
-  check_lean(s, 302);
-  HostProblem f = bshd(2, 1024, 512, 64, 2);
-  f.w_f32 = true;
-  f.sm_scale = 0.3f;
-  check_lean(f, 303);
-  // B 1, 2, 3 in one launch
-  for (int64_t B : {1, 2, 3}) check_lean(bshd(B, 2048 / B / 8 * 8 + 8, 700, 64, 3), 310 + static_cast<uint64_t>(B));
+  lean_saturated_cases(2, 300);
 }
 
 TEST_CASE("lean: ragged S_k tails (1, 127, 129, 999) via ratio 1 and via offsets", "[lean]") {
