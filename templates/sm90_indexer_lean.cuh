@@ -115,6 +115,12 @@ struct LeanTraits {
   // epilogue.
   static constexpr int kWMode = kWF32 ? 1 : (kConsumers == 4 && (kThd || kSplit)) || LseOf<Cfg>::value ? 2 : 0;
   static constexpr bool kWSmem = kWMode != 0;
+  // Four consumers keep two weight buffers per consumer (item parity), so that weights read from
+  // shared memory do not hold the next item's Q back: every consumer releases its Q and weights
+  // after its last product, and the producer writes the next item's weights into the other
+  // buffer (the one the item before last read, done with before this item began).
+  static constexpr int kWBufs = kConsumers == 4 ? 2 : 1;
+  static constexpr bool kReleaseAtLastProduct = !kWSmem || kWBufs == 2;
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
   // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
   // freed enough for blocks forever, so 128 * (producer + 2 consumers) <= 384 * 168. THD's
@@ -153,8 +159,8 @@ struct LeanSmem {
   using T = LeanTraits<Cfg>;
   static constexpr int kOffQ = 0;                                   // [consumer][D half][kRows][128 B]
   static constexpr int kOffKv = kOffQ + T::kConsumers * T::kQBytes;    // [stage][D box][64 rows][128 B]
-  static constexpr int kOffW = kOffKv + T::kStages * T::kKvBytes;      // [consumer][4 tokens][64 heads]
-  static constexpr int kOffBar = kOffW + T::kConsumers * T::kWBytes;
+  static constexpr int kOffW = kOffKv + T::kStages * T::kKvBytes;      // [consumer][buffer][tokens][heads]
+  static constexpr int kOffBar = kOffW + T::kConsumers * T::kWBufs * T::kWBytes;
   static constexpr int kNumBars = 3 * T::kConsumers + 2 * T::kStages;  // q full/empty, w full, kv full/empty
   static constexpr int kOffEpi = kOffBar + kNumBars * 8;              // the epilogue's own (top-k: row state)
   static constexpr int kBytes = kOffEpi + kEpiBytes;
@@ -683,14 +689,15 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
       // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
       const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
       if constexpr (T::kFp8) {
-        lean_fp8_weights<Cfg>(a, sc, reinterpret_cast<float*>(cta.smem + L::kOffW + g * T::kWBytes), row0, t0, b, lane);
+        lean_fp8_weights<Cfg>(a, sc, reinterpret_cast<float*>(cta.smem + L::kOffW + (g * T::kWBufs + (q_uses & (T::kWBufs - 1))) * T::kWBytes),
+                              row0, t0, b, lane);
         mbarrier_arrive(&cta.w_full[g]);
         continue;
       }
       constexpr int kChunksPerToken = T::kWBytes / T::kTokensPerConsumer / 16;
       const uint4* w_src = reinterpret_cast<const uint4*>(
           reinterpret_cast<const u8*>(a.w) + row0 * static_cast<i64>(T::kWBytes / T::kTokensPerConsumer));
-      uint4* w_dst = reinterpret_cast<uint4*>(cta.smem + L::kOffW + g * T::kWBytes);
+      uint4* w_dst = reinterpret_cast<uint4*>(cta.smem + L::kOffW + (g * T::kWBufs + (q_uses & (T::kWBufs - 1))) * T::kWBytes);
 #pragma unroll
       for (int i = lane; i < T::kWBytes / 16; i += 32) {
         if (kBshd || t0 + i / kChunksPerToken < a.t_q) w_dst[i] = __ldg(w_src + i);
@@ -767,7 +774,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   if (cg == T::kConsumers - 1) named_barrier_arrive(kLeanPingPong0, 256);  // consumer 0 issues first
   const u32 q_base = smem_addr(cta.smem + L::kOffQ + cg * T::kQBytes);
   const u32 kv_base0 = smem_addr(cta.smem + L::kOffKv);
-  const u32 w_smem = smem_addr(cta.smem + L::kOffW + cg * T::kWBytes);
+  const u32 w_smem = smem_addr(cta.smem + L::kOffW + cg * T::kWBufs * T::kWBytes);
   float* out = reinterpret_cast<float*>(a.out);
   const int quarter = token_quarter(lane);
   constexpr int TPW = T::kTokensPerConsumer;
@@ -896,7 +903,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       if constexpr (T::kFp8) kscale = k_scales(cur_tile, cur_b, cur_part);
       mbarrier_wait(&cta.w_full[cg], q_uses & 1);
       mbarrier_wait(&cta.q_full[cg], q_uses & 1);
-      wreg.load(w_smem, lane & 3);
+      wreg.load(w_smem + (q_uses & (T::kWBufs - 1)) * T::kWBytes, lane & 3);
       for (i32 it = 0; it < n_kv; ++it) {
         mbarrier_wait(&cta.kv_full[stage], phase);
         named_barrier_sync(my_bar, 256);
@@ -916,10 +923,11 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         }
         wgmma_wait_group<0>();
         wgmma_fence_operands(acc);
-        // Q is done with; bf16 weights are in registers, so the next item's Q and weights may
-        // load under this last epilogue. Weights read from shared memory (kWSmem) are not done with.
-        // Every thread arrives on q_empty: an arrival releases only its own thread's reads.
-        if (!T::kWSmem && it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
+        // Q is done with; bf16 weights are in registers (or, with four consumers, the next
+        // item's weights go to the other buffer), so the next item's Q and weights may load under
+        // this last epilogue. Weights read from the one buffer (two consumers, kWSmem) are not
+        // done with. Every thread arrives on q_empty: an arrival releases only its own reads.
+        if (T::kReleaseAtLastProduct && it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
         if (lane == 0) mbarrier_arrive(&cta.kv_empty[stage]);
         if (++stage == T::kStages) {
           stage = 0;
@@ -941,7 +949,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         epi.tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
         epi.after_tile(ln);
       }
-      if (T::kWSmem) mbarrier_arrive(&cta.q_empty[cg]);
+      if (!T::kReleaseAtLastProduct) mbarrier_arrive(&cta.q_empty[cg]);
       ++q_uses;
     }
     if constexpr (T::kConsumers == 4) have_n = next_item(k_n, tile_n, b_n, part_n);

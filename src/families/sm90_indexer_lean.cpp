@@ -354,7 +354,8 @@ int LeanGeometry::smem_bytes(DType w, int kv_stages, DType qk, int consumers) {
   // The Q and weight regions hold the q-tile's 512 packed rows whatever the consumer count.
   const bool fp8 = qk == DType::e4m3;
   const int boxes = fp8 ? 1 : 2;
-  const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 || fp8 ? 4 : 2);
+  // (four consumers: two weight buffers each, by item parity)
+  const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 || fp8 ? 4 : 2) * (consumers == 4 ? 2 : 1);
   const int bars = (3 * consumers + 2 * kv_stages) * 8;
   return 2 * 256 * 128 * boxes + kv_stages * kKvRows * 128 * boxes + w_bytes + bars + 1024;
 }
