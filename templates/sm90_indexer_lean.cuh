@@ -115,12 +115,11 @@ struct LeanTraits {
   // epilogue.
   static constexpr int kWMode = kWF32 ? 1 : (kConsumers == 4 && (kThd || kSplit)) || LseOf<Cfg>::value ? 2 : 0;
   static constexpr bool kWSmem = kWMode != 0;
-  // Four consumers keep two weight buffers per consumer (item parity), so that weights read from
-  // shared memory do not hold the next item's Q back: every consumer releases its Q and weights
-  // after its last product, and the producer writes the next item's weights into the other
-  // buffer (the one the item before last read, done with before this item began).
-  static constexpr int kWBufs = kConsumers == 4 ? 2 : 1;
-  static constexpr bool kReleaseAtLastProduct = !kWSmem || kWBufs == 2;
+  // Weights read from shared memory per tile have two buffers per consumer (item parity), so that
+  // they do not hold the next item's Q back: every consumer releases its Q and weights after its
+  // last product, and the producer writes the next item's weights into the other buffer (the
+  // one the item before last read, done with before this item began).
+  static constexpr int kWBufs = kWSmem ? 2 : 1;
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
   // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
   // freed enough for blocks forever, so 128 * (producer + 2 consumers) <= 384 * 168. THD's
@@ -923,11 +922,10 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         }
         wgmma_wait_group<0>();
         wgmma_fence_operands(acc);
-        // Q is done with; bf16 weights are in registers (or, with four consumers, the next
-        // item's weights go to the other buffer), so the next item's Q and weights may load under
-        // this last epilogue. Weights read from the one buffer (two consumers, kWSmem) are not
-        // done with. Every thread arrives on q_empty: an arrival releases only its own reads.
-        if (T::kReleaseAtLastProduct && it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
+        // Q is done with; weights are in registers or the next item's go to the other buffer, so
+        // the next item's Q and weights may load under this last epilogue. Every thread arrives
+        // on q_empty: an arrival releases only its own reads.
+        if (it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
         if (lane == 0) mbarrier_arrive(&cta.kv_empty[stage]);
         if (++stage == T::kStages) {
           stage = 0;
@@ -949,7 +947,6 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         epi.tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
         epi.after_tile(ln);
       }
-      if (!T::kReleaseAtLastProduct) mbarrier_arrive(&cta.q_empty[cg]);
       ++q_uses;
     }
     if constexpr (T::kConsumers == 4) have_n = next_item(k_n, tile_n, b_n, part_n);

@@ -93,11 +93,16 @@ if [[ " $steps " == *" validate11b "* ]]; then
     "lean4: run to run bitwise*,lean4: FP8 == generic FP8 bitwise*,lean lse: THD packings*"
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[fp8]"
 fi
+# A copy of main's command-line tool as $b/tools/dsa-indexer-main (statically linked, its
+# kernels embedded) adds main's lean rows to the same run: the A/B of the two-consumer kernels
+# whose weights gained a second buffer (fp32 W, FP8).
 if [[ " $steps " == *" perf11a "* ]]; then
-  run bench_lean4 560 $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --json "$out/bench_lean4.json"
+  run bench_lean4 420 $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --json "$out/bench_lean4.json"
+  [[ -x $b/tools/dsa-indexer-main ]] && run bench_main 120 $b/tools/dsa-indexer-main bench --family lean --match "S_q 8192" --reps 10
 fi
 if [[ " $steps " == *" perf11b "* ]]; then
   run fp8_bench_lean4 240 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --json "$out/fp8_bench_lean4.json"
+  [[ -x $b/tools/dsa-indexer-main ]] && run fp8_bench_main 120 $b/tools/dsa-indexer-main bench --in e4m3 --family lean --quick
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for fam in lean lean4; do
     run ncu_$fam 120 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \

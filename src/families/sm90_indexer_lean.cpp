@@ -349,13 +349,15 @@ int32_t best_policy(const LeanSchedule& s, const std::function<double(const Lean
 
 }  // namespace
 
-int LeanGeometry::smem_bytes(DType w, int kv_stages, DType qk, int consumers) {
+int LeanGeometry::smem_bytes(DType w, int kv_stages, DType qk, int consumers, bool thd, bool split, bool lse) {
   // FP8: one 128-byte box per row of D (bf16: two), and fp32 weights (w * q_scale) either way.
   // The Q and weight regions hold the q-tile's 512 packed rows whatever the consumer count.
   const bool fp8 = qk == DType::e4m3;
   const int boxes = fp8 ? 1 : 2;
-  // (four consumers: two weight buffers each, by item parity)
-  const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 || fp8 ? 4 : 2) * (consumers == 4 ? 2 : 1);
+  // Weights read from shared memory per tile (fp32 or FP8's; bf16 for four consumers' THD and
+  // split and for lse variants) have two buffers per consumer, by item parity.
+  const bool w_smem = w == DType::f32 || fp8 || (consumers == 4 && (thd || split)) || lse;
+  const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 || fp8 ? 4 : 2) * (w_smem ? 2 : 1);
   const int bars = (3 * consumers + 2 * kv_stages) * 8;
   return 2 * 256 * 128 * boxes + kv_stages * kKvRows * 128 * boxes + w_bytes + bars + 1024;
 }
@@ -519,7 +521,8 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kHeadsSlot] = heads == LeanGeometry::kHeads ? 0 : heads;  // 64 is omitted (the variants from before)
   s.values[kConsumersSlot] = consumers == 2 ? 0 : consumers;            // 2 is omitted, as 64 heads
   s.values[kLseSlot] = lse ? 1 : 0;
-  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers) + (lse ? LeanGeometry::lse_bytes(heads) : 0));
+  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers, layout != Layout::bshd, split, lse) +
+                                         (lse ? LeanGeometry::lse_bytes(heads) : 0));
   return s;
 }
 

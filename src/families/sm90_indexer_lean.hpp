@@ -33,7 +33,8 @@ struct LeanGeometry {
   // equivalents of fixed work (Q and weight loads, the first product's latency, the -inf rows).
   static constexpr double kTileOverhead = 1.0;
   // Mirrors LeanSmem in templates/sm90_indexer_lean.cuh; the kernel static_asserts agreement.
-  static int smem_bytes(DType w, int kv_stages = kKvStages, DType qk = DType::bf16, int consumers = 2);
+  static int smem_bytes(DType w, int kv_stages = kKvStages, DType qk = DType::bf16, int consumers = 2, bool thd = false,
+                        bool split = false, bool lse = false);
   // A kWithLse variant's epilogue scratch, after the barriers: every consumer's 4 warps x its
   // tokens x (max, sum), 512 / H tokens per q-tile whatever the consumer count.
   static constexpr int lse_bytes(int64_t heads) { return static_cast<int>(4 * (512 / heads) * 2 * 4); }
