@@ -150,6 +150,21 @@ def install(dirs: list[Path], target: Path) -> tuple[bool, str]:
     return True, f"installed {len(wheels)} wheels into {target}: " + ", ".join(w.name for w in wheels)
 
 
+def prepare_cudnn_import(wheel_dirs, site_dir: Path) -> tuple[str | None, list]:
+    """Before `import cudnn` in the peer benchmarks: installs the wheels in wheel_dirs (when
+    given) into site_dir. Returns (why not, or None; notes for the report)."""
+    notes = []
+    if wheel_dirs:
+        ok, msg = install([Path(d) for d in wheel_dirs], site_dir)
+        if not ok:
+            return f"not installed: {msg}", notes
+        notes.append(msg.split(":")[0])
+    # tvm-ffi would JIT-build a torch extension (tens of seconds) on first import to speed up
+    # DLPack exchange; the host-side saving does not show in device time, so skip the build.
+    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+    return None, notes
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -424,17 +424,11 @@ def triton_impl() -> Impl:
 
 def cudnn_impl(wheel_dirs, site_dir: Path) -> Impl:
     label = "cuDNN-frontend SM90"
-    notes = []
-    if wheel_dirs:
-        import peer_wheels
+    import peer_wheels
 
-        ok, msg = peer_wheels.install([Path(d) for d in wheel_dirs], site_dir)
-        if not ok:
-            return Impl("cudnn", label, 1e-5, available=False, reason=f"not installed: {msg}")
-        notes.append(msg.split(":")[0])
-    # tvm-ffi would JIT-build a torch extension (tens of seconds) on first import to speed up
-    # DLPack exchange; the host-side saving does not show in device time, so skip the build.
-    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+    why, notes = peer_wheels.prepare_cudnn_import(wheel_dirs, site_dir)
+    if why:
+        return Impl("cudnn", label, 1e-5, available=False, reason=why)
     try:
         import cudnn
         from cudnn.deepseek_sparse_attention import indexer_forward_wrapper
@@ -852,6 +846,19 @@ def _speedup_cell(row: dict, a: str, b: str) -> str:
     return " / ".join(out)
 
 
+def speedup_section(rows: list, pairs: list, short: dict, cell) -> list:
+    """The speed-up table's lines (none without pairs): a row per case, a column per (a, b) pair,
+    cell(row, a, b) its text (the bf16, FP8 and top-k reports flag their cells differently)."""
+    if not pairs:
+        return []
+    L = ["", "### Speed-ups (time of the second / time of the first; > 1: the first is faster), cold / warm", ""]
+    L.append("| case | " + " | ".join(f"{short[a]} vs {short[b]}" for a, b in pairs) + " |")
+    L.append("|---|" + "---:|" * len(pairs))
+    for row in rows:
+        L.append(f"| {row['name']} | " + " | ".join(cell(row, a, b) for a, b in pairs) + " |")
+    return L
+
+
 def speedup_pairs(keys: list) -> list:
     """(a, b) columns of the speed-up table: lean (else generic) against every other
     implementation but auto, then generic against cuDNN-frontend."""
@@ -1039,15 +1046,7 @@ def render_section(r: dict) -> str:
     L.append("")
     L.append("✗: measured, but the implementation failed its correctness check (below); † (warm): not graph-captured, back-to-back "
              "calls on the same inputs; — (reason): the family does not serve the case; —: not measured (reasons below).")
-    pairs = speedup_pairs(keys)
-    if pairs:
-        L.append("")
-        L.append("### Speed-ups (time of the second / time of the first; > 1: the first is faster), cold / warm")
-        L.append("")
-        L.append("| case | " + " | ".join(f"{short[a]} vs {short[b]}" for a, b in pairs) + " |")
-        L.append("|---|" + "---:|" * len(pairs))
-        for row in rows:
-            L.append(f"| {row['name']} | " + " | ".join(_speedup_cell(row, a, b) for a, b in pairs) + " |")
+    L += speedup_section(rows, speedup_pairs(keys), short, _speedup_cell)
     if LEAN in keys:
         L.append("")
         L.append("### Targets of the lean family")

@@ -42,7 +42,6 @@ BENCHMARKS.md and peers_fp8_results.json (``--from-json`` re-renders).
 from __future__ import annotations
 
 import math
-import os
 import re
 import tempfile
 import time
@@ -192,15 +191,11 @@ def _scores(res, x: Fp8Inputs):
 def load_cudnn_fp8(wheel_dirs, site_dir: Path):
     """(callable(c, x) or None, notes, reason): cuDNN-frontend's indexer_forward_wrapper from the
     wheels, called with precision="fp8"."""
-    notes = []
-    if wheel_dirs:
-        import peer_wheels
+    import peer_wheels
 
-        ok, msg = peer_wheels.install([Path(d) for d in wheel_dirs], site_dir)
-        if not ok:
-            return None, notes, f"not installed: {msg}"
-        notes.append(msg.split(":")[0])
-    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+    why, notes = peer_wheels.prepare_cudnn_import(wheel_dirs, site_dir)
+    if why:
+        return None, notes, why
     try:
         import cudnn
         from cudnn.deepseek_sparse_attention import indexer_forward_wrapper
@@ -521,19 +516,12 @@ def render_fp8(r: dict) -> str:
             L.append(f"| {row['name']} | {_fmt_pairs(row['visible_pairs'])} | " + " | ".join(_cell(row["runs"].get(k, {}), mode) for k in keys) + " |")
     L.append("")
     L.append("✗: measured, but the correctness check failed; †: not graph-captured; — (reason): not served; —: not measured (below).")
-    pairs = speedup_pairs(keys)
-    if pairs:
-        L.append("")
-        L.append("### Speed-ups (time of the second / time of the first; > 1: the first is faster), cold / warm")
-        L.append("")
-        L.append("| case | " + " | ".join(f"{short[a]} vs {short[b]}" for a, b in pairs) + " |")
-        L.append("|---|" + "---:|" * len(pairs))
-        for row in rows:
-            cells = []
-            for a, b in pairs:
-                v = [_speedup(row, a, b, m) for m in ("cold", "warm")]
-                cells.append(" / ".join(f"{x:.2f}x" if x else "—" for x in v))
-            L.append(f"| {row['name']} | " + " | ".join(cells) + " |")
+    import peers  # its report helpers (imported here: peers imports this module for --precision fp8)
+
+    def cell(row, a, b):
+        return " / ".join(f"{x:.2f}x" if x else "—" for x in (_speedup(row, a, b, m) for m in ("cold", "warm")))
+
+    L += peers.speedup_section(rows, speedup_pairs(keys), short, cell)
     L.append("")
     L.append("### Targets (issue 22)")
     L.append("")
@@ -565,7 +553,6 @@ def render_fp8(r: dict) -> str:
                 s += "" if run["run_to_run"] else ", **not deterministic**"
             cells.append(s)
         L.append(f"| {row['name']} ({row.get('check_rows', '?')} rows) | " + " | ".join(cells) + " |")
-    import peers  # its report helpers (imported here: peers imports this module for --precision fp8)
 
     missing = peers.not_measured(r, keys, labels, rows)
     if missing:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
 import re
 import tempfile
 import time
@@ -188,15 +187,11 @@ def _scores2d(c: TopkCase, x: Inputs):
 
 def load_cudnn_topk(wheel_dirs, site_dir: Path):
     """(callable or None, notes, reason): cuDNN-frontend's indexer_top_k_wrapper from the wheels."""
-    notes = []
-    if wheel_dirs:
-        import peer_wheels
+    import peer_wheels
 
-        ok, msg = peer_wheels.install([Path(d) for d in wheel_dirs], site_dir)
-        if not ok:
-            return None, notes, f"not installed: {msg}"
-        notes.append(msg.split(":")[0])
-    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+    why, notes = peer_wheels.prepare_cudnn_import(wheel_dirs, site_dir)
+    if why:
+        return None, notes, why
     fn, err = None, ""
     for mod in ("cudnn.deepseek_sparse_attention", "cudnn.deepseek_sparse_attention.indexer_top_k",
                 "cudnn.deepseek_sparse_attention.indexer_top_k.api"):

@@ -62,6 +62,11 @@ bool Runtime::configure_process(const EnvConfig& cfg) {
   return true;
 }
 
+bool Runtime::process_runtime_made() {
+  std::lock_guard<std::mutex> lk(g_process_config_mu);
+  return g_process_runtime_made;
+}
+
 Runtime& Runtime::get() {
   // Never destroyed: at exit the driver may already be torn down (a Python interpreter
   // finalizing torch, say), and unloading modules then would crash. The driver releases

@@ -68,6 +68,8 @@ class Runtime {
   // that must not touch the user's cache (`dsa-indexer jitcost`). Only before the first get();
   // returns false (and changes nothing) once it has been made.
   static bool configure_process(const EnvConfig& cfg);
+  // Whether this process has made its runtime already (configure_process is then refused).
+  static bool process_runtime_made();
   explicit Runtime(const EnvConfig& cfg);
 
   // The loaded kernel for (device, spec), produced at most once per key at a time. `produced`,
