@@ -177,6 +177,12 @@ void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g) {
             "              \"sm90_indexer_lean: the schedule covers another number of q-tiles\");\n";
 }
 
+// The THD kernel's parameters (two tensor maps, the arguments, the schedule, the FP8 scales, the
+// lse output; 64 bytes for their alignment) stay within the 4 KB every driver accepts.
+static_assert(2 * sizeof(TmaDescBytes) + sizeof(dsa::LeanArgs) + sizeof(dsa::LeanThdSchedule) + sizeof(dsa::DsaScales) +
+                      sizeof(dsa::LeanLseArgs) + 64 <= 4096,
+              "sm90_indexer_lean_thd: its launch parameters exceed 4 KB");
+
 void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what) {
   dsa::LeanArgs args{};
   args.w = reinterpret_cast<uintptr_t>(p.w);
