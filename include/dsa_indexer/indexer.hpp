@@ -28,12 +28,11 @@ enum class ThdColumns : int32_t { local = 0, global = 1 };
 // call passes (lean, else generic); naming a family forces it and raises UnsupportedConfig
 // naming the failed gate when it cannot serve the call. `generic` serves the whole contract;
 // `lean` is the per-shape fast path (H 64, contiguous 16-byte-aligned operands, no explicit
-// windows, DSA_INDEXER_DISABLE_LEAN unset, LSE bitwise generic's (not with fewer q-tiles x B
-// than SMs); BSHD: S_q a multiple of 8 and q-tiles x B
-// >= the device's SMs, compiled per (S_q, S_k); THD: ceil(T_q / 8) >= the device's SMs,
-// compiled per T_q rounded up to 8, whatever T_k and the segment boundaries; it also serves
-// BSHD H 32 and 16 (q-tiles of 16 and 32 tokens) and BSHD calls with fewer q-tiles x B than SMs
-// (its split variant));
+// windows, DSA_INDEXER_DISABLE_LEAN unset, LSE bitwise generic's; BSHD: S_q a multiple of 8
+// and q-tiles x B >= the device's SMs, compiled per (S_q, S_k); THD: ceil(T_q / 8) >= the
+// device's SMs, compiled per T_q rounded up to 8, whatever T_k and the segment boundaries; it
+// also serves BSHD H 32 and 16 (q-tiles of 16 and 32 tokens) and BSHD calls with fewer q-tiles
+// x B than SMs (its split variant; with LSE its unsplit kernel on fewer CTAs));
 // `reference` is the plain-CUDA oracle (slow, for tests). Those serve indexer_forward;
 // `topk_unfused` serves indexer_topk (dsa_indexer/topk.hpp). A family of another operation is
 // refused with UnsupportedConfig.

@@ -81,11 +81,6 @@ Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
   if (p.is_thd() ? p.heads != LeanGeometry::kHeads : !LeanGeometry::serves_heads(p.heads))
     return Gate::fail("heads H", p.is_thd() ? "64 (THD)" : "64, 32 or 16", std::to_string(p.heads));
   if (p.head_dim != 128) return Gate::fail("head dim D", "128", std::to_string(p.head_dim));
-  // lse: in the generic family's order (bitwise its values), except where the split variant
-  // would serve the call (its chunks would need a combine)
-  if (p.has_lse && !p.is_thd() && !saturated(p, dev))
-    return Gate::fail("lse", fmt::format("not requested when the q-tiles x B ({}) cannot fill the {} SMs", work_items(p), dev.sm_count),
-                      "an lse output");
   if (p.has_windows) return Gate::fail("explicit windows ks/ke", "not given", "given");
   if (!contiguous(p)) return Gate::fail("operand strides", "contiguous q, k, w and scores", "a strided operand");
   for (const void* ptr : {p.q, p.k, p.w, static_cast<const void*>(p.out)})
@@ -96,7 +91,8 @@ Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
     return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
   if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
     return Gate::fail("T_q", "< 2^31 - 8", std::to_string(p.t_q));
-  // BSHD calls that cannot fill the grid take the split variant (when the caller serves it)
+  // BSHD calls that cannot fill the grid take the split variant (when the caller serves it), or
+  // with lse the unsplit kernel on fewer CTAs than SMs (lean_plan)
   if (!saturated(p, dev) && (p.is_thd() || !split))
     return Gate::fail(p.is_thd() ? "grid saturation (q-tiles of T_q)" : "grid saturation (q-tiles x B)",
                       fmt::format(">= the device's {} SMs", dev.sm_count), std::to_string(work_items(p)));
@@ -125,7 +121,10 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   Plan plan;
   // The scores family's choice; another epilogue's sweep (the fused top-k: one row per consumer
   // warp) runs two consumers.
-  const bool split_here = !p.is_thd() && split && !saturated(p, dev);
+  // lse: the unsplit kernel even where the q-tiles x B cannot fill the SMs (split chunks would
+  // need a combine of their partial sums, and the scores call has no workspace for one); its lse
+  // is generic's order, so bitwise generic's, and each CTA sweeps a q-tile as generic's does.
+  const bool split_here = !p.is_thd() && split && !saturated(p, dev) && !p.has_lse;
   int consumers = &family == &lean_family() ? lean_consumers() : 2;
   // Four consumers' FP8 lse variants at H 16 and THD spill at 104 registers (the k scales and the
   // lse state beside the lane's rows): two consumers serve them.

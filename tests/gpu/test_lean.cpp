@@ -78,9 +78,6 @@ TEST_CASE("lean: a forced lean call names the failed gate on the real device", "
   };
   expect_gate(thd({1024, 1024}, {512, 512}, 32, 2, Layout::thd_local), "heads H");  // THD is H 64
   expect_gate(thd({500, 300}, {250, 150}, 64, 2, Layout::thd_local), "grid saturation");  // 100 q-tiles < 132 SMs
-  HostProblem l = bshd(1, 512, 1024, 64, 2);  // 64 q-tiles: the split variant, which has no lse
-  l.lse = true;
-  expect_gate(l, "lse");
   HostProblem w = bshd(1, 2048, 1024, 64, 2);
   w.ks.assign(2048, 0);
   w.ke.assign(2048, 100);

@@ -43,6 +43,19 @@ TEST_CASE("lean lse: BSHD H 64, 32 and 16 against the oracle and bitwise against
   check_lean_lse(h, 3300, false);
 }
 
+TEST_CASE("lean lse: fewer q-tiles x B than SMs (the unsplit kernel) against the oracle and bitwise against generic", "[lean_lse]") {
+  HostProblem a = bshd(1, 256, 8192, 64, 1);  // 32 q-tiles, the rows ending at S_k
+  a.offsets = {8192 - 256};
+  check_lean_lse(a, 3600);
+  HostProblem b = bshd(3, 40, 9999, 64, 2);  // 15 q-tiles: one batch masked everywhere, one near INT32_MAX
+  b.offsets = {2 * 9999 - 40, -5000, INT32_MAX - 400};
+  b.sm_scale = 0.125f;
+  check_lean_lse(b, 3601);
+  HostProblem h = bshd(1, 8 * 32, 4096, 16, 1);  // H 16: 8 q-tiles of 32 tokens
+  h.offsets = {4096 - 8 * 32};
+  check_lean_lse(h, 3602);
+}
+
 TEST_CASE("lean lse: THD packings against the oracle and bitwise against generic", "[lean_lse]") {
   for (Layout l : {Layout::thd_local, Layout::thd_global}) {
     HostProblem p = thd({300, 5, 0, 400, 371}, {150, 3, 7, 200, 180}, 64, 2, l);  // 1-token and empty segments

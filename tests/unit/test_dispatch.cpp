@@ -129,12 +129,6 @@ TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]"
     cases.push_back({"misaligned scores", c, "operand alignment"});
   }
   {
-    // lse where the split variant would serve the call (64 q-tiles < 132 SMs)
-    Call c = lean_call(1, 512, 4096);
-    c.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {1, 512});
-    cases.push_back({"LSE (split)", c, "lse"});
-  }
-  {
     Call c = lean_call();
     c.opt.ks = TensorDesc::contiguous(fake(0x800000), DType::i32, {1, 8192});
     c.opt.ke = TensorDesc::contiguous(fake(0x900000), DType::i32, {1, 8192});

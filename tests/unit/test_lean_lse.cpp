@@ -8,7 +8,6 @@
 
 #include "dispatch/family.hpp"
 #include "dispatch/planner.hpp"
-#include "families/sm90_indexer_generic.hpp"
 #include "families/sm90_indexer_lean.hpp"
 #include "families/sm90_topk_fused.hpp"
 #include "jit/codegen.hpp"
@@ -31,7 +30,7 @@ Call with_lse(Call c, int64_t b, int64_t rows) {
 }
 }  // namespace
 
-TEST_CASE("lean lse: saturated BSHD and THD take lean with lse, the split variant's calls generic", "[dispatch][lean_lse]") {
+TEST_CASE("lean lse: BSHD and THD take lean with lse, unsplit where the split variant would serve the scores", "[dispatch][lean_lse]") {
   const DeviceInfo dev = DeviceInfo::h200();
   for (int64_t h : {64, 32, 16}) {
     INFO("H " << h);
@@ -49,13 +48,18 @@ TEST_CASE("lean lse: saturated BSHD and THD take lean with lse, the split varian
     CHECK(render(none.spec).text.find("kWithLse") == std::string::npos);
     CHECK_THAT(render(plan.spec).text, Contains("static constexpr bool kWithLse = true;"));
   }
-  // the split variant (64 q-tiles < 132 SMs) has no lse: generic serves the call
+  // 64 q-tiles < 132 SMs: without lse the split variant, with lse the unsplit kernel on 64 CTAs
   const Problem small = problem(with_lse(bshd_call(1, 512, 16384, 64), 1, 512));
-  const Gate g = lean_check(small, dev);
-  CHECK_FALSE(g.passed());
-  CHECK(std::string(g.failed) == "lse");
-  CHECK(&choose_family(small, dev, KernelFamily::automatic, false) == &generic_family());
-  CHECK(lean_check(problem(bshd_call(1, 512, 16384, 64)), dev).passed());  // without lse: split
+  CHECK(lean_check(small, dev).passed());
+  CHECK(&choose_family(small, dev, KernelFamily::automatic, false) == &lean_family());
+  const Plan unsplit = make_plan(small, dev, lean_family());
+  CHECK(unsplit.kv_parts == 0);
+  CHECK(unsplit.num_tiles == 64);
+  CHECK(unsplit.launches[0].grid[0] == 64);
+  CHECK(unsplit.spec.shape_key() == "bshd.sq512.sk16384.wbf16.scale1.s5.lse1");
+  const Plan split = make_plan(problem(bshd_call(1, 512, 16384, 64)), dev, lean_family());
+  CHECK(split.kv_parts > 1);
+  CHECK_THAT(split.spec.shape_key(), Contains(".split1"));
   // THD, both column modes
   for (bool global : {false, true}) {
     PackedCall t({4096, 4096}, {2048, 2048}, global);
