@@ -848,7 +848,7 @@ def _speedup_cell(row: dict, a: str, b: str) -> str:
 
 def speedup_section(rows: list, pairs: list, short: dict, cell) -> list:
     """The speed-up table's lines (none without pairs): a row per case, a column per (a, b) pair,
-    cell(row, a, b) its text (the bf16, FP8 and top-k reports flag their cells differently)."""
+    cell(row, a, b) its text (the bf16 and FP8 reports flag their cells differently)."""
     if not pairs:
         return []
     L = ["", "### Speed-ups (time of the second / time of the first; > 1: the first is faster), cold / warm", ""]

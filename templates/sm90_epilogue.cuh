@@ -8,8 +8,6 @@
 
 namespace dsa {
 
-// After the reduce-scatter lane class c owns the tokens of quarter 2*(c&1) + (c>>1): tokens
-// [quarter * TPW/4, (quarter + 1) * TPW/4) of its warpgroup, both accumulator rows of each.
 // 2 relu(x) as x + |x|: one FADD, which shares the FMA pipe with the head sum's FFMA, where fmaxf
 // is an FMNMX on the ALU pipe. Doubling is exact in binary floating point, so
 // fma(2 relu(x), w, 2 s) == 2 fma(relu(x), w, s) bit for bit, and the head sum of the doubled
@@ -24,6 +22,8 @@ __device__ __forceinline__ float relu_term(float x) {
   else return fmaxf(x, 0.0f);
 }
 
+// After the reduce-scatter lane class c owns the tokens of quarter 2*(c&1) + (c>>1): tokens
+// [quarter * TPW/4, (quarter + 1) * TPW/4) of its warpgroup, both accumulator rows of each.
 __device__ __forceinline__ int token_quarter(int lane) { return 2 * (lane & 1) + ((lane >> 1) & 1); }
 
 // Heads of lane class c = lane & 3 in the weight quadruple g4 of a token: element e of the

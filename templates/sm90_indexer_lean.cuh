@@ -934,14 +934,11 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         float part[2 * TPW];
         head_sum<T::kHeads, TPW, T::kFp8>(acc, wreg, part, lane);
         if constexpr (T::kFp8) {
-          // k_scale * head sum, before the epilogue's sm_scale: the generic family's order
+          // k_scale * head sum, before the epilogue's sm_scale: the generic family's order (ksc is
+          // 1, an exact product, for rows past k_rows: load_k_scales)
           if (kscale.p != nullptr) {
 #pragma unroll
-            for (int j = 0; j < T::kVals; ++j) {
-              const int row8 = T::kVals == 1 ? lean_val_row8<T>(0, lane) : 8 * (j & 1);
-              const i64 rel = static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) + row8;
-              if (rel < kscale.k_rows) part[j] = part[j] * ksc.v[T::kVals == 1 ? 0 : j & 1];
-            }
+            for (int j = 0; j < T::kVals; ++j) part[j] = part[j] * ksc.v[T::kVals == 1 ? 0 : j & 1];
           }
         }
         epi.tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
