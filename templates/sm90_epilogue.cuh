@@ -103,6 +103,9 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
   s = r;
 }
 
+// A row's lse from its merged state: -inf where no cell was visible.
+__device__ __forceinline__ float lse_value(float m, float s) { return m == neg_inf() ? neg_inf() : m + logf(s); }
+
 // FP8 scales of KV rows: row r's at p[r * stride] for rows [0, k_rows) (p null: no scales).
 // Generic points p at the batch's (BSHD) or the packed K's (THD) row 0, lean at its item's
 // first KV row. A tile's rows past k_rows (zero-filled by TMA and never stored) read nothing.

@@ -88,7 +88,7 @@ __device__ __forceinline__ void lse_finish(EpilogueRows<Cfg>& rows, float* scrat
 #pragma unroll
     for (int w = 1; w < 4; ++w) lse_merge(m, s, scratch[(w * TPW + lane) * 2 + 0], scratch[(w * TPW + lane) * 2 + 1]);
     const TileRow& r = ti.rows[wg * TPW + lane];
-    if (r.valid) lse[r.lse_off] = (m == neg_inf()) ? neg_inf() : m + logf(s);
+    if (r.valid) lse[r.lse_off] = lse_value(m, s);
   }
   named_barrier_sync(bar_id, 128);
 }

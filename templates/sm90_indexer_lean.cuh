@@ -531,8 +531,14 @@ struct LeanScoresEpilogue {
         }
         const LeanLseArgs& a = *st.args;
         const i64 row = ln.q_row0 + lane;  // b * S_q + token (BSHD), the packed row (THD)
-        const i64 off = T::kThd ? row * a.stride_row : (row / T::kSeqQ) * a.stride_b + (row % T::kSeqQ) * a.stride_row;
-        if (!T::kThd || row < a.t_q) reinterpret_cast<float*>(a.lse)[off] = (m == neg_inf()) ? neg_inf() : m + logf(s);
+        if constexpr (T::kSplit) {
+          // a chunk's (max, sum) of the row, for sm90_indexer_lean_lse_combine (row indexes the
+          // partials [part][b][token])
+          reinterpret_cast<float2*>(a.partials)[row] = make_float2(m, s);
+        } else {
+          const i64 off = T::kThd ? row * a.stride_row : (row / T::kSeqQ) * a.stride_b + (row % T::kSeqQ) * a.stride_row;
+          if (!T::kThd || row < a.t_q) reinterpret_cast<float*>(a.lse)[off] = lse_value(m, s);
+        }
       }
       named_barrier_sync(bar, 128);
       lse_reset();
@@ -809,7 +815,8 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         ln.c_hi[t] = lean_rel(T::kSeqK, kv_begin, r.n);
         ln.row[t] = out + (static_cast<i64>(b) * T::kSeqQ + my_tok + t) * T::kSeqK + kv_begin;
       }
-      ln.q_row0 = static_cast<i64>(b) * T::kSeqQ + tok_first;
+      // with lse: the index of the consumer's first token in the chunk partials, [part][b][token]
+      ln.q_row0 = (LseOf<Cfg>::value ? (static_cast<i64>(part) * a.batch + b) : static_cast<i64>(b)) * T::kSeqQ + tok_first;
     } else if constexpr (kBshd) {
       (void)part;
       const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
@@ -978,8 +985,29 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
                             const DsaScales sc, const LeanSplit split, const __grid_constant__ LeanLseArgs la) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_indexer_lean: the split kernel is BSHD only");
   static_assert(LeanTraits<Cfg>::kSplit, "sm90_indexer_lean: the split kernel of a variant without kKvSplit");
-  static_assert(!LseOf<Cfg>::value, "sm90_indexer_lean: the split variant has no lse (its chunks would need a combine)");
   lean_body<Cfg, LeanScoresEpilogue<Cfg>>(q_map, k_map, a, sc, LeanScoresEpilogue<Cfg>::args(la), LeanStaticRuns<Sched>{}, split);
+}
+
+// The split variant's lse: each chunk wrote its (max, sum of exp) per row to la.partials
+// ([part][b][token], float2); one thread per row merges them in chunk order (lse_merge), so the
+// result is the same bits run to run. (Not generic's bits: generic pushes a row's cells one by
+// one in column order, the chunks merge sums of disjoint column ranges; the difference is a few
+// ulp of the sum's rounding.)
+template <class Cfg>
+__global__ void __launch_bounds__(256)
+    sm90_indexer_lean_lse_combine(const LeanSplit split, const __grid_constant__ LeanLseArgs la) {
+  static_assert(LeanTraits<Cfg>::kSplit && LseOf<Cfg>::value, "sm90_indexer_lean: the lse combine of a split lse variant");
+  constexpr i64 kSeqQ = LeanTraits<Cfg>::kSeqQ;
+  const i64 row = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= la.rows) return;
+  const float2* part = reinterpret_cast<const float2*>(la.partials);
+  float2 ms = part[row];
+  float m = ms.x, s = ms.y;
+  for (i32 c = 1; c < split.parts; ++c) {
+    ms = part[static_cast<i64>(c) * la.rows + row];
+    lse_merge(m, s, ms.x, ms.y);
+  }
+  reinterpret_cast<float*>(la.lse)[(row / kSeqQ) * la.stride_b + (row % kSeqQ) * la.stride_row] = lse_value(m, s);
 }
 
 // THD: the schedule of the call's packing is a launch parameter.

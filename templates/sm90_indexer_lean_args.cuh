@@ -22,11 +22,14 @@ struct LeanArgs {
 
 // The scores kernels' last launch parameter: the lse output of a kWithLse variant, fp32 (B, S_q)
 // at strides (batch, row) or THD (T_q) at stride row (0: none), and THD's T_q (its rows past T_q
-// have no lse).
+// have no lse). The split variant's chunks write their partial sums to `partials` (device
+// workspace, float2 [parts][B][S_q]; rows = B x S_q) and sm90_indexer_lean_lse_combine merges them.
 struct LeanLseArgs {
   u64 lse;
   i64 t_q;
   i64 stride_b, stride_row;
+  u64 partials;
+  i64 rows;
 };
 
 // The split variant's launch parameter: each q-tile's KV tiles in `parts` chunks of `chunk`

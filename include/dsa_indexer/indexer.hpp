@@ -28,11 +28,13 @@ enum class ThdColumns : int32_t { local = 0, global = 1 };
 // call passes (lean, else generic); naming a family forces it and raises UnsupportedConfig
 // naming the failed gate when it cannot serve the call. `generic` serves the whole contract;
 // `lean` is the per-shape fast path (H 64, contiguous 16-byte-aligned operands, no explicit
-// windows, DSA_INDEXER_DISABLE_LEAN unset, LSE bitwise generic's; BSHD: S_q a multiple of 8
+// windows, DSA_INDEXER_DISABLE_LEAN unset, LSE bitwise generic's except its split variant's
+// (within 2e-7 x max(1, |lse|), bitwise run to run); BSHD: S_q a multiple of 8
 // and q-tiles x B >= the device's SMs, compiled per (S_q, S_k); THD: ceil(T_q / 8) >= the
 // device's SMs, compiled per T_q rounded up to 8, whatever T_k and the segment boundaries; it
 // also serves BSHD H 32 and 16 (q-tiles of 16 and 32 tokens) and BSHD calls with fewer q-tiles
-// x B than SMs (its split variant; with LSE its unsplit kernel on fewer CTAs));
+// x B than SMs (its split variant; with LSE it takes B x S_q x chunks x 8 bytes from the
+// driver's stream-ordered pool on `stream` for the call, capturable into a CUDA graph));
 // `reference` is the plain-CUDA oracle (slow, for tests). Those serve indexer_forward;
 // `topk_unfused` serves indexer_topk (dsa_indexer/topk.hpp). A family of another operation is
 // refused with UnsupportedConfig.

@@ -27,7 +27,8 @@ struct Plan {
   int32_t tokens_per_tile = 0;
   bool empty = false;  // nothing to launch
   // Device memory the launches need besides the operands (bytes, 256-byte aligned): the caller
-  // passes it (or the operation allocates it once and reuses it); 0 for the scores families.
+  // passes it (or the operation allocates it once and reuses it). Scores: lean split's lse partial
+  // sums (launch_forward takes them from the stream-ordered pool); 0 otherwise.
   uint64_t workspace_bytes = 0;
   // A family's per-call schedule, when it is planned per call rather than compiled in (lean
   // THD: the order of the packing's q-tiles); read by the same family's launch.

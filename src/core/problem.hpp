@@ -69,6 +69,9 @@ struct Problem {
   const void* ke = nullptr;
   const void* q_scale = nullptr;      // fp32
   const void* k_scale = nullptr;      // fp32
+  // The scores operation's plan workspace (Plan::workspace_bytes: lean split's lse partial sums),
+  // set by launch_forward from the stream-ordered pool for the launch.
+  void* workspace = nullptr;
 
   // Strides in elements. Dimensions of extent 1 carry the nested (contiguous) stride so that
   // TMA descriptors built from them satisfy the driver's nesting rule.

@@ -144,6 +144,24 @@ CUcontext primary_context(int ordinal) {
   return ctx;
 }
 
+StreamScratch::StreamScratch(uint64_t bytes, CUstream stream, const char* what) : stream_(stream), what_(what) {
+  if (bytes == 0) return;
+  Driver& d = Driver::get();
+  d.check(d.cuMemAllocAsync(&ptr_, bytes, stream), fmt::format("cuMemAllocAsync({})", what).c_str());
+}
+
+void StreamScratch::free() {
+  if (!ptr_) return;
+  const CUdeviceptr p = ptr_;
+  ptr_ = 0;
+  Driver& d = Driver::get();
+  d.check(d.cuMemFreeAsync(p, stream_), fmt::format("cuMemFreeAsync({})", what_).c_str());
+}
+
+StreamScratch::~StreamScratch() {
+  if (ptr_) Driver::get().cuMemFreeAsync(ptr_, stream_);  // unwinding: the error in flight is the one to report
+}
+
 ScopedContext::ScopedContext(int ordinal) {
   CUcontext ctx = primary_context(ordinal);
   CUcontext current = nullptr;

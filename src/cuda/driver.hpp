@@ -77,6 +77,25 @@ class ScopedContext {
   bool pushed_ = false;
 };
 
+// Device memory from the driver's stream-ordered pool for the work queued on `stream`:
+// cuMemAllocAsync at construction (nothing when `bytes` is 0), cuMemFreeAsync on the same stream
+// by free() (checked) or, when unwinding, by the destructor; so later work never finds it in use,
+// and both are captured into a CUDA graph like any other stream work.
+class StreamScratch {
+ public:
+  StreamScratch(uint64_t bytes, CUstream stream, const char* what);
+  ~StreamScratch();
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  void* get() const { return reinterpret_cast<void*>(ptr_); }
+  void free();
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  CUstream stream_;
+  const char* what_;
+};
+
 // SM count, compute capability and shared-memory limit of a device, cached per ordinal.
 const DeviceInfo& device_info(int ordinal);
 int device_count();

@@ -8,6 +8,7 @@
 #include "dispatch/family.hpp"
 #include "core/lru_cache.hpp"
 #include "core/util.hpp"
+#include "cuda/driver.hpp"
 
 namespace dsa_indexer::detail {
 namespace {
@@ -69,7 +70,18 @@ const Family& choose_family(const Problem& p, const DeviceInfo& dev, KernelFamil
 
 void launch_forward(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) {
   if (plan.empty) return;
-  family_of(plan.spec).launch(p, plan, k, stream);
+  const Family& f = family_of(plan.spec);
+  if (p.op != Operation::scores || plan.workspace_bytes == 0 || p.workspace) {
+    f.launch(p, plan, k, stream);  // (the top-k operation brings its own workspace: ops/topk.cpp)
+    return;
+  }
+  // A scores plan's workspace (lean split's lse partial sums) comes from the stream-ordered
+  // pool for the launch: the scores API takes none from the caller.
+  StreamScratch ws(plan.workspace_bytes, stream, "scores workspace");
+  Problem with_ws = p;
+  with_ws.workspace = ws.get();
+  f.launch(with_ws, plan, k, stream);
+  ws.free();
 }
 
 DispatchStats dispatch_stats() {

@@ -35,6 +35,7 @@ bool contiguous(const Problem& p) {
 }
 
 constexpr int64_t kTile = LeanGeometry::kTokensPerTile;  // H 64 (THD)
+constexpr uint32_t kLseCombineThreads = 256;              // sm90_indexer_lean_lse_combine's block
 int64_t round_to_tile(int64_t rows) { return (rows + kTile - 1) / kTile * kTile; }
 int64_t bshd_tile(const Problem& p) { return LeanGeometry::tokens_per_tile(p.heads); }
 
@@ -121,14 +122,14 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   Plan plan;
   // The scores family's choice; another epilogue's sweep (the fused top-k: one row per consumer
   // warp) runs two consumers.
-  // lse: the unsplit kernel even where the q-tiles x B cannot fill the SMs (split chunks would
-  // need a combine of their partial sums, and the scores call has no workspace for one); its lse
-  // is generic's order, so bitwise generic's, and each CTA sweeps a q-tile as generic's does.
-  const bool split_here = !p.is_thd() && split && !saturated(p, dev) && !p.has_lse;
+  // With lse the split variant's chunks write partial sums to a workspace and a second kernel
+  // merges them in chunk order (sm90_indexer_lean_lse_combine): the same bits run to run, not
+  // generic's (the unsplit kernels' lse is generic's order, so bitwise generic's).
+  const bool split_here = !p.is_thd() && split && !saturated(p, dev);
   int consumers = &family == &lean_family() ? lean_consumers() : 2;
-  // Four consumers' FP8 lse variants at H 16 and THD spill at 104 registers (the k scales and the
-  // lse state beside the lane's rows): two consumers serve them.
-  if (consumers == 4 && p.has_lse && p.qk_dtype == DType::e4m3 && (p.is_thd() || p.heads == 16)) consumers = 2;
+  // Four consumers' FP8 lse variants at H 16, THD and split spill at 104 registers (the k scales
+  // and the lse state beside the lane's rows): two consumers serve them.
+  if (consumers == 4 && p.has_lse && p.qk_dtype == DType::e4m3 && (p.is_thd() || p.heads == 16 || split_here)) consumers = 2;
   plan.tokens_per_tile = static_cast<int32_t>(p.is_thd() ? kTile : bshd_tile(p));
   if (p.is_thd()) {
     plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype, false,
@@ -153,6 +154,13 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   l.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.num_tiles, dev.sm_count)));
   l.block[0] = static_cast<uint32_t>(LeanGeometry::threads(consumers));
   l.smem = plan.spec.dynamic_smem;
+  if (split_here && p.has_lse) {
+    // the chunks' (max, sum) per row, float2 [parts][B][S_q], and the combine: a thread per row
+    plan.workspace_bytes = (static_cast<uint64_t>(plan.kv_parts) * static_cast<uint64_t>(p.rows) * 8 + 255) / 256 * 256;
+    KernelLaunch& c = plan.launches[plan.n_launches++];
+    c.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, (p.rows + kLseCombineThreads - 1) / kLseCombineThreads));
+    c.block[0] = kLseCombineThreads;
+  }
   plan.empty = plan.num_tiles == 0;
   if (p.is_thd() && !plan.empty && purpose == PlanPurpose::launch) plan.schedule = thd_plan_for(p, l.grid[0]);
   return plan;
@@ -209,6 +217,8 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
   lse.t_q = p.t_q;
   lse.stride_b = p.lse_stride[0];
   lse.stride_row = p.lse_stride[1];
+  lse.partials = reinterpret_cast<uintptr_t>(p.workspace);
+  lse.rows = p.rows;
   if (!p.is_thd()) {
     // The scores kernel's fourth parameter is the FP8 scales, its fifth the lse; another
     // epilogue's kernel (extra) takes its own arguments fourth and no more. The split variant's
@@ -217,6 +227,11 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
     if (plan.kv_parts > 0) {
       void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, &scales, &split, &lse};
       launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean_split)");
+      if (plan.n_launches > 1) {
+        // (p.workspace: the plan's, which launch_forward takes from the stream-ordered pool)
+        void* cparams[] = {&split, &lse};
+        launch_one(k.functions[1], plan.launches[1], stream, cparams, "cuLaunchKernelEx(sm90_indexer_lean_lse_combine)");
+      }
       return;
     }
     void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra ? extra : &scales, &lse};
@@ -273,6 +288,7 @@ class LeanFamily final : public Family {
     lean_render_schedule(spec, g);
     g.kernels.push_back(spec.values[kKvSplit] ? "dsa::sm90_indexer_lean_split<DsaKernelConfig, DsaLeanSchedule>"
                                               : "dsa::sm90_indexer_lean<DsaKernelConfig, DsaLeanSchedule>");
+    if (spec.values[kKvSplit] && spec.values[kLseSlot]) g.kernels.push_back("dsa::sm90_indexer_lean_lse_combine<DsaKernelConfig>");
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {

@@ -151,22 +151,15 @@ void topk(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, const T
   if (p.topk.workspace && p.topk.workspace_bytes < plan.workspace_bytes)
     bad("topk.workspace_bytes", fmt::format(">= {} (indexer_topk_workspace_size)", plan.workspace_bytes),
         std::to_string(p.topk.workspace_bytes));
-  Driver& d = Driver::get();
-  CUdeviceptr owned = 0;
-  if (!p.topk.workspace && plan.workspace_bytes > 0) {
-    // Stream-ordered: the memory is the stream's until the free below runs on it, so a later
-    // call (or another stream) never sees it in use; capturable into a CUDA graph.
-    d.check(d.cuMemAllocAsync(&owned, plan.workspace_bytes, stream), "cuMemAllocAsync(topk workspace)");
-    p.topk.workspace = reinterpret_cast<void*>(owned);
+  // Without the caller's workspace, the stream-ordered pool's: the memory is the stream's until
+  // its free runs on it, so a later call (or another stream) never sees it in use.
+  StreamScratch owned(p.topk.workspace ? 0 : plan.workspace_bytes, stream, "topk workspace");
+  if (owned.get()) {
+    p.topk.workspace = owned.get();
     p.topk.workspace_bytes = plan.workspace_bytes;
   }
-  try {
-    launch_forward(p, plan, *kernel, stream);
-  } catch (...) {
-    if (owned) d.cuMemFreeAsync(owned, stream);
-    throw;
-  }
-  if (owned) d.check(d.cuMemFreeAsync(owned, stream), "cuMemFreeAsync(topk workspace)");
+  launch_forward(p, plan, *kernel, stream);
+  owned.free();
 }
 
 }  // namespace dsa_indexer::detail

@@ -20,11 +20,15 @@ struct LeanConsumers {
   LeanConsumers& operator=(const LeanConsumers&) = delete;
 };
 
-// The consumers of the kernel a lean call of these inputs runs (the planner's choice now).
-inline int planned_lean_consumers(const dsa_support::DeviceProblem& dp) {
+// The plan of a lean call of these inputs (the planner's choice now).
+inline dsa_indexer::detail::Plan planned_lean(const dsa_support::DeviceProblem& dp) {
   namespace dd = dsa_indexer::detail;
   const dd::Problem prob = dd::validate(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, nullptr);
-  return dd::lean_spec_consumers(dd::make_plan(prob, dd::device_info(0), dd::lean_family()).spec);
+  return dd::make_plan(prob, dd::device_info(0), dd::lean_family());
+}
+// The consumers of the kernel a lean call of these inputs runs.
+inline int planned_lean_consumers(const dsa_support::DeviceProblem& dp) {
+  return dsa_indexer::detail::lean_spec_consumers(planned_lean(dp).spec);
 }
 
 inline int64_t differing_cells(const std::vector<float>& a, const std::vector<float>& b) {

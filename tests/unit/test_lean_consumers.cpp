@@ -85,6 +85,26 @@ TEST_CASE("lean consumers: every scores plan takes the process-wide count, the f
   CHECK(sweep.launches[0].block[0] == 384);
 }
 
+TEST_CASE("lean consumers: four consumers' FP8 lse at H 16, THD and split take two (they spill at 104 registers)", "[planner][lean_consumers]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  Consumers four(4);
+  auto consumers = [&](Call c, int64_t b, int64_t rows, bool fp8) {
+    c.opt.lse = b > 0 ? TensorDesc::contiguous(fake(0xa00000), DType::f32, {b, rows}) : TensorDesc::contiguous(fake(0xa00000), DType::f32, {rows});
+    Problem p = problem(c);
+    if (fp8) p.qk_dtype = DType::e4m3;  // (the plan reads the precision from here)
+    return lean_spec_consumers(make_plan(p, dev, lean_family()).spec);
+  };
+  for (bool fp8 : {false, true}) {
+    INFO("FP8 " << fp8);
+    CHECK(consumers(bshd_call(1, 8192, 4096, 64), 1, 8192, fp8) == 4);
+    CHECK(consumers(bshd_call(1, 8192, 4096, 32), 1, 8192, fp8) == 4);
+    CHECK(consumers(bshd_call(1, 8192, 4096, 16), 1, 8192, fp8) == (fp8 ? 2 : 4));
+    CHECK(consumers(bshd_call(1, 512, 16384, 64), 1, 512, fp8) == (fp8 ? 2 : 4));  // split
+    CHECK(consumers(PackedCall({4096, 4096}, {2048, 2048}), 0, 8192, fp8) == (fp8 ? 2 : 4));
+  }
+  CHECK(lean_spec_consumers(make_plan(problem(bshd_call(1, 512, 16384, 64)), dev, lean_family()).spec) == 4);
+}
+
 TEST_CASE("lean consumers: only 2 and 4, and the two-consumer sources do not name kConsumers", "[lean_consumers]") {
   CHECK_THROWS_AS(set_lean_consumers(3), std::invalid_argument);
   CHECK_THROWS_AS(set_lean_consumers(0), std::invalid_argument);

@@ -1,6 +1,6 @@
-// Lean's lse output (kWithLse) without a GPU: which calls it takes (everything lean serves but
-// the split variant), its keys and shared memory, the sources of the variants without lse
-// unchanged, and every lse variant compiled by NVRTC without spills.
+// Lean's lse output (kWithLse) without a GPU: which calls it takes (everything lean serves, the
+// split variant with its combine's workspace and launch), its keys and shared memory, the sources
+// of the variants without lse unchanged, and every lse variant compiled by NVRTC without spills.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -30,7 +30,7 @@ Call with_lse(Call c, int64_t b, int64_t rows) {
 }
 }  // namespace
 
-TEST_CASE("lean lse: BSHD and THD take lean with lse, unsplit where the split variant would serve the scores", "[dispatch][lean_lse]") {
+TEST_CASE("lean lse: BSHD and THD take lean with lse, the split variant with a combine of its chunks", "[dispatch][lean_lse]") {
   const DeviceInfo dev = DeviceInfo::h200();
   for (int64_t h : {64, 32, 16}) {
     INFO("H " << h);
@@ -48,18 +48,37 @@ TEST_CASE("lean lse: BSHD and THD take lean with lse, unsplit where the split va
     CHECK(render(none.spec).text.find("kWithLse") == std::string::npos);
     CHECK_THAT(render(plan.spec).text, Contains("static constexpr bool kWithLse = true;"));
   }
-  // 64 q-tiles < 132 SMs: without lse the split variant, with lse the unsplit kernel on 64 CTAs
+  // 64 q-tiles < 132 SMs: the split variant, with lse its chunks' partial sums in the plan's
+  // workspace (float2 [parts][B][S_q]) and a second launch that merges them
   const Problem small = problem(with_lse(bshd_call(1, 512, 16384, 64), 1, 512));
   CHECK(lean_check(small, dev).passed());
   CHECK(&choose_family(small, dev, KernelFamily::automatic, false) == &lean_family());
-  const Plan unsplit = make_plan(small, dev, lean_family());
-  CHECK(unsplit.kv_parts == 0);
-  CHECK(unsplit.num_tiles == 64);
-  CHECK(unsplit.launches[0].grid[0] == 64);
-  CHECK(unsplit.spec.shape_key() == "bshd.sq512.sk16384.wbf16.scale1.s5.lse1");
+  const Plan with = make_plan(small, dev, lean_family());
   const Plan split = make_plan(problem(bshd_call(1, 512, 16384, 64)), dev, lean_family());
   CHECK(split.kv_parts > 1);
   CHECK_THAT(split.spec.shape_key(), Contains(".split1"));
+  CHECK(split.n_launches == 1);
+  CHECK(split.workspace_bytes == 0);
+  CHECK(with.kv_parts == split.kv_parts);
+  CHECK(with.kv_chunk == split.kv_chunk);
+  CHECK(with.num_tiles == split.num_tiles);
+  CHECK(with.spec.shape_key() == split.spec.shape_key() + ".lse1");
+  REQUIRE(with.n_launches == 2);
+  CHECK(with.launches[0].grid[0] == split.launches[0].grid[0]);
+  CHECK(with.launches[1].grid[0] == 2);  // 512 rows, a thread each, 256 a block
+  CHECK(with.launches[1].block[0] == 256);
+  CHECK(with.workspace_bytes == static_cast<uint64_t>(with.kv_parts) * 512 * 8);
+  const GeneratedSource g = render(with.spec);
+  REQUIRE(g.kernels.size() == 2);
+  CHECK_THAT(g.kernels[1], Contains("sm90_indexer_lean_lse_combine"));
+  CHECK(render(split.spec).kernels.size() == 1);
+  // B 3, S_q 256: rows are B x S_q, the workspace 256-byte aligned
+  const Problem b3 = problem(with_lse(bshd_call(3, 256, 65536, 32), 3, 256));
+  const Plan p3 = make_plan(b3, dev, lean_family());
+  REQUIRE(p3.kv_parts > 1);
+  CHECK(p3.workspace_bytes == (static_cast<uint64_t>(p3.kv_parts) * 768 * 8 + 255) / 256 * 256);
+  CHECK(p3.workspace_bytes % 256 == 0);
+  CHECK(p3.launches[1].grid[0] == 3);
   // THD, both column modes
   for (bool global : {false, true}) {
     PackedCall t({4096, 4096}, {2048, 2048}, global);
@@ -73,7 +92,8 @@ TEST_CASE("lean lse: BSHD and THD take lean with lse, unsplit where the split va
 }
 
 TEST_CASE("lean lse: every lse variant compiles without spills", "[nvrtc][lean_lse]") {
-  // (four consumers' FP8 lse variants at H 16 and THD are never planned: lean_plan gives them two)
+  // (four consumers' FP8 lse variants at H 16, THD and split are never planned: lean_plan gives
+  // them two)
   std::vector<KernelSpec> specs;
   for (int consumers : {2, 4})
     for (int64_t h : {64, 32, 16}) {
@@ -90,5 +110,13 @@ TEST_CASE("lean lse: every lse variant compiles without spills", "[nvrtc][lean_l
     specs.push_back(lean_spec(1056, 999, DType::bf16, false, Layout::bshd, DType::bf16, false, 64, consumers, true));
     specs.push_back(lean_spec(1056, 999, DType::bf16, false, Layout::bshd, DType::e4m3, false, 64, consumers, true));
   }
+  // the split variant with its lse combine (the second kernel of the module)
+  for (int consumers : {2, 4})
+    for (int64_t h : {64, 32, 16}) {
+      specs.push_back(lean_spec(512, 16384, DType::bf16, true, Layout::bshd, DType::bf16, true, h, consumers, true));
+      specs.push_back(lean_spec(512, 65535, DType::f32, false, Layout::bshd, DType::bf16, true, h, consumers, true));
+      if (consumers == 2)  // (four consumers' are never planned: lean_plan gives them two)
+        specs.push_back(lean_spec(1024, 65536, DType::bf16, false, Layout::bshd, DType::e4m3, true, h, consumers, true));
+    }
   check_compiles_without_spills(specs, "sm90_indexer_lean");
 }

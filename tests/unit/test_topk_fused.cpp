@@ -18,6 +18,7 @@
 #include "ops/topk.hpp"
 #include "ops/warmup.hpp"
 #include "problems.hpp"
+#include "process_support.hpp"
 #include "sm90_topk_candidates_args.cuh"
 #include "sm90_topk_fused_args.cuh"
 
@@ -45,11 +46,6 @@ Problem topk_problem(int64_t B, int64_t sq, int64_t sk, int k, int64_t ratio = 1
   return validate_topk(c.q, c.k, c.w, ind, c.opt, t, nullptr);
 }
 
-std::size_t count_of(const std::string& log, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
-  return n;
-}
 
 }  // namespace
 
@@ -136,8 +132,8 @@ TEST_CASE("topk fused: every variant of the default manifest's top-k shapes comp
     const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
     CHECK_FALSE(out.cubin.empty());
     INFO(out.log);
-    CHECK(count_of(out.log, "bytes spill stores") == g.kernels.size());
-    CHECK(count_of(out.log, " 0 bytes spill stores, 0 bytes spill loads") == g.kernels.size());
+    CHECK(count_of(out.log, "bytes spill stores") == static_cast<int>(g.kernels.size()));
+    CHECK(count_of(out.log, " 0 bytes spill stores, 0 bytes spill loads") == static_cast<int>(g.kernels.size()));
     CHECK(out.log.find("Performance Loss") == std::string::npos);  // C7514 / C7518: serialized wgmma
     CHECK(out.lowered_names.size() == g.kernels.size());
   }

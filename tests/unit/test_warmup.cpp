@@ -69,8 +69,8 @@ TEST_CASE("warmup into an empty directory, then every entry verifies", "[warmup]
   Runtime rt(cfg);
   auto specs = manifest_specs(parse_manifest("sq=64 sk=64 heads=16 family=reference\nsq=64 sk=64 heads=32 w=f32 lse=1\n", "m"),
                               DeviceInfo::h200());
-  // the reference variant; the second line's lean variant (lse, unsplit on 4 q-tiles) and the
-  // generic one the escape hatch would pick
+  // the reference variant; the second line's lean variant (lse: the split variant with its combine,
+  // 4 q-tiles) and the generic one the escape hatch would pick
   auto s1 = warmup(rt, specs, nullptr);
   CHECK(s1.compiled == 3);
   CHECK(s1.cached == 0);
