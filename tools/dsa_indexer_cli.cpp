@@ -538,6 +538,15 @@ int run_bench(const Args& a) {
       cases.push_back({fmt::format("bshd H64 prefill S_q {} S_k {}", sq, sk), bshd(sq, sk, 1, 64)});
       cases.back().p.offsets = {static_cast<int32_t>(sk - sq)};
     }
+  // With lse (training): the headline shape, and chunked prefill (lean's split variant, its
+  // chunks' partial sums merged by a second kernel).
+  cases.push_back({"bshd H64 r2 S_q 8192 lse", bshd(8192, 4096, 2, 64)});
+  cases.back().p.lse = true;
+  for (int64_t sq : {512, 1024}) {
+    cases.push_back({fmt::format("bshd H64 prefill S_q {} S_k 16384 lse", sq), bshd(sq, 16384, 1, 64)});
+    cases.back().p.offsets = {static_cast<int32_t>(16384 - sq)};
+    cases.back().p.lse = true;
+  }
   // Packed training batches (THD, local columns, segments of sq / ratio keys): 3 ragged
   // segments and a realistic 8-segment packing, and one segment (the work of a BSHD row).
   cases.push_back({"thd H64 r2 3 ragged T_q 8192", thd_packing({2731, 4099, 1362}, 2)});

@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -83,8 +83,8 @@ fi
 if [[ " $steps " == *" validate11a "* ]]; then
   run gpu_lean 200 $b/tests/dsa_gpu_tests "[lean]" --durations yes
   run gpu_lean4 150 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
-  run gpu_lean_lse 120 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
-  run gpu_fp8 120 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
+  run gpu_lean_lse 130 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
+  run gpu_fp8 110 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
 fi
 if [[ " $steps " == *" validate11b "* ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -109,6 +109,22 @@ if [[ " $steps " == *" perf11b "* ]]; then
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
       $b/tools/dsa-indexer bench --family $fam --match "bshd H64 r2 S_q 8192" --reps 2
   done
+fi
+# perf12 (not in all): session 12's measurement in one call of at most 10 minutes: lean, lean4
+# and generic on the S_q 8192 rows (H 64 / 32 / 16, fp32 W, B 4, lse), the prefill rows (with and
+# without lse: the split variant and its combine) and THD ratio 4 with 8 segments; the FP8
+# headline row with lean4; ncu of lean4 at the headline.
+if [[ " $steps " == *" perf12 "* ]]; then
+  for m in "S_q 8192:170" "prefill:130" "r4 8 segs T_q 8192:60"; do
+    sel=${m%%:*}
+    name=bench_${sel// /_}
+    run "$name" "${m##*:}" $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --match "$sel" --json "$out/$name.json"
+  done
+  run fp8_bench_lean4 110 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick --json "$out/fp8_bench_lean4.json"
+  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  run ncu_lean4 60 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+    $b/tools/dsa-indexer bench --family lean4 --match "bshd H64 r2 S_q 8192" --reps 2
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
