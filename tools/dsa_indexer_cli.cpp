@@ -538,15 +538,6 @@ int run_bench(const Args& a) {
       cases.push_back({fmt::format("bshd H64 prefill S_q {} S_k {}", sq, sk), bshd(sq, sk, 1, 64)});
       cases.back().p.offsets = {static_cast<int32_t>(sk - sq)};
     }
-  // With lse (training): the headline shape, and chunked prefill (lean's split variant, its
-  // chunks' partial sums merged by a second kernel).
-  cases.push_back({"bshd H64 r2 S_q 8192 lse", bshd(8192, 4096, 2, 64)});
-  cases.back().p.lse = true;
-  for (int64_t sq : {512, 1024}) {
-    cases.push_back({fmt::format("bshd H64 prefill S_q {} S_k 16384 lse", sq), bshd(sq, 16384, 1, 64)});
-    cases.back().p.offsets = {static_cast<int32_t>(16384 - sq)};
-    cases.back().p.lse = true;
-  }
   // Packed training batches (THD, local columns, segments of sq / ratio keys): 3 ragged
   // segments and a realistic 8-segment packing, and one segment (the work of a BSHD row).
   cases.push_back({"thd H64 r2 3 ragged T_q 8192", thd_packing({2731, 4099, 1362}, 2)});
@@ -559,6 +550,11 @@ int run_bench(const Args& a) {
   cases.push_back({"thd H64 r4 8 segs T_q 16384", thd_packing({3000, 1400, 4200, 600, 2400, 1800, 2200, 784}, 4)});
   cases.push_back({"thd H64 r2 1 seg T_q 8192", thd_packing({8192}, 2)});
   if (quick) cases.resize(4);
+  if (a.has("lse"))  // every row with the lse output too (training calls; lean's split variant adds its combine)
+    for (BenchCase& c : cases) {
+      c.p.lse = true;
+      c.name += " lse";
+    }
   if (a.has("match")) {  // only the shapes whose name contains the text
     const std::string m = a.get("match");
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& c) { return c.name.find(m) == std::string::npos; }),
@@ -720,6 +716,8 @@ void build_cli(Cli& cli) {
   cli.value(bench, "family", fmt::format("comma list of auto, lean4 (lean with four consumer warpgroups), {} (default lean,generic)",
                                          dd::family_options()))->check(family_list);
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
+  bench->add_flag_callback("--lse", [&cli] { cli.args.opt["lse"] = "1"; },
+                           "every scores row also writes the lse output (names end in ' lse'; bf16 rows)");
   cli.value(bench, "thd-order", "lean THD q-tile order: balanced (per packing, the default), static (packed order), "
                                 "or both (adds lean/st rows)")->check(CLI::IsMember({"balanced", "static", "both"}));
   cli.value(bench, "match", "only the shapes whose name contains this text (e.g. thd)");

@@ -111,15 +111,16 @@ if [[ " $steps " == *" perf11b "* ]]; then
   done
 fi
 # perf12 (not in all): session 12's measurement in one call of at most 10 minutes: lean, lean4
-# and generic on the S_q 8192 rows (H 64 / 32 / 16, fp32 W, B 4, lse), the prefill rows (with and
-# without lse: the split variant and its combine) and THD ratio 4 with 8 segments; the FP8
-# headline row with lean4; ncu of lean4 at the headline.
+# and generic on the S_q 8192 rows (H 64 / 32 / 16, fp32 W, B 4), the prefill rows, THD ratio 4
+# with 8 segments, the S_k 16384 prefill rows with lse (the split variant and its combine); the
+# FP8 headline row with lean4; ncu of lean4 at the headline.
 if [[ " $steps " == *" perf12 "* ]]; then
-  for m in "S_q 8192:170" "prefill:130" "r4 8 segs T_q 8192:60"; do
+  for m in "S_q 8192:150" "prefill:90" "r4 8 segs T_q 8192:50"; do
     sel=${m%%:*}
     name=bench_${sel// /_}
     run "$name" "${m##*:}" $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --match "$sel" --json "$out/$name.json"
   done
+  run bench_lse 80 $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --lse --match "S_k 16384" --json "$out/bench_lse.json"
   run fp8_bench_lean4 110 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick --json "$out/fp8_bench_lean4.json"
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   run ncu_lean4 60 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \
