@@ -78,6 +78,16 @@ template <class Cfg>
 struct LseOf<Cfg, decltype(void(Cfg::kWithLse))> {
   static constexpr bool value = Cfg::kWithLse;
 };
+// Whether the consumers issue their products free-running instead of in the ring of named
+// barriers (kFreeConsumers, rendered only when set), read through FreeOf.
+template <class Cfg, class = void>
+struct FreeOf {
+  static constexpr bool value = false;
+};
+template <class Cfg>
+struct FreeOf<Cfg, decltype(void(Cfg::kFreeConsumers))> {
+  static constexpr bool value = Cfg::kFreeConsumers;
+};
 
 template <class Cfg>
 struct LeanTraits {
@@ -776,7 +786,9 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
     my_bar = kLeanPingPong0 + cg;
     other_bar = kLeanPingPong0 + (cg + 1) % T::kConsumers;
   }
-  if (cg == T::kConsumers - 1) named_barrier_arrive(kLeanPingPong0, 256);  // consumer 0 issues first
+  // (kFreeConsumers: no ring; each consumer issues as soon as its Q and the KV stage are there)
+  constexpr bool kRing = !FreeOf<Cfg>::value;
+  if (kRing && cg == T::kConsumers - 1) named_barrier_arrive(kLeanPingPong0, 256);  // consumer 0 issues first
   const u32 q_base = smem_addr(cta.smem + L::kOffQ + cg * T::kQBytes);
   const u32 kv_base0 = smem_addr(cta.smem + L::kOffKv);
   const u32 w_smem = smem_addr(cta.smem + L::kOffW + cg * T::kWBufs * T::kWBytes);
@@ -912,9 +924,9 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       wreg.load(w_smem + (q_uses & (T::kWBufs - 1)) * T::kWBytes, lane & 3);
       for (i32 it = 0; it < n_kv; ++it) {
         mbarrier_wait(&cta.kv_full[stage], phase);
-        named_barrier_sync(my_bar, 256);
+        if (kRing) named_barrier_sync(my_bar, 256);
         mma_tile<T::kFp8>(acc, kv_base0 + stage * T::kKvBytes, q_base);
-        named_barrier_arrive(other_bar, 256);
+        if (kRing) named_barrier_arrive(other_bar, 256);
         // FP8: this lane's two k scales load while the product runs (1 where there are none)
         // (four consumers: one row per lane, row8 of lean_val_row8; its second load goes unused)
         KScalePair ksc;
@@ -963,7 +975,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
     k = k_n;
     have = have_n;
   }
-  if (cg == 0) named_barrier_sync(kLeanPingPong0, 256);  // consume consumer 1's last arrival
+  if (kRing && cg == 0) named_barrier_sync(kLeanPingPong0, 256);  // consume the last consumer's last arrival
 }
 
 // BSHD: the planner's schedule is compiled in (Sched, generated per shape key).

@@ -304,6 +304,7 @@ std::string run_fp8_bench(const Fp8BenchOptions& o, bool* checks_ok) {
     }
     // Bitwise against generic FP8 (every cell of input set 0), whatever the family order.
     dd::set_lean_consumers(2);
+    dd::set_lean_free(false);
     auto gen = std::find_if(fams.begin(), fams.end(), [](const auto& f) { return f.family == KernelFamily::generic; });
     if (gen != fams.end() && first_bits.count(gen->name))
       for (Row& r : rows)

@@ -93,6 +93,7 @@ int run_warmup(const std::string& manifest_text, const std::string& manifest_nam
   auto problems = dd::parse_manifest(manifest_text, manifest_name);
   dd::DeviceInfo profile = dd::DeviceInfo::h200();
   dd::set_lean_consumers(std::stoi(a.get("lean-consumers", "2")));
+  dd::set_lean_free(a.has("lean-free"));
   std::vector<dd::KernelSpec> specs = dd::manifest_specs(problems, profile);
   const std::string arch = a.get("arch", "sm_90a");
   if (arch != "sm_90a") {
@@ -590,7 +591,7 @@ int run_bench(const Args& a) {
     auto runs = fams;
     if (c.p.thd() && thd_orders == "both")
       for (const auto& f : fams)
-        if (f.family == dsa_indexer::KernelFamily::lean) runs.push_back({f.name + "/st", f.family, f.lean_consumers});
+        if (f.family == dsa_indexer::KernelFamily::lean) runs.push_back({f.name + "/st", f.family, f.lean_consumers, f.lean_free});
     for (const auto& run : runs) {
       const std::string& fname = run.name;
       const dsa_indexer::KernelFamily fam = run.family;
@@ -619,6 +620,7 @@ int run_bench(const Args& a) {
   }
   dd::set_lean_thd_order(dd::LeanThdOrder::balanced);
   dd::set_lean_consumers(2);
+  dd::set_lean_free(false);
   json += "\n  ]";
   if (want_topk) {
     dsa_cli::TopkBenchOptions to;
@@ -691,6 +693,8 @@ void build_cli(Cli& cli) {
   cli.value(warmup, "arch", "target architecture")->check(CLI::IsMember({"sm_90a"}));
   cli.value(warmup, "lean-consumers", "lean's consumer warpgroups: 2 (the default) or 4 (the variants bench's lean4 rows run)")
       ->check(CLI::IsMember({"2", "4"}));
+  warmup->add_flag_callback("--lean-free", [&cli] { cli.args.opt["lean-free"] = "1"; },
+                            "lean's consumers free-running, without the ring of named barriers (the variants bench's lean4f rows run)");
 
   CLI::App* cache = app.add_subcommand("cache", "list, verify or clear the disk cache");
   cache->require_subcommand(1, 1);
@@ -713,7 +717,8 @@ void build_cli(Cli& cli) {
   CLI::App* bench = cli.command_of(&app, "bench", "a table of shapes: median device time, TFLOP/s, % of a cuBLAS bf16 GEMM "
                                                   "(--in e4m3: FP8 rows, % of a cuBLASLt FP8 GEMM)");
   cli.value(bench, "json", "also write the results to this JSON file");
-  cli.value(bench, "family", fmt::format("comma list of auto, lean4 (lean with four consumer warpgroups), {} (default lean,generic)",
+  cli.value(bench, "family", fmt::format("comma list of auto, lean4 (lean with four consumer warpgroups), lean4f (lean4 with "
+                                         "free-running consumers), {} (default lean,generic)",
                                          dd::family_options()))->check(family_list);
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
   bench->add_flag_callback("--lse", [&cli] { cli.args.opt["lse"] = "1"; },

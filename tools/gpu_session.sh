@@ -111,19 +111,23 @@ if [[ " $steps " == *" perf11b "* ]]; then
   done
 fi
 # perf12 (not in all): session 12's measurement in one call of at most 10 minutes: lean, lean4
-# and generic on the S_q 8192 rows (H 64 / 32 / 16, fp32 W, B 4), the prefill rows, THD ratio 4
-# with 8 segments, the S_k 16384 prefill rows with lse (the split variant and its combine); the
-# FP8 headline row with lean4; ncu of lean4 at the headline.
+# and generic on the S_q 8192 rows (H 64 / 32 / 16, fp32 W, B 4) and the prefill rows; THD ratio
+# 4 with 8 segments also with lean4f (free-running consumers), as the H 64 S_q 8192 rows; the S_k
+# 16384 prefill rows with lse (the split variant and its combine); the FP8 headline row with
+# lean4; ncu of lean4 at the headline.
 if [[ " $steps " == *" perf12 "* ]]; then
-  for m in "S_q 8192:150" "prefill:90" "r4 8 segs T_q 8192:50"; do
+  for m in "S_q 8192:150:lean,lean4,generic" "prefill:90:lean,lean4,generic" "r4 8 segs T_q 8192:60:lean,lean4,lean4f,generic" \
+           "bshd H64 r2 S_q 8192:50:lean4f"; do
     sel=${m%%:*}
+    rest=${m#*:}
     name=bench_${sel// /_}
-    run "$name" "${m##*:}" $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --match "$sel" --json "$out/$name.json"
+    [[ ${rest#*:} == lean4f ]] && name=${name}_lean4f
+    run "$name" "${rest%%:*}" $b/tools/dsa-indexer bench --family "${rest#*:}" --reps 10 --match "$sel" --json "$out/$name.json"
   done
-  run bench_lse 80 $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --lse --match "S_k 16384" --json "$out/bench_lse.json"
-  run fp8_bench_lean4 110 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick --json "$out/fp8_bench_lean4.json"
+  run bench_lse 70 $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --lse --match "S_k 16384" --json "$out/bench_lse.json"
+  run fp8_bench_lean4 90 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick --json "$out/fp8_bench_lean4.json"
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  run ncu_lean4 60 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \
+  run ncu_lean4 50 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
     $b/tools/dsa-indexer bench --family lean4 --match "bshd H64 r2 S_q 8192" --reps 2
 fi

@@ -47,6 +47,13 @@ inline ParamDesc lean_lse_param() {
   d.omit_zero = true;
   return d;
 }
+// Lean's consumers issuing their products without the ring of named barriers (session 12's
+// experiment); off (0) omitted, as kInput.
+inline ParamDesc lean_free_param() {
+  ParamDesc d{"kFreeConsumers", ParamDesc::boolean, "bool", "free"};
+  d.omit_zero = true;
+  return d;
+}
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }

@@ -17,7 +17,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot, kLseSlot };
+enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot, kLseSlot, kFreeSlot };
 constexpr const char* kScaleChoices[] = {"any", "1"};
 constexpr const char* kScaleLiterals[] = {"false", "true"};
 constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
@@ -51,6 +51,7 @@ bool has_host_seqlens(const Problem& p) {
 
 std::atomic<LeanThdOrder> g_thd_order{LeanThdOrder::balanced};
 std::atomic<int> g_consumers{2};
+std::atomic<bool> g_free{false};
 
 // THD: the planned schedule of the packings met last (a training step calls every layer with
 // one packing), keyed by the exact host cu_seqlens and what else decides the order.
@@ -127,17 +128,18 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   // generic's (the unsplit kernels' lse is generic's order, so bitwise generic's).
   const bool split_here = !p.is_thd() && split && !saturated(p, dev);
   int consumers = &family == &lean_family() ? lean_consumers() : 2;
+  const bool free_running = &family == &lean_family() && lean_free();
   // Four consumers' FP8 lse variants at H 16, THD and split spill at 104 registers (the k scales
   // and the lse state beside the lane's rows): two consumers serve them.
   if (consumers == 4 && p.has_lse && p.qk_dtype == DType::e4m3 && (p.is_thd() || p.heads == 16 || split_here)) consumers = 2;
   plan.tokens_per_tile = static_cast<int32_t>(p.is_thd() ? kTile : bshd_tile(p));
   if (p.is_thd()) {
     plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype, false,
-                          LeanGeometry::kHeads, consumers, p.has_lse);
+                          LeanGeometry::kHeads, consumers, p.has_lse, free_running);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {
     plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here, p.heads,
-                          consumers, p.has_lse);
+                          consumers, p.has_lse, free_running);
     plan.tiles_per_batch = p.s_q / bshd_tile(p);
     plan.num_tiles = plan.tiles_per_batch * p.batch;
     if (split_here) {
@@ -269,7 +271,8 @@ class LeanFamily final : public Family {
         split_param(),
         lean_heads_param(),
         lean_consumers_param(),
-        lean_lse_param()};
+        lean_lse_param(),
+        lean_free_param()};
     return p;
   }
 
@@ -519,6 +522,8 @@ void set_lean_consumers(int consumers) {
   g_consumers.store(consumers, std::memory_order_relaxed);
 }
 int lean_consumers() { return g_consumers.load(std::memory_order_relaxed); }
+void set_lean_free(bool free_running) { g_free.store(free_running, std::memory_order_relaxed); }
+bool lean_free() { return g_free.load(std::memory_order_relaxed); }
 int lean_spec_consumers(const KernelSpec& spec) { return spec.values[kConsumersSlot] ? static_cast<int>(spec.values[kConsumersSlot]) : 2; }
 
 const Family& lean_family() {
@@ -527,7 +532,7 @@ const Family& lean_family() {
 }
 
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk, bool split, int64_t heads,
-                     int consumers, bool lse) {
+                     int consumers, bool lse, bool free_running) {
   KernelSpec s;
   s.family = &lean_family();
   s.values[kLayout] = layout_value(layout);
@@ -542,6 +547,7 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kHeadsSlot] = heads == LeanGeometry::kHeads ? 0 : heads;  // 64 is omitted (the variants from before)
   s.values[kConsumersSlot] = consumers == 2 ? 0 : consumers;            // 2 is omitted, as 64 heads
   s.values[kLseSlot] = lse ? 1 : 0;
+  s.values[kFreeSlot] = free_running ? 1 : 0;
   s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers, layout != Layout::bshd, split, lse) +
                                          (lse ? LeanGeometry::lse_bytes(heads) : 0));
   return s;

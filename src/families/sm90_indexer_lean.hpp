@@ -89,6 +89,13 @@ void set_lean_thd_order(LeanThdOrder order);
 // sweep keeps 2.
 void set_lean_consumers(int consumers);
 int lean_consumers();
+// Whether the scores kernels' consumers issue their products in the ring of named barriers (the
+// default) or free-running, each as soon as its Q and the KV stage are there (session 12's
+// experiment for packed batches of short segments, whose per-item Q loads stall the ring;
+// dsa-indexer bench --family lean4f, warmup --lean-free). Process-wide, as set_lean_consumers;
+// the fused top-k's sweep keeps the ring. The bits are the same either way.
+void set_lean_free(bool free_running);
+bool lean_free();
 
 // The split variant (templates/sm90_indexer_lean.cuh, sm90_indexer_lean_split): BSHD calls whose
 // q-tiles x B are fewer than the SMs cut every q-tile's KV tiles into `parts` chunks of `chunk`
@@ -122,7 +129,8 @@ void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
 void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what);
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
-                     DType qk = DType::bf16, bool split = false, int64_t heads = 64, int consumers = 2, bool lse = false);
+                     DType qk = DType::bf16, bool split = false, int64_t heads = 64, int consumers = 2, bool lse = false,
+                     bool free_running = false);
 // The consumer warpgroups of a lean spec (the scores family's or the fused sweep's).
 int lean_spec_consumers(const KernelSpec& spec);
 }  // namespace dsa_indexer::detail

@@ -20,6 +20,14 @@ struct LeanConsumers {
   LeanConsumers& operator=(const LeanConsumers&) = delete;
 };
 
+// Free-running lean consumers (set_lean_free) for a scope; the ring again whatever a check throws.
+struct LeanFree {
+  LeanFree() { dsa_indexer::detail::set_lean_free(true); }
+  ~LeanFree() { dsa_indexer::detail::set_lean_free(false); }
+  LeanFree(const LeanFree&) = delete;
+  LeanFree& operator=(const LeanFree&) = delete;
+};
+
 // The plan of a lean call of these inputs (the planner's choice now).
 inline dsa_indexer::detail::Plan planned_lean(const dsa_support::DeviceProblem& dp) {
   namespace dd = dsa_indexer::detail;

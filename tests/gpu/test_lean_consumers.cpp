@@ -136,3 +136,26 @@ TEST_CASE("lean4: FP8 == generic FP8 bitwise, and against the fp64 oracle", "[le
   auto r = check_fp8_against_oracle(o, KernelFamily::lean, 52010, true);
   CHECK(r.gpu.scores.size() == static_cast<size_t>(o.rows() * o.cols()));
 }
+
+// Free-running consumers (set_lean_free: no ring of named barriers, session 12's experiment):
+// the same bits as generic and the ring's, with four and two consumers, bf16 and FP8, BSHD at
+// H 64 and 16, the split variant and THD with short segments.
+TEST_CASE("lean free-running consumers: against the fp64 oracle, bitwise against generic", "[lean4][lean_free]") {
+  LeanFree free_running;
+  for (int consumers : {4, 2}) {
+    check_lean(bshd(1, 1056, 528, 64, 2), 2950, consumers);
+    HostProblem s = bshd(1, 132 * 32, 700, 16, 2);
+    s.sm_scale = 0.125f;
+    check_lean(s, 2951, consumers);
+    HostProblem c = bshd(1, 512, 16384, 64, 1);  // the split variant
+    c.offsets = {16384 - 512};
+    check_lean(c, 2952, consumers, false);
+    check_lean(thd({1500, 700, 2100, 300, 1200, 900, 1100, 392}, {375, 175, 525, 75, 300, 225, 275, 98}, 64, 4), 2953, consumers,
+               false);
+    check_lean(thd({300, 5, 0, 400, 371}, {150, 3, 7, 200, 180}, 64, 2), 2954, consumers);
+    check_fp8_lean_equals_generic(fp8(bshd(1, 8192, 4096, 64, 2), true, true), 2955, consumers);
+  }
+  HostProblem r = bshd(1, 1056, 600, 64, 2);
+  LeanConsumers four(4);
+  run_determinism_and_w_dtype(KernelFamily::lean, r);
+}

@@ -34,6 +34,13 @@ struct Consumers {
   Consumers(const Consumers&) = delete;
   Consumers& operator=(const Consumers&) = delete;
 };
+// set_lean_free likewise: the ring again whatever the test throws.
+struct Free {
+  Free() { set_lean_free(true); }
+  ~Free() { set_lean_free(false); }
+  Free(const Free&) = delete;
+  Free& operator=(const Free&) = delete;
+};
 }  // namespace
 
 TEST_CASE("lean consumers: every scores plan takes the process-wide count, the fused sweep keeps two", "[planner][lean_consumers]") {
@@ -139,4 +146,34 @@ TEST_CASE("lean consumers: every four-consumer variant compiles without spills",
   // 640 threads launch with 96 registers each (65,536 / 640 in steps of 8); the consumers'
   // setmaxnreg to 104 relies on it
   check_compiles_without_spills(specs, "sm90_indexer_lean", 96);
+}
+
+TEST_CASE("lean free-running consumers: their own key token, no ring in the source's kernel, no spills", "[nvrtc][lean_consumers][lean_free]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const KernelSpec ring = lean_spec(8192, 4096, DType::bf16, true, Layout::bshd, DType::bf16, false, 64, 4);
+  const KernelSpec free4 = lean_spec(8192, 4096, DType::bf16, true, Layout::bshd, DType::bf16, false, 64, 4, false, true);
+  CHECK(free4.shape_key() == ring.shape_key() + ".free1");
+  CHECK(render(ring).text.find("kFreeConsumers") == std::string::npos);
+  CHECK_THAT(render(free4).text, Contains("static constexpr bool kFreeConsumers = true;"));
+  // the planner: only while set_lean_free holds, and never for the fused top-k's sweep
+  const Call c = bshd_call(1, 8192, 4096, 64);
+  CHECK(make_plan(problem(c), dev, lean_family()).spec.shape_key().find("free") == std::string::npos);
+  Plan p, sweep;
+  {
+    Free free_running;
+    p = make_plan(problem(c), dev, lean_family());
+    sweep = lean_plan(problem(c), dev, PlanPurpose::launch, topk_fused_sweep_family(), 0, false);
+  }
+  CHECK_FALSE(lean_free());
+  CHECK_THAT(p.spec.shape_key(), Contains(".free1"));
+  CHECK(sweep.spec.shape_key().find("free") == std::string::npos);
+  std::vector<KernelSpec> specs = {free4};
+  specs.push_back(lean_spec(8192, 0, DType::bf16, false, Layout::thd_local, DType::bf16, false, 64, 4, false, true));
+  specs.push_back(lean_spec(8192, 4096, DType::bf16, false, Layout::bshd, DType::e4m3, false, 64, 4, false, true));
+  specs.push_back(lean_spec(512, 16384, DType::bf16, false, Layout::bshd, DType::bf16, true, 16, 4, false, true));
+  check_compiles_without_spills(specs, "sm90_indexer_lean", 96);
+  // two consumers (384 threads at 168 registers)
+  check_compiles_without_spills({lean_spec(8192, 4096, DType::bf16, true, Layout::bshd, DType::bf16, false, 64, 2, false, true),
+                                 lean_spec(8192, 0, DType::bf16, false, Layout::thd_local, DType::bf16, false, 64, 2, false, true)},
+                                "sm90_indexer_lean");
 }
