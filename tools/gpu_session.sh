@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -130,6 +130,18 @@ if [[ " $steps " == *" perf12 "* ]]; then
   run ncu_lean4 50 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
     $b/tools/dsa-indexer bench --family lean4 --match "bshd H64 r2 S_q 8192" --reps 2
+fi
+# s12 (not in all): validation and first measurement of lean-wide in one call of at most 10
+# minutes, for a session with little device time: [lean4] (with the free-running consumers),
+# [lean_lse] (the split variant's combine), the H 64 S_q 8192 rows and THD ratio 4 with 8 segments
+# for lean, lean4, lean4f and generic, the FP8 headline row, then [lean]; at most 7 files.
+if [[ " $steps " == *" s12 "* ]]; then
+  run gpu_lean4 150 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
+  run gpu_lean_lse 120 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
+  run bench_head 80 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "bshd H64 r2 S_q 8192"
+  run bench_thd 50 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "r4 8 segs T_q 8192"
+  run fp8_bench 70 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick
+  run gpu_lean 95 $b/tests/dsa_gpu_tests "[lean]" --durations yes
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
