@@ -137,13 +137,13 @@ fi
 # for lean, lean4, lean4f and generic, the FP8 headline row, lean FP8 == generic FP8 (two
 # consumers: their weights gained a second buffer), then [lean]; at most 8 files.
 if [[ " $steps " == *" s12 "* ]]; then
-  run gpu_lean4 150 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
-  run gpu_lean_lse 115 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
-  run bench_head 80 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "bshd H64 r2 S_q 8192"
-  run bench_thd 50 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "r4 8 segs T_q 8192"
-  run fp8_bench 70 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick
-  run gpu_fp8_lean 40 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise" --durations yes
-  run gpu_lean 80 $b/tests/dsa_gpu_tests "[lean]" --durations yes
+  run gpu_lean4 130 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
+  run gpu_lean_lse 100 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
+  run bench_head 70 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "bshd H64 r2 S_q 8192"
+  run bench_thd 45 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "r4 8 segs T_q 8192"
+  run fp8_bench 60 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick
+  run gpu_fp8_lean 30 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise" --durations yes
+  run gpu_lean 45 $b/tests/dsa_gpu_tests "[lean]" --durations yes
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
