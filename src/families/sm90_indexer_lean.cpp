@@ -93,8 +93,8 @@ Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
     return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
   if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
     return Gate::fail("T_q", "< 2^31 - 8", std::to_string(p.t_q));
-  // BSHD calls that cannot fill the grid take the split variant (when the caller serves it), or
-  // with lse the unsplit kernel on fewer CTAs than SMs (lean_plan)
+  // BSHD calls that cannot fill the grid take the split variant (when the caller serves it; with
+  // lse it adds the combine of its chunks' partial sums: lean_plan)
   if (!saturated(p, dev) && (p.is_thd() || !split))
     return Gate::fail(p.is_thd() ? "grid saturation (q-tiles of T_q)" : "grid saturation (q-tiles x B)",
                       fmt::format(">= the device's {} SMs", dev.sm_count), std::to_string(work_items(p)));
