@@ -39,17 +39,22 @@ struct DsaScales {
   i64 k_scale_stride[2];  // batch, token
 };
 
-// The input precision of q and k: the variant's kInput, rendered only when not bf16 (variants
-// from before FP8 keep their sources), so it is read through InputOf.
+// NAME<Cfg>::value: the config member MEMBER of TYPE where the variant renders it, else DEFAULT.
+// For members rendered only when they differ from their first value, so that the variants from
+// before the member keep their sources.
+#define DSA_CONFIG_OR(NAME, MEMBER, TYPE, DEFAULT)               \
+  template <class Cfg, class = void>                              \
+  struct NAME {                                                   \
+    static constexpr TYPE value = DEFAULT;                        \
+  };                                                              \
+  template <class Cfg>                                            \
+  struct NAME<Cfg, decltype(void(Cfg::MEMBER))> {                 \
+    static constexpr TYPE value = Cfg::MEMBER;                    \
+  };
+
+// The input precision of q and k: the variant's kInput, rendered only when not bf16.
 enum InputPrecision : i32 { kInputBf16 = 0, kInputE4m3 = 1 };
-template <class Cfg, class = void>
-struct InputOf {
-  static constexpr i32 value = kInputBf16;
-};
-template <class Cfg>
-struct InputOf<Cfg, decltype(void(Cfg::kInput))> {
-  static constexpr i32 value = Cfg::kInput;
-};
+DSA_CONFIG_OR(InputOf, kInput, i32, kInputBf16)
 
 // Persistent families: the extent of the static schedule (work items = q-tiles x batch).
 struct TileGrid {

@@ -36,58 +36,14 @@
 
 namespace dsa {
 
-// Lean's split variant (kKvSplit, rendered only when set: the variants from before it keep
-// their sources), read through SplitOf.
-template <class Cfg, class = void>
-struct SplitOf {
-  static constexpr bool value = false;
-};
-template <class Cfg>
-struct SplitOf<Cfg, decltype(void(Cfg::kKvSplit))> {
-  static constexpr bool value = Cfg::kKvSplit;
-};
-
-// The indexer heads (kHeads, rendered only when not 64: the variants from before H 32 and 16
-// keep their sources), read through HeadsOf.
-template <class Cfg, class = void>
-struct HeadsOf {
-  static constexpr int value = 64;
-};
-template <class Cfg>
-struct HeadsOf<Cfg, decltype(void(Cfg::kHeads))> {
-  static constexpr int value = Cfg::kHeads;
-};
-
-// The consumer warpgroups (kConsumers, rendered only when not 2: the variants from before four
-// keep their sources), read through ConsumersOf.
-template <class Cfg, class = void>
-struct ConsumersOf {
-  static constexpr int value = 2;
-};
-template <class Cfg>
-struct ConsumersOf<Cfg, decltype(void(Cfg::kConsumers))> {
-  static constexpr int value = Cfg::kConsumers;
-};
-
-// Whether the variant writes lse (kWithLse, rendered only when set), read through LseOf.
-template <class Cfg, class = void>
-struct LseOf {
-  static constexpr bool value = false;
-};
-template <class Cfg>
-struct LseOf<Cfg, decltype(void(Cfg::kWithLse))> {
-  static constexpr bool value = Cfg::kWithLse;
-};
-// Whether the consumers issue their products free-running instead of in the ring of named
-// barriers (kFreeConsumers, rendered only when set), read through FreeOf.
-template <class Cfg, class = void>
-struct FreeOf {
-  static constexpr bool value = false;
-};
-template <class Cfg>
-struct FreeOf<Cfg, decltype(void(Cfg::kFreeConsumers))> {
-  static constexpr bool value = Cfg::kFreeConsumers;
-};
+// Lean's members rendered only when they differ from their first value (DSA_CONFIG_OR): the split
+// variant (kKvSplit), the indexer heads (kHeads, 64 first), the consumer warpgroups (kConsumers,
+// 2 first), the lse output (kWithLse) and free-running consumers (kFreeConsumers).
+DSA_CONFIG_OR(SplitOf, kKvSplit, bool, false)
+DSA_CONFIG_OR(HeadsOf, kHeads, int, 64)
+DSA_CONFIG_OR(ConsumersOf, kConsumers, int, 2)
+DSA_CONFIG_OR(LseOf, kWithLse, bool, false)
+DSA_CONFIG_OR(FreeOf, kFreeConsumers, bool, false)
 
 template <class Cfg>
 struct LeanTraits {
