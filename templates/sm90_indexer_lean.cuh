@@ -344,6 +344,11 @@ struct LeanWeights<Cfg, 1> {
 constexpr u32 kLeanPingPong0 = 1;  // consumer 0 may issue its wgmma (arrived by the last consumer)
 constexpr u32 kLeanPingPong1 = 2;  // consumer 1 may issue its wgmma (arrived by consumer 0)
 
+// The lse element of BSHD output row b * S_q + token.
+__device__ __forceinline__ i64 lean_bshd_lse_offset(const LeanLseArgs& a, i64 row, i64 seq_q) {
+  return (row / seq_q) * a.stride_b + (row % seq_q) * a.stride_row;
+}
+
 template <class Cfg>
 struct LeanScoresEpilogue {
   using T = LeanTraits<Cfg>;
@@ -502,7 +507,7 @@ struct LeanScoresEpilogue {
           // partials [part][b][token])
           reinterpret_cast<float2*>(a.partials)[row] = make_float2(m, s);
         } else {
-          const i64 off = T::kThd ? row * a.stride_row : (row / T::kSeqQ) * a.stride_b + (row % T::kSeqQ) * a.stride_row;
+          const i64 off = T::kThd ? row * a.stride_row : lean_bshd_lse_offset(a, row, T::kSeqQ);
           if (!T::kThd || row < a.t_q) reinterpret_cast<float*>(a.lse)[off] = lse_value(m, s);
         }
       }
@@ -975,7 +980,7 @@ __global__ void __launch_bounds__(256)
     ms = part[static_cast<i64>(c) * la.rows + row];
     lse_merge(m, s, ms.x, ms.y);
   }
-  reinterpret_cast<float*>(la.lse)[(row / kSeqQ) * la.stride_b + (row % kSeqQ) * la.stride_row] = lse_value(m, s);
+  reinterpret_cast<float*>(la.lse)[lean_bshd_lse_offset(la, row, kSeqQ)] = lse_value(m, s);
 }
 
 // THD: the schedule of the call's packing is a launch parameter.

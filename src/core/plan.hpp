@@ -14,6 +14,9 @@ struct KernelLaunch {
   uint32_t smem = 0;
 };
 
+// A workspace size or offset rounded up to the 256-byte alignment plans promise.
+inline uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
+
 struct Plan {
   KernelSpec spec;
   // One launch per kernel of the variant, in the order of its name expressions.

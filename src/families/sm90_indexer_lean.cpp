@@ -158,7 +158,7 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   l.smem = plan.spec.dynamic_smem;
   if (split_here && p.has_lse) {
     // the chunks' (max, sum) per row, float2 [parts][B][S_q], and the combine: a thread per row
-    plan.workspace_bytes = (static_cast<uint64_t>(plan.kv_parts) * static_cast<uint64_t>(p.rows) * 8 + 255) / 256 * 256;
+    plan.workspace_bytes = align256(static_cast<uint64_t>(plan.kv_parts) * static_cast<uint64_t>(p.rows) * 8);
     KernelLaunch& c = plan.launches[plan.n_launches++];
     c.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, (p.rows + kLseCombineThreads - 1) / kLseCombineThreads));
     c.block[0] = kLseCombineThreads;

@@ -32,8 +32,6 @@ constexpr int64_t kLongRow = 8192;
 constexpr const char* kTopkLayoutChoices[] = {"bshd", "thd"};
 constexpr const char* kTopkLayoutLiterals[] = {"dsa::kLayoutBshd", "dsa::kLayoutThdLocal"};
 
-uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
-
 class TopkUnfusedFamily final : public Family {
  public:
   const char* name() const override { return "sm90_topk_unfused"; }
