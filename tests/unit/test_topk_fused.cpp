@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <vector>
 #include <string>
 
 #include "dispatch/family.hpp"
@@ -14,11 +15,10 @@
 #include "families/sm90_topk_fused.hpp"
 #include "families/sm90_topk_unfused.hpp"
 #include "jit/codegen.hpp"
-#include "jit/nvrtc_compiler.hpp"
 #include "ops/topk.hpp"
 #include "ops/warmup.hpp"
 #include "problems.hpp"
-#include "process_support.hpp"
+#include "compile_checks.hpp"
 #include "sm90_topk_candidates_args.cuh"
 #include "sm90_topk_fused_args.cuh"
 
@@ -121,22 +121,16 @@ TEST_CASE("topk fused: every variant of the default manifest's top-k shapes comp
       "op=topk layout=bshd heads=64 sq=8192  sk=2048   ratio=4 w=bf16 k=512 family=topk_fused\n",
       "test");
   std::set<std::string> seen;
+  std::vector<KernelSpec> specs;
   int fused = 0, sweeps = 0;
   for (const KernelSpec& spec : manifest_specs(lines, dev)) {
     const std::string fam = spec.family->name();
     if (fam != "sm90_topk_fused" && fam != "sm90_topk_fused_sweep") continue;
     if (!seen.insert(spec.variant_key()).second) continue;
     (fam == "sm90_topk_fused" ? fused : sweeps)++;
-    const GeneratedSource g = render(spec);
-    INFO(g.name);
-    const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
-    CHECK_FALSE(out.cubin.empty());
-    INFO(out.log);
-    CHECK(count_of(out.log, "bytes spill stores") == static_cast<int>(g.kernels.size()));
-    CHECK(count_of(out.log, " 0 bytes spill stores, 0 bytes spill loads") == static_cast<int>(g.kernels.size()));
-    CHECK(out.log.find("Performance Loss") == std::string::npos);  // C7514 / C7518: serialized wgmma
-    CHECK(out.lowered_names.size() == g.kernels.size());
+    specs.push_back(spec);
   }
+  check_compiles_without_spills(specs, "sm90_topk");
   CHECK(fused == 1);
   CHECK(sweeps >= 5);  // the block shapes of each line, bf16 and fp32 W, both scale variants
 }
