@@ -94,12 +94,21 @@ struct LeanTraits {
   // in steps of 8), and each consumer gets 104 beside its 64 accumulators.
   // BSHD rows of an S_k that is not a multiple of 4 are not 16-byte aligned, and the fillers'
   // unaligned ends need more than 40 too (they spilled 8-12 bytes there).
+  // An epilogue whose filler warps do work of their own (the fused top-k's selectors) may ask
+  // for more (Regs<its count>); the consumers get what is left, in steps of 8 (four: at most 104).
   static constexpr bool kWideProducer = kThd || kSplit || kSeqK % 4 != 0;
   static constexpr int kEntryRegs = kConsumers == 2 ? 168 : 96;
+  template <int kP>
+  struct Regs {
+    static constexpr int kProducer = kP;
+    static constexpr int kLeft = (kThreads / 128 * kEntryRegs - kP) / kConsumers / 8 * 8;
+    static constexpr int kConsumer = kConsumers == 4 && kLeft > 104 ? 104 : kLeft;
+    static_assert(128 * (kProducer + kConsumers * kConsumer) <= kThreads * kEntryRegs,
+                  "sm90_indexer_lean: setmaxnreg asks for more registers than the CTA was launched with");
+  };
   static constexpr int kProducerRegs = kWideProducer ? 56 : 40;
-  static constexpr int kConsumerRegs = kConsumers == 4 ? 104 : kWideProducer ? 224 : 232;
-  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kEntryRegs,
-                "sm90_indexer_lean: setmaxnreg asks for more registers than the CTA was launched with");
+  static constexpr int kConsumerRegs = Regs<kProducerRegs>::kConsumer;
+  static_assert(kConsumerRegs == (kConsumers == 4 ? 104 : kWideProducer ? 224 : 232), "sm90_indexer_lean: the measured splits");
   static_assert(Cfg::kHeadDim == 128, "sm90_indexer_lean: kHeadDim must be 128");
   static_assert(kHeads == 64 || kHeads == 32 || kHeads == 16, "sm90_indexer_lean: kHeads must be 64, 32 or 16");
   static_assert(kConsumers == 2 || kConsumers == 4, "sm90_indexer_lean: kConsumers must be 2 or 4");
@@ -331,6 +340,9 @@ struct LeanWeights<Cfg, 1> {
 //   E::Args                the launch arguments it reads (passed to the kernel after LeanArgs)
 //   E::kSmemBytes          its shared memory (after the barriers)
 //   E::kFillsScores        whether the filler warps write -inf outside the items' KV tiles
+//   E::kSelects            whether the filler warps run E::select instead (E::init_barriers(smem)
+//                          by thread 0 before the CTA's first barrier; E::kProducerRegs: the
+//                          producer warpgroup's registers, if more than the traits' choice)
 //   E(args, smem, cg, warp_in_wg, lane)     per consumer thread, before the first item
 //   tile(part, it, ln, warp_in_wg, lane, sm_scale)  per KV tile
 //   after_tile(ln), end_item(ln)            after each tile's, and each item's, last tile
@@ -374,6 +386,8 @@ struct LeanScoresEpilogue {
   static constexpr int TPW = T::kTokensPerConsumer;
   static constexpr int kSmemBytes = kLse ? T::kConsumers * 4 * TPW * 2 * 4 : 0;  // [consumer][warp][token][m, s]
   static constexpr bool kFillsScores = true;
+  static constexpr bool kSelects = false;
+  static constexpr int kProducerRegs = 0;
   // kLse: the running (max, sum of exp) of this lane's visible cells of each token slot, pushed
   // in the generic family's order (KV tiles from the first, in a tile row r then r + 8), merged
   // at the item's end as generic's lse_finish does (lanes by their row groups, then warps 0..3).
@@ -587,6 +601,7 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
       mbarrier_init(&kv_full[s], 1);
       mbarrier_init(&kv_empty[s], 4 * T::kConsumers);   // lane 0 of each consumer warp
     }
+    if constexpr (Epi::kSelects) Epi::init_barriers(cta.smem + L::kOffEpi);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -594,8 +609,9 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
   // Each role walks the same schedule (THD: one packed sequence of q-tiles, a.batch is then the
   // segment count), made after setmaxnreg so that it lives in the role's registers.
   constexpr bool kSplit = LeanIsSplit<Split>::value;
+  using R = typename T::template Regs<(Epi::kProducerRegs > T::kProducerRegs ? Epi::kProducerRegs : T::kProducerRegs)>;
   if (wg == 0) {
-    setmaxnreg_dec<T::kProducerRegs>();
+    setmaxnreg_dec<R::kProducer>();
     if constexpr (kSplit) {
       const LeanSplitWork<Runs> work{a.num_items, a.batch, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs,
                                      a.num_items / split.parts, split.chunk};
@@ -604,11 +620,12 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
     } else {
       const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
       if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, sc, work, cta, lane);
+      else if constexpr (Epi::kSelects) Epi::select(a, ea, cta.smem + L::kOffEpi, work, warp - 1, lane);
       else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
     }
     return;
   }
-  setmaxnreg_inc<T::kConsumerRegs>();
+  setmaxnreg_inc<R::kConsumer>();
   if constexpr (kSplit) {
     const LeanSplitWork<Runs> work{a.num_items, a.batch, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs,
                                    a.num_items / split.parts, split.chunk};

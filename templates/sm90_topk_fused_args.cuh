@@ -20,5 +20,10 @@ constexpr i32 kLeanTopkTileCols = 64;     // one KV tile: the most a row gains b
 constexpr i64 kLeanTopkMaxLd = 16384;     // counts stay in 16 bits (packed histograms)
 // Shared memory of one row's state (LeanTopkRow in sm90_topk_fused_sweep.cuh, which asserts it).
 constexpr int kLeanTopkRowBytes = 1056;
+// Stage slots per consumer between the consumers and the selector warps (a slot: one KV tile's
+// keys of the consumer's 4 tokens), and the sweep epilogue's whole shared memory: 8 rows' state,
+// 2 consumers' slots, their full and empty barriers (LeanTopkEpilogue asserts it).
+constexpr int kLeanTopkSlots = 4;
+constexpr int kLeanTopkSweepSmemBytes = 8 * kLeanTopkRowBytes + 2 * kLeanTopkSlots * (4 * kLeanTopkTileCols * 4 + 16);
 
 }  // namespace dsa

@@ -2,11 +2,12 @@
 // sm90_topk_fused_sweep: the score sweep of the fused top-k. The lean kernel (sm90_indexer_lean.cuh)
 // with another epilogue: the consumers compute every score exactly as the scores operation does
 // (the same main loop, head sum and sm_scale, so the same bits), and instead of storing a row
-// they append its candidates to a bounded per-row buffer in global memory (LeanTopkArgs). No
-// score row reaches memory; the selection kernel (sm90_topk_candidates.cuh) then selects each
-// row's top-k from its candidates.
+// they hand its keys to the selector warps (LeanTopkEpilogue, below), which append each row's
+// candidates to a bounded per-row buffer in global memory (LeanTopkArgs). No score row reaches
+// memory; the selection kernel (sm90_topk_candidates.cuh) then selects each row's top-k from its
+// candidates.
 //
-// Per row (a token of a consumer; 4 per consumer, row w kept by warp w):
+// Per row (a token of the q-tile, 8 of them, kept by one selector warp):
 // - a threshold thr on the composite (key << 32 | ~column): a visible cell is appended when its
 //   composite is > thr. thr only rises, and only to a value that at least k entries already in
 //   the buffer reach, so every cell of the row's top-k is appended (the set is exact);
@@ -23,8 +24,8 @@
 // With refresh 0 (compaction only) no histogram is kept while sweeping: no shared atomic per
 // appended cell; the threshold rises only at compactions, which first count h1 over the buffer.
 //
-// Positions come from one shared atomic per row and warp (a leader adds the warp's count), so
-// the order of a row's entries varies run to run; the selection does not depend on it.
+// (v1, sessions 8-9, did this upkeep in the consumers themselves, between their products: 2-5x
+// the scores-only time. docs/PERF_NOTES.md has its measurements.)
 #include "sm90_indexer_lean.cuh"
 #include "sm90_topk_fused_args.cuh"
 #include "sm90_topk_common.cuh"
@@ -94,38 +95,21 @@ __device__ __forceinline__ void lean_topk_count_warp(u32* h, u32 bin, bool activ
   if (lane == __ffs(same) - 1) atomicAdd(&h[bin >> 1], static_cast<u32>(__popc(same)) << ((bin & 1u) * 16u));
 }
 
-template <class Cfg>
-struct LeanTopkEpilogue {
-  using T = LeanTraits<Cfg>;
-  using Args = LeanTopkArgs;
-  static constexpr int kRows = T::kTokensPerConsumer;
-  static constexpr int kSmemBytes = T::kConsumers * kRows * kLeanTopkRowBytes;
-  static constexpr bool kFillsScores = false;  // there is no score matrix
-  static constexpr u32 kBarrier = 3;           // consumer cg's own: 3 + cg (the ping-pong takes 1, 2)
-  static_assert(T::kConsumers == 2, "sm90_topk_fused_sweep: two consumers (its barriers follow the ping-pong's 1, 2)");
-  static_assert(kRows == 4, "sm90_topk_fused_sweep: one row per consumer warp");
+// p (in the dynamic shared memory) re-derived from the extern array, so that the compiler knows
+// the space: ld/st/atom.shared, 32-bit addresses (the kernel's aligned base is an integer cast,
+// through which every access would be generic).
+__device__ __forceinline__ u8* lean_topk_shared(u8* p) {
+  extern __shared__ u8 lean_topk_dyn_smem[];
+  return lean_topk_dyn_smem + (smem_addr(p) - smem_addr(lean_topk_dyn_smem));
+}
 
-  LeanTopkRow* rows;  // this consumer's
-  u64* cand;
-  i32* count;
+// One row's upkeep, by the warp that owns the row (every lane calls): the threshold from the
+// histograms, and the compaction of a buffer that could overflow within the next tile.
+struct LeanTopkKeeper {
+  u32 k, refresh;
   i64 ld;
-  u32 k, refresh, bar;
   bool hist;  // keep the histograms while sweeping (refresh > 0); else compaction only
-  int warp, lane;
-
-  __device__ __forceinline__ LeanTopkEpilogue(const Args& a, u8* smem, int cg, int warp_in_wg, int ln)
-      : rows(reinterpret_cast<LeanTopkRow*>(smem) + cg * kRows),
-        cand(reinterpret_cast<u64*>(a.cand)),
-        count(reinterpret_cast<i32*>(a.count)),
-        ld(a.cand_ld),
-        k(static_cast<u32>(a.k)),
-        refresh(static_cast<u32>(a.refresh)),
-        bar(kBarrier + cg),
-        hist(a.refresh > 0),
-        warp(warp_in_wg),
-        lane(ln) {
-    reset(rows[warp]);  // ordered before the first appends by the first ping-pong barrier
-  }
+  int lane;
 
   __device__ __forceinline__ void reset(LeanTopkRow& R) const {
 #pragma unroll
@@ -142,61 +126,34 @@ struct LeanTopkEpilogue {
     __syncwarp();
   }
 
-  __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int ln_lane,
-                                       float sm_scale) const {
-    const i32 rel0 = it * kKvRows;
-    const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
-    const i32 rr = rel0 + 16 * warp_in_wg + (ln_lane >> 2);
-    const int t = token_quarter(ln_lane);
-    LeanTopkRow& R = rows[t];
-    const u64 thr = R.thr;
-    u64 c[2];
-    bool take[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const i32 rel = rr + 8 * j;
-      const float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
-      const bool vis = !masked || (rel >= ln.w_lo[0] && rel < ln.w_hi[0]);
-      c[j] = (static_cast<u64>(topk_key(v)) << 32) | static_cast<u64>(0xffffffffu - static_cast<u32>(rel));
-      take[j] = vis && c[j] > thr;
-    }
+  // Appends the tile's cells of the row whose composites exceed its threshold (c[j] of lane
+  // L is the cell of column 32 j + L of the tile; take[j] whether it is visible and above).
+  __device__ __forceinline__ void append(LeanTopkRow& R, u64* buf, const u64 (&c)[2], const bool (&take)[2]) const {
     const u32 m0 = __ballot_sync(0xffffffffu, take[0]), m1 = __ballot_sync(0xffffffffu, take[1]);
-    if ((m0 | m1) == 0u) return;  // warp-uniform: the common case once the thresholds settle
-    // The 8 lanes of one token are those with equal lane & 3; lane (lane & 3) leads them.
-    const u32 rowmask = 0x11111111u << (ln_lane & 3);
-    const u32 lt = (1u << ln_lane) - 1u;
-    const u32 n0 = __popc(m0 & rowmask), n = n0 + __popc(m1 & rowmask);
-    u32 base = 0;
-    if (ln_lane < 4 && n > 0u) base = atomicAdd(&R.count, n);
-    base = __shfl_sync(0xffffffffu, base, ln_lane & 3);
-    u64* dst = cand + (ln.q_row0 + t) * ld;
+    if ((m0 | m1) == 0u) return;  // warp-uniform: the common case once the threshold settles
+    const u32 lt = (1u << lane) - 1u;
+    const u32 n = R.count;
     const u32 b1 = R.b1;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       if (!take[j]) continue;
-      const u32 pos = base + (j ? n0 : 0u) + __popc((j ? m1 : m0) & rowmask & lt);
-      dst[pos] = c[j];
+      buf[n + (j ? __popc(m0) : 0u) + __popc((j ? m1 : m0) & lt)] = c[j];
       if (!hist) continue;
       const u32 key = static_cast<u32>(c[j] >> 32);
       lean_topk_count(R.h1, key >> 24);
       if ((key >> 24) == b1) lean_topk_count(R.h2, (key >> 16) & 0xffu);
     }
-  }
-
-  // Every append of the tile is done (the consumer's barrier); warp w then keeps row w.
-  __device__ __forceinline__ void after_tile(const LeanLane& ln) const {
-    named_barrier_sync(bar, 128);
-    LeanTopkRow& R = rows[warp];
-    const u32 n = R.count;
-    if (n + static_cast<u32>(kLeanTopkTileCols) > static_cast<u32>(ld)) compact(R, cand + (ln.q_row0 + warp) * ld, n);
-    else if (hist && n >= k && n - R.refreshed >= refresh) raise(R, n);
-  }
-
-  __device__ __forceinline__ void end_item(const LeanLane& ln) const {
-    LeanTopkRow& R = rows[warp];
-    if (lane == 0) count[ln.q_row0 + warp] = static_cast<i32>(R.count);
+    __syncwarp();  // every lane has read count and b1 (and counted) before lane 0 moves count
+    if (lane == 0) R.count = n + __popc(m0) + __popc(m1);
     __syncwarp();
-    reset(R);
+  }
+
+  // After a tile's appends: compact when the next tile could overflow the buffer, else raise
+  // the threshold every `refresh` appends once the row holds k.
+  __device__ __forceinline__ void after_tile(LeanTopkRow& R, u64* buf) const {
+    const u32 n = R.count;
+    if (n + static_cast<u32>(kLeanTopkTileCols) > static_cast<u32>(ld)) compact(R, buf, n);
+    else if (hist && n >= k && n - R.refreshed >= refresh) raise(R, n);
   }
 
   // The threshold from the histograms (the row holds n >= k entries).
@@ -297,6 +254,152 @@ struct LeanTopkEpilogue {
       R.b1 = b;
     }
     __syncwarp();
+  }
+};
+
+// The sweep's epilogue. The consumers hand each tile's cells over in shared memory and go on;
+// the selection runs beside them in the producer warpgroup's three filler warps (idle here:
+// there is no matrix to fill), so no per-row work sits inside the consumers' ping-pong.
+//   consumer cg, per KV tile: waits for its stage slot to be free, writes the key (topk_key) of
+//     each of its 2 cells per lane, 0 for a cell outside its row's window (no score has key 0:
+//     a NaN's is kTopkNanKey), and arrives on the slot's full barrier (every thread: release);
+//   selector warp s (0..2) owns rows s, s + 3, s + 6 of the q-tile's 8 (row cg * 4 + token):
+//     per KV tile and consumer it waits for the slot, appends its rows' cells above their
+//     thresholds, frees the slot (lane 0 of each selector warp), then keeps those rows
+//     (LeanTopkKeeper::after_tile); per item it writes each row's count and resets the row.
+// A row's entries are written by its one warp, so positions need no atomics, and each run
+// appends the same entries in the same order.
+// Slot layout: [consumer][slot][token][64 keys], the key of column c of token t at c ^ (8 t)
+// (the 32 lanes of a consumer warp write 4 tokens x 8 columns: 32 banks; a selector lane reads
+// a column of one token: 32 banks).
+template <class Cfg>
+struct LeanTopkEpilogue {
+  using T = LeanTraits<Cfg>;
+  using Args = LeanTopkArgs;
+  static constexpr int kRows = T::kTokensPerConsumer;
+  static constexpr int kTileRows = T::kTokensPerTile;
+  static constexpr int kSlots = kLeanTopkSlots;
+  static constexpr int kSlotWords = kRows * kLeanTopkTileCols;
+  static constexpr int kOffKeys = kTileRows * kLeanTopkRowBytes;
+  static constexpr int kOffFull = kOffKeys + T::kConsumers * kSlots * kSlotWords * 4;
+  static constexpr int kOffEmpty = kOffFull + T::kConsumers * kSlots * 8;
+  static constexpr int kSmemBytes = kOffEmpty + T::kConsumers * kSlots * 8;
+  static constexpr bool kFillsScores = false;  // there is no score matrix
+  static constexpr bool kSelects = true;
+  static constexpr int kProducerRegs = 72;     // the selectors' upkeep (56 spilled)
+  static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
+  static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
+  static_assert(kSmemBytes == kLeanTopkSweepSmemBytes, "sm90_topk_fused_sweep: host and template disagree on shared memory");
+  static_assert(kOffKeys % 16 == 0 && kOffFull % 8 == 0, "sm90_topk_fused_sweep: slot alignment");
+
+  u32* keys;  // this consumer's slots
+  u64* full;
+  u64* empty;
+  mutable u32 slot = 0, phase = 0;
+
+  __device__ __forceinline__ static void init_barriers(u8* smem) {
+    u64* f = reinterpret_cast<u64*>(smem + kOffFull);
+    u64* e = reinterpret_cast<u64*>(smem + kOffEmpty);
+    for (int i = 0; i < T::kConsumers * kSlots; ++i) {
+      mbarrier_init(&f[i], 128);         // every thread of the consumer
+      mbarrier_init(&e[i], kSelectors);  // lane 0 of each selector warp
+    }
+  }
+
+  __device__ __forceinline__ LeanTopkEpilogue(const Args&, u8* smem_generic, int cg, int, int)
+      : LeanTopkEpilogue(lean_topk_shared(smem_generic), cg) {}
+  __device__ __forceinline__ LeanTopkEpilogue(u8* smem, int cg)
+      : keys(reinterpret_cast<u32*>(smem + kOffKeys) + cg * kSlots * kSlotWords),
+        full(reinterpret_cast<u64*>(smem + kOffFull) + cg * kSlots),
+        empty(reinterpret_cast<u64*>(smem + kOffEmpty) + cg * kSlots) {}
+
+  __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
+                                       float sm_scale) const {
+    const i32 rel0 = it * kKvRows;
+    const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
+    const i32 col0 = 16 * warp_in_wg + (lane >> 2);
+    const int t = token_quarter(lane);
+    u32* dst = keys + slot * kSlotWords + t * kLeanTopkTileCols;
+    mbarrier_wait(&empty[slot], phase ^ 1);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const i32 col = col0 + 8 * j;
+      const i32 rel = rel0 + col;
+      const float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
+      const bool vis = !masked || (rel >= ln.w_lo[0] && rel < ln.w_hi[0]);
+      dst[col ^ (8 * t)] = vis ? topk_key(v) : 0u;
+    }
+    mbarrier_arrive(&full[slot]);
+    if (++slot == kSlots) {
+      slot = 0;
+      phase ^= 1;
+    }
+  }
+  __device__ __forceinline__ void after_tile(const LeanLane&) const {}
+  __device__ __forceinline__ void end_item(const LeanLane&) const {}
+
+  // Selector warp s (0..2) over the CTA's items, in the schedule every role walks.
+  template <class Work>
+  __device__ __forceinline__ static void select(const LeanArgs& a, const Args& ta, u8* smem_generic, const Work& work,
+                                                int s, int lane) {
+    static_assert(!Work::kSplit, "sm90_topk_fused_sweep: whole q-tile sweeps only");
+    u8* smem = lean_topk_shared(smem_generic);
+    LeanTopkRow* rows = reinterpret_cast<LeanTopkRow*>(smem);
+    const u32* keys = reinterpret_cast<const u32*>(smem + kOffKeys);
+    u64* full = reinterpret_cast<u64*>(smem + kOffFull);
+    u64* empty = reinterpret_cast<u64*>(smem + kOffEmpty);
+    u64* cand = reinterpret_cast<u64*>(ta.cand);
+    i32* count = reinterpret_cast<i32*>(ta.count);
+    const LeanTopkKeeper keep{static_cast<u32>(ta.k), static_cast<u32>(ta.refresh), ta.cand_ld, ta.refresh > 0, lane};
+    for (int r = s; r < kTileRows; r += kSelectors) keep.reset(rows[r]);
+    const i64 rounds = work.rounds();
+    u32 slot = 0, phase = 0;
+    for (i64 k = 0; k < rounds; ++k) {
+      i32 tile, b, part;
+      if (!work.item(k, tile, b, part)) continue;
+      const i32 tok0 = tile * kTileRows;
+      const i32 n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
+      const i64 row0 = static_cast<i64>(b) * T::kSeqQ + tok0;
+      for (i32 it = 0; it < n_kv; ++it) {
+        const u32 rel = static_cast<u32>(it * kKvRows);
+#pragma unroll 1
+        for (int cg = 0; cg < T::kConsumers; ++cg) {
+          mbarrier_wait(&full[cg * kSlots + slot], phase);
+          const u32* src = keys + (cg * kSlots + slot) * kSlotWords;
+#pragma unroll 1
+          for (int r = s; r < kTileRows; r += kSelectors) {
+            if (r / kRows != cg) continue;
+            const int t = r % kRows;
+            LeanTopkRow& R = rows[r];
+            const u64 thr = R.thr;
+            u64 c[2];
+            bool take[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const u32 col = static_cast<u32>(lane + 32 * j);
+              const u32 key = src[t * kLeanTopkTileCols + (col ^ (8u * t))];
+              c[j] = (static_cast<u64>(key) << 32) | static_cast<u64>(0xffffffffu - (rel + col));
+              take[j] = key != 0u && c[j] > thr;
+            }
+            keep.append(R, cand + (row0 + r) * ta.cand_ld, c, take);
+          }
+          __syncwarp();
+          if (lane == 0) mbarrier_arrive(&empty[cg * kSlots + slot]);
+        }
+        if (++slot == kSlots) {
+          slot = 0;
+          phase ^= 1;
+        }
+#pragma unroll 1
+        for (int r = s; r < kTileRows; r += kSelectors) keep.after_tile(rows[r], cand + (row0 + r) * ta.cand_ld);
+      }
+#pragma unroll 1
+      for (int r = s; r < kTileRows; r += kSelectors) {
+        if (lane == 0) count[row0 + r] = static_cast<i32>(rows[r].count);
+        __syncwarp();
+        keep.reset(rows[r]);
+      }
+    }
   }
 };
 

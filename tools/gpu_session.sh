@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -152,6 +152,17 @@ if [[ " $steps " == *" s12b "* ]]; then
   run gpu_lean_lse 90 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
   run bench_head 60 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "bshd H64 r2 S_q 8192"
   run fp8_bench 45 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick
+fi
+# s13 (not in all): session 13's one call of at most 10 minutes: the fused top-k v2 (selector
+# warps beside the consumers) bitwise against the unfused path, then, if that passed, its timing
+# ([topk_perf]); lean-wide's [lean4] and [lean_lse]; the H 64 S_q 8192 rows of lean, lean4,
+# lean4f and generic.
+if [[ " $steps " == *" s13 "* ]]; then
+  run gpu_topk_fused 200 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  grep -q "All tests passed" "$out/gpu_topk_fused.log" && run topk_perf 130 $b/tests/dsa_gpu_tests "[topk_perf]"
+  run gpu_lean4 100 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
+  run gpu_lean_lse 80 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
+  run bench_head 50 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "bshd H64 r2 S_q 8192"
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then

@@ -152,6 +152,15 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   }
   plan.spec.family = &family;
   plan.spec.dynamic_smem += static_cast<uint32_t>(extra_smem);
+  // An epilogue with shared memory of its own (the fused top-k's sweep with fp32 weights) gives
+  // up KV stages until the CTA fits: the stages only pipeline the same products (same bits).
+  while (extra_smem > 0 && dev.max_smem_optin > 0 && plan.spec.dynamic_smem > static_cast<uint32_t>(dev.max_smem_optin) &&
+         plan.spec.values[kStages] > 2) {
+    const int stages = static_cast<int>(--plan.spec.values[kStages]);
+    plan.spec.dynamic_smem = static_cast<uint32_t>(
+        LeanGeometry::smem_bytes(p.w_dtype, stages, p.qk_dtype, consumers, p.is_thd(), split_here, p.has_lse) +
+        (p.has_lse ? LeanGeometry::lse_bytes(p.heads) : 0) + extra_smem);
+  }
   KernelLaunch& l = plan.launches[plan.n_launches++];
   l.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.num_tiles, dev.sm_count)));
   l.block[0] = static_cast<uint32_t>(LeanGeometry::threads(consumers));

@@ -28,8 +28,9 @@ namespace {
 enum Slot { kLayout };
 constexpr const char* kLayoutChoices[] = {"bshd"};
 constexpr const char* kLayoutLiterals[] = {"dsa::kLayoutBshd"};
-// The sweep's epilogue state: 4 rows per consumer, 2 consumers (LeanTopkRow).
-constexpr int kSweepSmem = 2 * 4 * dsa::kLeanTopkRowBytes;
+// The sweep's epilogue: 4 rows per consumer, 2 consumers (LeanTopkRow), and the stage slots
+// through which the consumers hand their cells to the selector warps.
+constexpr int kSweepSmem = dsa::kLeanTopkSweepSmemBytes;
 
 std::atomic<int64_t> g_candidates{0};
 std::atomic<int32_t> g_refresh{-1};
