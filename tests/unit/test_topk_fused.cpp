@@ -134,3 +134,22 @@ TEST_CASE("topk fused: every variant of the default manifest's top-k shapes comp
   CHECK(fused == 1);
   CHECK(sweeps >= 5);  // the block shapes of each line, bf16 and fp32 W, both scale variants
 }
+
+TEST_CASE("topk fused: the sweep's plan fits the device's shared memory", "[topk]") {
+  // The selector epilogue's slots and rows beside lean's 5 KV stages; fp32 weights (a second
+  // weight buffer) leave room for 4 stages only, and the plan gives one up (the same products).
+  const DeviceInfo dev = DeviceInfo::h200();
+  auto sweep_spec = [&](DType w) {
+    Problem p = topk_problem(1, 8192, 16384, 2048);
+    p.w_dtype = w;
+    const std::vector<Problem> inner = topk_fused_family().inner_problems(p, dev);
+    REQUIRE(!inner.empty());
+    return make_plan(inner[0], dev, topk_fused_sweep_family()).spec;
+  };
+  const KernelSpec bf16 = sweep_spec(DType::bf16), f32 = sweep_spec(DType::f32);
+  CHECK(bf16.dynamic_smem <= static_cast<uint32_t>(dev.max_smem_optin));
+  CHECK(f32.dynamic_smem <= static_cast<uint32_t>(dev.max_smem_optin));
+  CHECK_THAT(bf16.variant_key(), Contains(".s5"));
+  CHECK_THAT(f32.variant_key(), Contains(".s4"));
+  CHECK(bf16.dynamic_smem > static_cast<uint32_t>(dsa::kLeanTopkSweepSmemBytes));
+}
