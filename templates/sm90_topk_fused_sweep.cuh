@@ -180,9 +180,25 @@ struct LeanTopkKeeper {
     __syncwarp();
   }
 
-  // Exactly the k largest of the row's n > k entries stay, in their order.
+  // Frees the row's buffer (n > k entries). With the histograms, first one pass keeping the
+  // entries above the threshold they give (at least k, often about k): enough when it leaves
+  // room for two tiles. Else (and in compaction-only mode) the exact selection: exactly the k
+  // largest stay, and the threshold becomes the smallest of them. Either keeps the order.
   __device__ __forceinline__ void compact(LeanTopkRow& R, u64* buf, u32 n) const {
-    if (!hist) {
+    if (hist) {
+      raise(R, n);
+      const u64 thr = R.thr;
+      if (thr != 0ull && thr != ~0ull) {
+        const u32 out = keep_from(R, buf, n, thr + 1ull, R.b1, nullptr);
+        if (lane == 0) {
+          R.count = out;
+          R.refreshed = out;
+        }
+        __syncwarp();
+        if (out + 2u * static_cast<u32>(kLeanTopkTileCols) <= static_cast<u32>(ld)) return;
+        n = out;
+      }
+    } else {
       // compaction only: h1 over the buffer first
 #pragma unroll
       for (int i = 0; i < 4; ++i) R.h1[4 * lane + i] = 0u;
@@ -203,9 +219,17 @@ struct LeanTopkKeeper {
       for (int i = 0; i < 4; ++i) R.h2[4 * lane + i] = 0u;
       __syncwarp();
       const u64 hi = ~((static_cast<u64>(1) << (shift + 8)) - 1ull);
-      for (u32 i = lane; i < n; i += 32) {
-        const u64 c = buf[i];
-        if ((c & hi) == prefix) lean_topk_count(R.h2, static_cast<u32>(c >> shift) & 0xffu);
+      // kBatch entries per lane in flight (the buffer is in L2: latency, not bandwidth, bounds it)
+      for (u32 i0 = 0; i0 < n; i0 += 32 * kBatch) {
+        u64 c[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const u32 i = i0 + 32 * u + lane;
+          c[u] = i < n ? buf[i] : 0ull;
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+          if (i0 + 32 * u + lane < n && (c[u] & hi) == prefix) lean_topk_count(R.h2, static_cast<u32>(c[u] >> shift) & 0xffu);
       }
       __syncwarp();
       u32 d, a2, c2;
@@ -216,6 +240,23 @@ struct LeanTopkKeeper {
       __syncwarp();
     }
     // k entries are >= prefix (those of the bins above, and all `cnt` == `need` of its own).
+    u64 mn = ~0ull;
+    const u32 out = keep_from(R, buf, n, prefix, b, &mn);
+    if (lane == 0) {
+      R.count = out;
+      R.refreshed = out;
+      R.thr = mn;
+      R.b1 = b;
+    }
+    __syncwarp();
+  }
+
+  static constexpr int kBatch = 4;
+
+  // Keeps the entries >= lo of buf[0, n), in their order, and rebuilds the histograms over them
+  // (h2: those of coarse bin b1); returns how many stayed (on every lane), and their smallest in
+  // *mn when asked.
+  __device__ __forceinline__ u32 keep_from(LeanTopkRow& R, u64* buf, u32 n, u64 lo, u32 b1, u64* mn) const {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       R.h1[4 * lane + i] = 0u;
@@ -224,36 +265,43 @@ struct LeanTopkKeeper {
     __syncwarp();
     const u32 lt = (1u << lane) - 1u;
     u32 out = 0;
-    u64 mn = ~0ull;
-    for (u32 i0 = 0; i0 < n; i0 += 32) {
-      const u32 i = i0 + lane;
-      const u64 c = i < n ? buf[i] : 0ull;
-      const bool keep = i < n && c >= prefix;
-      const u32 m = __ballot_sync(0xffffffffu, keep);
-      if (keep) {
-        buf[out + __popc(m & lt)] = c;  // at or below i: every lane of the chunk has read
-        mn = c < mn ? c : mn;
-      }
-      if (keep && hist) {
-        const u32 key = static_cast<u32>(c >> 32);
-        lean_topk_count(R.h1, key >> 24);
-        if ((key >> 24) == b) lean_topk_count(R.h2, (key >> 16) & 0xffu);
-      }
-      out += __popc(m);
-    }
+    u64 low = ~0ull;
+    for (u32 i0 = 0; i0 < n; i0 += 32 * kBatch) {
+      // the batch is read before any of it is written: writes go to positions at or below the
+      // entry written, so only entries already read are overwritten
+      u64 c[kBatch];
 #pragma unroll
-    for (int d = 16; d > 0; d >>= 1) {
-      const u64 x = __shfl_xor_sync(0xffffffffu, mn, d);
-      mn = x < mn ? x : mn;
+      for (int u = 0; u < kBatch; ++u) {
+        const u32 i = i0 + 32 * u + lane;
+        c[u] = i < n ? buf[i] : 0ull;
+      }
+      __syncwarp();
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const bool keep = i0 + 32 * u + lane < n && c[u] >= lo;
+        const u32 m = __ballot_sync(0xffffffffu, keep);
+        if (keep) {
+          buf[out + __popc(m & lt)] = c[u];
+          low = c[u] < low ? c[u] : low;
+          if (hist) {
+            const u32 key = static_cast<u32>(c[u] >> 32);
+            lean_topk_count(R.h1, key >> 24);
+            if ((key >> 24) == b1) lean_topk_count(R.h2, (key >> 16) & 0xffu);
+          }
+        }
+        out += __popc(m);
+      }
+    }
+    if (mn != nullptr) {
+#pragma unroll
+      for (int d = 16; d > 0; d >>= 1) {
+        const u64 x = __shfl_xor_sync(0xffffffffu, low, d);
+        low = x < low ? x : low;
+      }
+      *mn = low;
     }
     __syncwarp();
-    if (lane == 0) {
-      R.count = out;
-      R.refreshed = out;
-      R.thr = mn;
-      R.b1 = b;
-    }
-    __syncwarp();
+    return out;
   }
 };
 
@@ -286,7 +334,7 @@ struct LeanTopkEpilogue {
   static constexpr int kSmemBytes = kOffEmpty + T::kConsumers * kSlots * 8;
   static constexpr bool kFillsScores = false;  // there is no score matrix
   static constexpr bool kSelects = true;
-  static constexpr int kProducerRegs = 72;     // the selectors' upkeep (56 spilled)
+  static constexpr int kProducerRegs = 88;     // the selectors' upkeep (72 spilled with 4 loads in flight per lane)
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
   static_assert(kSmemBytes == kLeanTopkSweepSmemBytes, "sm90_topk_fused_sweep: host and template disagree on shared memory");
