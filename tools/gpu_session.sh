@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -163,6 +163,18 @@ if [[ " $steps " == *" s13 "* ]]; then
   run gpu_lean4 100 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
   run gpu_lean_lse 80 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
   run bench_head 50 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "bshd H64 r2 S_q 8192"
+fi
+# s13b (not in all): ncu (full set, source counters) of the first fused sweep launch of
+# [topk_perf] (S_q 8192, S_k 16384), its per-instruction page as CSV, then [lean4] and
+# [lean_lse] with the time they take on a fresh machine.
+if [[ " $steps " == *" s13b "* ]]; then
+  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  run ncu_sweep 150 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_fused_sweep \
+    --launch-count 1 -o "$out/sweep" $b/tests/dsa_gpu_tests "[topk_perf]"
+  [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
+  [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page details >"$out/sweep_details.txt" 2>&1
+  run gpu_lean4 230 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
+  run gpu_lean_lse 180 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
