@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -175,6 +175,25 @@ if [[ " $steps " == *" s13b "* ]]; then
   [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page details >"$out/sweep_details.txt" 2>&1
   run gpu_lean4 230 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
   run gpu_lean_lse 180 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
+fi
+# s13c (not in all): the fused top-k v2.1 ([topk_fused], then [topk_perf] and ncu of its first
+# sweep if that passed), then what lean-wide still needs: [lean] (the two-consumer kernels'
+# second weight buffer, the ragged producer's registers), lean FP8 == generic FP8, and the THD
+# ratio-4 8-segment rows of lean, lean4, lean4f and generic.
+if [[ " $steps " == *" s13c "* ]]; then
+  run gpu_topk_fused 90 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  fused_ok=$(grep -c "All tests passed" "$out/gpu_topk_fused.log")
+  [[ $fused_ok == 1 ]] && run topk_perf 100 $b/tests/dsa_gpu_tests "[topk_perf]"
+  run gpu_lean 200 $b/tests/dsa_gpu_tests "[lean]" --durations yes
+  run gpu_fp8_lean 40 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise" --durations yes
+  run bench_thd 45 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "r4 8 segs T_q 8192"
+  if [[ $fused_ok == 1 ]]; then
+    ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    run ncu_sweep 60 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_fused_sweep \
+      --launch-count 1 -o "$out/sweep" $b/tests/dsa_gpu_tests "[topk_perf]"
+    [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
+    rm -f "$out/sweep.ncu-rep"
+  fi
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
