@@ -176,16 +176,16 @@ if [[ " $steps " == *" s13b "* ]]; then
   run gpu_lean4 230 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
   run gpu_lean_lse 180 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
 fi
-# s13c (not in all): the fused top-k v2.1 ([topk_fused], then [topk_perf] and ncu of its first
-# sweep if that passed), then what lean-wide still needs: [lean] (the two-consumer kernels'
-# second weight buffer, the ragged producer's registers), lean FP8 == generic FP8, and the THD
-# ratio-4 8-segment rows of lean, lean4, lean4f and generic.
+# s13c (not in all): what lean-wide still needs: [lean] (the two-consumer kernels' second weight
+# buffer, the ragged producer's registers) and lean FP8 == generic FP8; the fused top-k v2.1
+# ([topk_fused], then [topk_perf] and ncu of its first sweep if that passed); the THD ratio-4
+# 8-segment rows of lean, lean4, lean4f and generic.
 if [[ " $steps " == *" s13c "* ]]; then
+  run gpu_lean 170 $b/tests/dsa_gpu_tests "[lean]" --durations yes
+  run gpu_fp8_lean 40 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise" --durations yes
   run gpu_topk_fused 90 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
   fused_ok=$(grep -c "All tests passed" "$out/gpu_topk_fused.log")
   [[ $fused_ok == 1 ]] && run topk_perf 100 $b/tests/dsa_gpu_tests "[topk_perf]"
-  run gpu_lean 200 $b/tests/dsa_gpu_tests "[lean]" --durations yes
-  run gpu_fp8_lean 40 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise" --durations yes
   run bench_thd 45 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "r4 8 segs T_q 8192"
   if [[ $fused_ok == 1 ]]; then
     ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
