@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -194,6 +194,13 @@ if [[ " $steps " == *" s13c "* ]]; then
     [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
     rm -f "$out/sweep.ncu-rep"
   fi
+fi
+# s13d (not in all): s13c's first half for a call of about 3 minutes: [lean], lean FP8 ==
+# generic FP8, then [topk_fused].
+if [[ " $steps " == *" s13d "* ]]; then
+  run gpu_lean 120 $b/tests/dsa_gpu_tests "[lean]" --durations yes
+  run gpu_fp8_lean 30 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise" --durations yes
+  run gpu_topk_fused 60 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
 fi
 # fused (not in all): the fused top-k's tests and timing alone.
 if [[ " $steps " == *" fused "* ]]; then
