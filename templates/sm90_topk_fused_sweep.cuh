@@ -222,11 +222,7 @@ struct LeanTopkKeeper {
       // kBatch entries per lane in flight (the buffer is in L2: latency, not bandwidth, bounds it)
       for (u32 i0 = 0; i0 < n; i0 += 32 * kBatch) {
         u64 c[kBatch];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const u32 i = i0 + 32 * u + lane;
-          c[u] = i < n ? buf[i] : 0ull;
-        }
+        load_batch(buf, n, i0, c);
 #pragma unroll
         for (int u = 0; u < kBatch; ++u)
           if (i0 + 32 * u + lane < n && (c[u] & hi) == prefix) lean_topk_count(R.h2, static_cast<u32>(c[u] >> shift) & 0xffu);
@@ -253,6 +249,15 @@ struct LeanTopkKeeper {
 
   static constexpr int kBatch = 4;
 
+  // kBatch entries per lane, buf[i0 + 32 u + lane] (0 past n), all loads in flight together.
+  __device__ __forceinline__ void load_batch(const u64* buf, u32 n, u32 i0, u64 (&c)[kBatch]) const {
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const u32 i = i0 + 32 * u + lane;
+      c[u] = i < n ? buf[i] : 0ull;
+    }
+  }
+
   // Keeps the entries >= lo of buf[0, n), in their order, and rebuilds the histograms over them
   // (h2: those of coarse bin b1); returns how many stayed (on every lane), and their smallest in
   // *mn when asked.
@@ -270,11 +275,7 @@ struct LeanTopkKeeper {
       // the batch is read before any of it is written: writes go to positions at or below the
       // entry written, so only entries already read are overwritten
       u64 c[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const u32 i = i0 + 32 * u + lane;
-        c[u] = i < n ? buf[i] : 0ull;
-      }
+      load_batch(buf, n, i0, c);
       __syncwarp();
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
