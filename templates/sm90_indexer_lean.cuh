@@ -301,16 +301,24 @@ struct LeanWeights<Cfg, 0> {
   }
 };
 
+// Weights read from the item's shared-memory copy per tile (kMode 1 and 2).
 template <class Cfg>
-struct LeanWeights<Cfg, 2> {
+struct LeanWeightsSmem {
   static constexpr int H = LeanTraits<Cfg>::kHeads;
-  u32 base;  // this consumer's weights in shared memory, [tokens][H heads] bf16
+  u32 base;  // this consumer's weights in shared memory, [tokens][H heads]
   int cls;
   __device__ __forceinline__ void load(u32 w_smem, int c) {
     base = w_smem;
     cls = c;
   }
-  // the pairs LeanWeights<Cfg, 0> holds, widened the same way (the same values, the same bits)
+};
+
+template <class Cfg>
+struct LeanWeights<Cfg, 2> : LeanWeightsSmem<Cfg> {
+  using LeanWeightsSmem<Cfg>::H;
+  using LeanWeightsSmem<Cfg>::base;
+  using LeanWeightsSmem<Cfg>::cls;
+  // bf16: the pairs LeanWeights<Cfg, 0> holds, widened the same way (the same values, the same bits)
   __device__ __forceinline__ float4 operator()(int tl, int g4) const {
     const u32 a = ld_shared_u32(base + (tl * H + weight_head(g4, 0, cls)) * 2);
     const u32 b = ld_shared_u32(base + (tl * H + weight_head(g4, 2, cls)) * 2);
@@ -320,14 +328,10 @@ struct LeanWeights<Cfg, 2> {
 };
 
 template <class Cfg>
-struct LeanWeights<Cfg, 1> {
-  static constexpr int H = LeanTraits<Cfg>::kHeads;
-  u32 base;  // this consumer's weights in shared memory, [4 tokens][64 heads] fp32
-  int cls;
-  __device__ __forceinline__ void load(u32 w_smem, int c) {
-    base = w_smem;
-    cls = c;
-  }
+struct LeanWeights<Cfg, 1> : LeanWeightsSmem<Cfg> {  // fp32
+  using LeanWeightsSmem<Cfg>::H;
+  using LeanWeightsSmem<Cfg>::base;
+  using LeanWeightsSmem<Cfg>::cls;
   __device__ __forceinline__ float4 operator()(int tl, int g4) const {
     const float2 a = ld_shared_f32x2(base + (tl * H + weight_head(g4, 0, cls)) * 4);
     const float2 b = ld_shared_f32x2(base + (tl * H + weight_head(g4, 2, cls)) * 4);

@@ -16,44 +16,28 @@ inline ParamDesc weights_param() { return {"kWeightsF32", ParamDesc::choice, "bo
 inline ParamDesc lse_param() { return {"kWithLse", ParamDesc::boolean, "bool", "lse"}; }
 inline constexpr const char* kInputChoices[] = {"bf16", "e4m3"};
 inline constexpr const char* kInputLiterals[] = {"dsa::kInputBf16", "dsa::kInputE4m3"};
-// The input precision of q and k; bf16 (0) is omitted from sources and keys (see omit_zero).
-inline ParamDesc input_param() {
-  ParamDesc d{"kInput", ParamDesc::choice, "int", "in", kInputChoices, kInputLiterals, 2};
+// A parameter whose first value (0) is omitted from sources and keys (see omit_zero): the
+// variants from before it keep their keys.
+inline ParamDesc omitted_when_zero(ParamDesc d) {
   d.omit_zero = true;
   return d;
+}
+// The input precision of q and k; bf16 (0) omitted.
+inline ParamDesc input_param() {
+  return omitted_when_zero({"kInput", ParamDesc::choice, "int", "in", kInputChoices, kInputLiterals, 2});
 }
 inline int64_t input_value(DType qk) { return qk == DType::e4m3 ? 1 : 0; }
-// Lean's split variant (BSHD calls that cannot fill the grid); 0 omitted, as kInput.
-inline ParamDesc split_param() {
-  ParamDesc d{"kKvSplit", ParamDesc::boolean, "bool", "split"};
-  d.omit_zero = true;
-  return d;
-}
-// Lean's heads (BSHD 32 and 16); 64, its first and THD's, is stored as 0 and omitted, as kInput.
-inline ParamDesc lean_heads_param() {
-  ParamDesc d{"kHeads", ParamDesc::integer, "int", "h"};
-  d.omit_zero = true;
-  return d;
-}
-// Lean's consumer warpgroups (4); 2, the first, is stored as 0 and omitted, as kInput.
-inline ParamDesc lean_consumers_param() {
-  ParamDesc d{"kConsumers", ParamDesc::integer, "int", "c"};
-  d.omit_zero = true;
-  return d;
-}
-// Lean's lse output (the variants from before it omit it, as kInput).
-inline ParamDesc lean_lse_param() {
-  ParamDesc d = lse_param();
-  d.omit_zero = true;
-  return d;
-}
+// Lean's split variant (BSHD calls that cannot fill the grid); 0 omitted, as every one below.
+inline ParamDesc split_param() { return omitted_when_zero({"kKvSplit", ParamDesc::boolean, "bool", "split"}); }
+// Lean's heads (BSHD 32 and 16); 64, its first and THD's, is stored as 0.
+inline ParamDesc lean_heads_param() { return omitted_when_zero({"kHeads", ParamDesc::integer, "int", "h"}); }
+// Lean's consumer warpgroups (4); 2, the first, is stored as 0.
+inline ParamDesc lean_consumers_param() { return omitted_when_zero({"kConsumers", ParamDesc::integer, "int", "c"}); }
+// Lean's lse output.
+inline ParamDesc lean_lse_param() { return omitted_when_zero(lse_param()); }
 // Lean's consumers issuing their products without the ring of named barriers (session 12's
-// experiment); off (0) omitted, as kInput.
-inline ParamDesc lean_free_param() {
-  ParamDesc d{"kFreeConsumers", ParamDesc::boolean, "bool", "free"};
-  d.omit_zero = true;
-  return d;
-}
+// experiment).
+inline ParamDesc lean_free_param() { return omitted_when_zero({"kFreeConsumers", ParamDesc::boolean, "bool", "free"}); }
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }
