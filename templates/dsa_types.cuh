@@ -19,3 +19,9 @@ typedef int64_t i64;
 typedef uint64_t u64;
 typedef uint16_t u16;
 #endif
+// A function both the host and the kernels call (NVRTC compiles no host functions).
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define DSA_HOST_DEVICE __host__ __device__
+#else
+#define DSA_HOST_DEVICE
+#endif

@@ -74,12 +74,9 @@ struct LeanTraits {
   static constexpr int kWBytes = kTokensPerConsumer * kHeads * (kWF32 ? 4 : 2);  // per consumer
   static constexpr int kFillThreads = 96;                                  // warps 1..3
   static constexpr bool kSplit = SplitOf<Cfg>::value;
-  // How a consumer reads its weights per tile (LeanWeights): 0 bf16 pairs held in registers for
-  // the item, 1 fp32 from shared memory, 2 bf16 pairs from shared memory (THD and the split
-  // variant with four consumers, whose lane state leaves no room for those registers beside 104).
-  // Weights in shared memory keep the consumer's Q and weight buffers until its last tile's
-  // epilogue.
-  static constexpr int kWMode = kWF32 ? 1 : (kConsumers == 4 && (kThd || kSplit)) || LseOf<Cfg>::value ? 2 : 0;
+  // How a consumer reads its weights per tile (LeanWeights; lean_weight_mode). Weights in shared
+  // memory keep the consumer's Q and weight buffers until its last tile's epilogue.
+  static constexpr int kWMode = lean_weight_mode(kWF32, kConsumers, kThd, kSplit, LseOf<Cfg>::value);
   static constexpr bool kWSmem = kWMode != 0;
   // Weights read from shared memory per tile have two buffers per consumer (item parity), so that
   // they do not hold the next item's Q back: every consumer releases its Q and weights after its
@@ -988,7 +985,7 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
 // one in column order, the chunks merge sums of disjoint column ranges; the difference is a few
 // ulp of the sum's rounding.)
 template <class Cfg>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kLeanLseCombineThreads)
     sm90_indexer_lean_lse_combine(const LeanSplit split, const __grid_constant__ LeanLseArgs la) {
   static_assert(LeanTraits<Cfg>::kSplit && LseOf<Cfg>::value, "sm90_indexer_lean: the lse combine of a split lse variant");
   constexpr i64 kSeqQ = LeanTraits<Cfg>::kSeqQ;

@@ -32,6 +32,18 @@ struct LeanLseArgs {
   i64 rows;
 };
 
+// sm90_indexer_lean_lse_combine's block: one thread per row (its __launch_bounds__ and the host's
+// launch).
+constexpr int kLeanLseCombineThreads = 256;
+
+// How a consumer reads its weights per tile (LeanTraits::kWMode; the host sizes shared memory by
+// it): 0 bf16 pairs held in registers for the item, 1 fp32 from shared memory (fp32 W, or FP8's
+// w * q_scale), 2 bf16 pairs from shared memory (four consumers' THD and split variants, whose
+// lane state leaves no room for those registers beside 104, and every lse variant).
+DSA_HOST_DEVICE constexpr int lean_weight_mode(bool wf32, int consumers, bool thd, bool split, bool lse) {
+  return wf32 ? 1 : ((consumers == 4 && (thd || split)) || lse) ? 2 : 0;
+}
+
 // The split variant's launch parameter: each q-tile's KV tiles in `parts` chunks of `chunk`
 // tiles (parts = ceil(the most KV tiles a q-tile can need / chunk)), planned per call from the
 // shape, B and the grid.

@@ -35,7 +35,7 @@ bool contiguous(const Problem& p) {
 }
 
 constexpr int64_t kTile = LeanGeometry::kTokensPerTile;  // H 64 (THD)
-constexpr uint32_t kLseCombineThreads = 256;              // sm90_indexer_lean_lse_combine's block
+constexpr uint32_t kLseCombineThreads = dsa::kLeanLseCombineThreads;
 int64_t round_to_tile(int64_t rows) { return (rows + kTile - 1) / kTile * kTile; }
 int64_t bshd_tile(const Problem& p) { return LeanGeometry::tokens_per_tile(p.heads); }
 
@@ -389,7 +389,7 @@ int LeanGeometry::smem_bytes(DType w, int kv_stages, DType qk, int consumers, bo
   const int boxes = fp8 ? 1 : 2;
   // Weights read from shared memory per tile (fp32 or FP8's; bf16 for four consumers' THD and
   // split and for lse variants) have two buffers per consumer, by item parity.
-  const bool w_smem = w == DType::f32 || fp8 || (consumers == 4 && (thd || split)) || lse;
+  const bool w_smem = dsa::lean_weight_mode(w == DType::f32 || fp8, consumers, thd, split, lse) != 0;
   const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 || fp8 ? 4 : 2) * (w_smem ? 2 : 1);
   const int bars = (3 * consumers + 2 * kv_stages) * 8;
   return 2 * 256 * 128 * boxes + kv_stages * kKvRows * 128 * boxes + w_bytes + bars + 1024;
