@@ -95,6 +95,20 @@ __device__ __forceinline__ void lean_topk_count_warp(u32* h, u32 bin, bool activ
   if (lane == __ffs(same) - 1) atomicAdd(&h[bin >> 1], static_cast<u32>(__popc(same)) << ((bin & 1u) * 16u));
 }
 
+// Zeroes a 256-bin packed histogram (lane L its words 4L..4L+3; the caller syncs the warp).
+__device__ __forceinline__ void lean_topk_clear(u32* h, int lane) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[4 * lane + i] = 0u;
+}
+
+// Counts one buffer entry (composite c) in a row's histograms: h1 by key bits 31..24, h2 by bits
+// 23..16 when it is in coarse bin b1.
+__device__ __forceinline__ void lean_topk_count_entry(LeanTopkRow& R, u64 c, u32 b1) {
+  const u32 key = static_cast<u32>(c >> 32);
+  lean_topk_count(R.h1, key >> 24);
+  if ((key >> 24) == b1) lean_topk_count(R.h2, (key >> 16) & 0xffu);
+}
+
 // p (in the dynamic shared memory) re-derived from the extern array, so that the compiler knows
 // the space: ld/st/atom.shared, 32-bit addresses (the kernel's aligned base is an integer cast,
 // through which every access would be generic).
@@ -112,11 +126,8 @@ struct LeanTopkKeeper {
   int lane;
 
   __device__ __forceinline__ void reset(LeanTopkRow& R) const {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      R.h1[4 * lane + i] = 0u;
-      R.h2[4 * lane + i] = 0u;
-    }
+    lean_topk_clear(R.h1, lane);
+    lean_topk_clear(R.h2, lane);
     if (lane == 0) {
       R.thr = 0ull;
       R.count = 0u;
@@ -138,10 +149,7 @@ struct LeanTopkKeeper {
     for (int j = 0; j < 2; ++j) {
       if (!take[j]) continue;
       buf[n + (j ? __popc(m0) : 0u) + __popc((j ? m1 : m0) & lt)] = c[j];
-      if (!hist) continue;
-      const u32 key = static_cast<u32>(c[j] >> 32);
-      lean_topk_count(R.h1, key >> 24);
-      if ((key >> 24) == b1) lean_topk_count(R.h2, (key >> 16) & 0xffu);
+      if (hist) lean_topk_count_entry(R, c[j], b1);
     }
     __syncwarp();  // every lane has read count and b1 (and counted) before lane 0 moves count
     if (lane == 0) R.count = n + __popc(m0) + __popc(m1);
@@ -165,8 +173,7 @@ struct LeanTopkKeeper {
     __syncwarp();
     if (b != b1) {
       // A new coarse bin (they only rise): its entries so far are not in h2; it counts the next.
-#pragma unroll
-      for (int i = 0; i < 4; ++i) R.h2[4 * lane + i] = 0u;
+      lean_topk_clear(R.h2, lane);
       if (lane == 0) R.b1 = b;
     } else {
       u32 d, a2, c2;
@@ -200,8 +207,7 @@ struct LeanTopkKeeper {
       }
     } else {
       // compaction only: h1 over the buffer first
-#pragma unroll
-      for (int i = 0; i < 4; ++i) R.h1[4 * lane + i] = 0u;
+      lean_topk_clear(R.h1, lane);
       __syncwarp();
       for (u32 i0 = 0; i0 < n; i0 += 32) {
         const u32 i = i0 + lane;
@@ -215,8 +221,7 @@ struct LeanTopkKeeper {
     u64 prefix = static_cast<u64>(b) << 56;
     u32 need = k - above;
     for (int shift = 48; shift >= 0 && cnt != need; shift -= 8) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) R.h2[4 * lane + i] = 0u;
+      lean_topk_clear(R.h2, lane);
       __syncwarp();
       const u64 hi = ~((static_cast<u64>(1) << (shift + 8)) - 1ull);
       // kBatch entries per lane in flight (the buffer is in L2: latency, not bandwidth, bounds it)
@@ -262,11 +267,8 @@ struct LeanTopkKeeper {
   // (h2: those of coarse bin b1); returns how many stayed (on every lane), and their smallest in
   // *mn when asked.
   __device__ __forceinline__ u32 keep_from(LeanTopkRow& R, u64* buf, u32 n, u64 lo, u32 b1, u64* mn) const {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      R.h1[4 * lane + i] = 0u;
-      R.h2[4 * lane + i] = 0u;
-    }
+    lean_topk_clear(R.h1, lane);
+    lean_topk_clear(R.h2, lane);
     __syncwarp();
     const u32 lt = (1u << lane) - 1u;
     u32 out = 0;
@@ -284,11 +286,7 @@ struct LeanTopkKeeper {
         if (keep) {
           buf[out + __popc(m & lt)] = c[u];
           low = c[u] < low ? c[u] : low;
-          if (hist) {
-            const u32 key = static_cast<u32>(c[u] >> 32);
-            lean_topk_count(R.h1, key >> 24);
-            if ((key >> 24) == b1) lean_topk_count(R.h2, (key >> 16) & 0xffu);
-          }
+          if (hist) lean_topk_count_entry(R, c[u], b1);
         }
         out += __popc(m);
       }

@@ -35,7 +35,11 @@ bool contiguous(const Problem& p) {
 }
 
 constexpr int64_t kTile = LeanGeometry::kTokensPerTile;  // H 64 (THD)
-constexpr uint32_t kLseCombineThreads = dsa::kLeanLseCombineThreads;
+// A variant's dynamic shared memory (its epilogue's own, if any, comes on top).
+uint32_t spec_smem(DType w, int stages, DType qk, int consumers, bool thd, bool split, bool lse, int64_t heads) {
+  return static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers, thd, split, lse) +
+                               (lse ? LeanGeometry::lse_bytes(heads) : 0));
+}
 int64_t round_to_tile(int64_t rows) { return (rows + kTile - 1) / kTile * kTile; }
 int64_t bshd_tile(const Problem& p) { return LeanGeometry::tokens_per_tile(p.heads); }
 
@@ -157,9 +161,8 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   while (extra_smem > 0 && dev.max_smem_optin > 0 && plan.spec.dynamic_smem > static_cast<uint32_t>(dev.max_smem_optin) &&
          plan.spec.values[kStages] > 2) {
     const int stages = static_cast<int>(--plan.spec.values[kStages]);
-    plan.spec.dynamic_smem = static_cast<uint32_t>(
-        LeanGeometry::smem_bytes(p.w_dtype, stages, p.qk_dtype, consumers, p.is_thd(), split_here, p.has_lse) +
-        (p.has_lse ? LeanGeometry::lse_bytes(p.heads) : 0) + extra_smem);
+    plan.spec.dynamic_smem =
+        spec_smem(p.w_dtype, stages, p.qk_dtype, consumers, p.is_thd(), split_here, p.has_lse, p.heads) + static_cast<uint32_t>(extra_smem);
   }
   KernelLaunch& l = plan.launches[plan.n_launches++];
   l.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.num_tiles, dev.sm_count)));
@@ -169,8 +172,8 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
     // the chunks' (max, sum) per row, float2 [parts][B][S_q], and the combine: a thread per row
     plan.workspace_bytes = align256(static_cast<uint64_t>(plan.kv_parts) * static_cast<uint64_t>(p.rows) * 8);
     KernelLaunch& c = plan.launches[plan.n_launches++];
-    c.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, (p.rows + kLseCombineThreads - 1) / kLseCombineThreads));
-    c.block[0] = kLseCombineThreads;
+    c.grid[0] = static_cast<uint32_t>(std::max<int64_t>(1, (p.rows + dsa::kLeanLseCombineThreads - 1) / dsa::kLeanLseCombineThreads));
+    c.block[0] = dsa::kLeanLseCombineThreads;
   }
   plan.empty = plan.num_tiles == 0;
   if (p.is_thd() && !plan.empty && purpose == PlanPurpose::launch) plan.schedule = thd_plan_for(p, l.grid[0]);
@@ -557,8 +560,7 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kConsumersSlot] = consumers == 2 ? 0 : consumers;            // 2 is omitted, as 64 heads
   s.values[kLseSlot] = lse ? 1 : 0;
   s.values[kFreeSlot] = free_running ? 1 : 0;
-  s.dynamic_smem = static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers, layout != Layout::bshd, split, lse) +
-                                         (lse ? LeanGeometry::lse_bytes(heads) : 0));
+  s.dynamic_smem = spec_smem(w, stages, qk, consumers, layout != Layout::bshd, split, lse, heads);
   return s;
 }
 
