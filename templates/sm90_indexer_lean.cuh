@@ -45,6 +45,33 @@ DSA_CONFIG_OR(ConsumersOf, kConsumers, int, 2)
 DSA_CONFIG_OR(LseOf, kWithLse, bool, false)
 DSA_CONFIG_OR(FreeOf, kFreeConsumers, bool, false)
 
+// The order in which a work item's KV tiles are swept. The scores kernels sweep in order; an
+// epilogue may ask for a sample-first order (its kSampleStride s > 1: the fused top-k's sweep)
+// in which tiles s/2, s/2 + s, s/2 + 2s, ... come first and the others follow in order. Every
+// role maps its iteration to the tile with lean_tile_at, so producer, consumers and epilogue agree.
+DSA_CONFIG_OR(SampleStrideOf, kSampleStride, int, 1)
+
+// The sample tiles of an item of n KV tiles (s/2 + s j < n).
+template <int kS>
+__device__ __forceinline__ i32 lean_sample_tiles(i32 n) {
+  return n > kS / 2 ? (n - kS / 2 + kS - 1) / kS : 0;
+}
+
+// The KV tile of iteration i of an item of n: i itself (s 1), or the sample tiles first, then
+// the others ascending (the j-th of them: 15 of every 16 tiles at s 16, skipping s/2).
+template <int kS>
+__device__ __forceinline__ i32 lean_tile_at(i32 i, i32 n) {
+  if constexpr (kS == 1) {
+    (void)n;
+    return i;
+  } else {
+    const i32 ns = lean_sample_tiles<kS>(n);
+    if (i < ns) return kS / 2 + kS * i;
+    const i32 j = i - ns, o = j % (kS - 1);
+    return kS * (j / (kS - 1)) + o + (o >= kS / 2 ? 1 : 0);
+  }
+}
+
 template <class Cfg>
 struct LeanTraits {
   static constexpr int kHeads = HeadsOf<Cfg>::value;
@@ -540,9 +567,9 @@ struct LeanCta {
   u64 *q_full, *q_empty, *w_full, *kv_full, *kv_empty;
 };
 
-// The producer warp: per work item, the KV ring (lane 0's TMA), each consumer's Q rows (TMA)
+// The producer warp: per work item, the KV ring (lane 0's TMA; tiles in the order kS gives), each consumer's Q rows (TMA)
 // and its weights (the whole warp, ordinary loads and shared stores).
-template <class Cfg, class Work>
+template <class Cfg, int kS, class Work>
 __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
                                               const DsaScales& sc, const Work& work, const LeanCta& cta, int lane);
 // The filler warps: -inf over every column outside the item's KV tiles.
@@ -616,11 +643,11 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
     if constexpr (kSplit) {
       const LeanSplitWork<Runs> work{a.num_items, a.batch, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs,
                                      a.num_items / split.parts, split.chunk};
-      if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, sc, work, cta, lane);
+      if (warp == 0) lean_producer<Cfg, SampleStrideOf<Epi>::value>(q_map, k_map, a, sc, work, cta, lane);
       else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
     } else {
       const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};
-      if (warp == 0) lean_producer<Cfg>(q_map, k_map, a, sc, work, cta, lane);
+      if (warp == 0) lean_producer<Cfg, SampleStrideOf<Epi>::value>(q_map, k_map, a, sc, work, cta, lane);
       else if constexpr (Epi::kSelects) Epi::select(a, ea, cta.smem + L::kOffEpi, work, warp - 1, lane);
       else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
     }
@@ -637,7 +664,7 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
   }
 }
 
-template <class Cfg, class Work>
+template <class Cfg, int kS, class Work>
 __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
                                               const DsaScales& sc, const Work& work, const LeanCta& cta, int lane) {
   using T = LeanTraits<Cfg>;
@@ -671,7 +698,8 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
     if (lane == 0)
       for (i32 it = 0; it < pre; ++it)
-        load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin, it, b);
+        load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin,
+                                                  lean_tile_at<kS>(it, n_kv), b);
     for (int g = 0; g < T::kConsumers; ++g) {
       mbarrier_wait(&cta.q_empty[g], (q_uses & 1) ^ 1);
       const i32 t0 = tok0 + g * T::kTokensPerConsumer;
@@ -702,7 +730,8 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     ++q_uses;
     if (lane == 0)
       for (i32 it = pre; it < n_kv; ++it)
-        load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin, it, b);
+        load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin,
+                                                  lean_tile_at<kS>(it, n_kv), b);
   }
 }
 
@@ -902,6 +931,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       mbarrier_wait(&cta.q_full[cg], q_uses & 1);
       wreg.load(w_smem + (q_uses & (T::kWBufs - 1)) * T::kWBytes, lane & 3);
       for (i32 it = 0; it < n_kv; ++it) {
+        const i32 kt = lean_tile_at<SampleStrideOf<Epi>::value>(it, n_kv);  // the KV tile of this iteration
         mbarrier_wait(&cta.kv_full[stage], phase);
         if (kRing) named_barrier_sync(my_bar, 256);
         mma_tile<T::kFp8>(acc, kv_base0 + stage * T::kKvBytes, q_base);
@@ -910,7 +940,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         // (four consumers: one row per lane, row8 of lean_val_row8; its second load goes unused)
         KScalePair ksc;
         if constexpr (T::kFp8)
-          ksc = load_k_scales(kscale, static_cast<i64>(it) * kKvRows + 16 * warp_in_wg + (lane >> 2) +
+          ksc = load_k_scales(kscale, static_cast<i64>(kt) * kKvRows + 16 * warp_in_wg + (lane >> 2) +
                                           (T::kVals == 1 ? lean_val_row8<T>(0, lane) : 0));
         // (four consumers: after the item, where the other consumers' warps hide it, as the
         // next item's lane state beside this one's would not fit 104 registers)
@@ -939,7 +969,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
             for (int j = 0; j < T::kVals; ++j) part[j] = part[j] * ksc.v[T::kVals == 1 ? 0 : j & 1];
           }
         }
-        epi.tile(part, it, ln, warp_in_wg, lane, a.sm_scale);
+        epi.tile(part, kt, ln, warp_in_wg, lane, a.sm_scale);
         epi.after_tile(ln);
       }
       ++q_uses;

@@ -14,7 +14,26 @@ struct LeanTopkArgs {
   i64 cand_ld;   // entries per row: >= k + kLeanTopkTileCols, <= kLeanTopkMaxLd
   i32 k;         // 1..kTopkMaxK
   i32 refresh;   // appends to a row between refreshes of its threshold (0: compactions only)
+  i32 mode;      // kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
+  float margin;   // kLeanTopkSampled: the cut's margin in standard deviations (z)
 };
+
+// How a sweep launch selects (LeanTopkEpilogue::select):
+// - exact: the threshold starts at 0 (every visible cell) and rises with the histograms
+//   (refresh > 0) or at compactions;
+// - sampled: the sample tiles come first (kLeanTopkSampleStride); every visible cell of them is
+//   appended, then each row's buffer is cut to its r largest (r: the expected number of the
+//   sample's cells in the row's top-k plus `margin` standard deviations), which sets the
+//   threshold for the rest of the sweep (no histograms). A row whose buffer ends with fewer than
+//   k entries after a cut has no exact candidate set: its count is written as -1 - count;
+// - redo: exact, over the q-tiles with such a row only (the others are skipped by every role);
+//   it rewrites all 8 rows of those q-tiles.
+constexpr i32 kLeanTopkExact = 0;
+constexpr i32 kLeanTopkSampled = 1;
+constexpr i32 kLeanTopkRedo = 2;
+// The sweep's tile order (lean's kSampleStride): tiles 8, 24, 40, ... of a q-tile's KV tiles
+// first. Tile 0 (the first keys, often unlike the rest in trained models) is never a sample.
+constexpr int kLeanTopkSampleStride = 16;
 
 constexpr i32 kLeanTopkTileCols = 64;     // one KV tile: the most a row gains between checks
 constexpr i64 kLeanTopkMaxLd = 16384;     // counts stay in 16 bits (packed histograms)

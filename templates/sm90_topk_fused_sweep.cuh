@@ -37,7 +37,8 @@ struct LeanTopkRow {
   u32 count;      // entries in the row's buffer
   u32 refreshed;  // count at the last refresh
   u32 b1;         // the coarse bin h2 refines (kLeanTopkNoBin: none yet)
-  u32 pad[3];
+  u32 cut;        // sampled mode: the buffer was cut to the sample's r largest (LeanTopkKeeper::cut)
+  u32 pad[2];
   u32 h1[128];    // bin b of key bits 31..24 counts in half (b & 1) of word b >> 1
   u32 h2[128];    // bins of key bits 23..16 (entries of coarse bin b1); scratch while compacting
 };
@@ -133,6 +134,7 @@ struct LeanTopkKeeper {
       R.count = 0u;
       R.refreshed = 0u;
       R.b1 = kLeanTopkNoBin;
+      R.cut = 0u;
     }
     __syncwarp();
   }
@@ -160,7 +162,7 @@ struct LeanTopkKeeper {
   // the threshold every `refresh` appends once the row holds k.
   __device__ __forceinline__ void after_tile(LeanTopkRow& R, u64* buf) const {
     const u32 n = R.count;
-    if (n + static_cast<u32>(kLeanTopkTileCols) > static_cast<u32>(ld)) compact(R, buf, n);
+    if (n + static_cast<u32>(kLeanTopkTileCols) > static_cast<u32>(ld)) compact(R, buf, n, k);
     else if (hist && n >= k && n - R.refreshed >= refresh) raise(R, n);
   }
 
@@ -187,11 +189,34 @@ struct LeanTopkKeeper {
     __syncwarp();
   }
 
-  // Frees the row's buffer (n > k entries). With the histograms, first one pass keeping the
+  // Sampled mode, after the sample tiles (every visible cell of them appended while thr was 0,
+  // or, past the buffer, its k largest): cuts the buffer to the sample's r largest, where r is
+  // the expected number of sample cells among the row's k largest, e = k m / n (m of the row's n
+  // visible cells are samples), plus `margin` standard deviations (sqrt(e)); the threshold
+  // becomes the smallest kept. The row's top-k then stays exact when at least k entries are
+  // above it at the end (select checks). hi: the row's visible columns [0, hi).
+  template <int kS>
+  __device__ __forceinline__ void cut(LeanTopkRow& R, u64* buf, i64 hi, float margin) const {
+    const u32 n = R.count;
+    if (hi <= static_cast<i64>(k)) return;  // every visible cell is in the top-k
+    constexpr i64 kSpan = static_cast<i64>(kS) * kLeanTopkTileCols;
+    const i64 rem = hi % kSpan - static_cast<i64>(kS / 2) * kLeanTopkTileCols;
+    const i64 m = hi / kSpan * kLeanTopkTileCols + (rem < 0 ? 0 : rem > kLeanTopkTileCols ? kLeanTopkTileCols : rem);
+    const float e = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(hi);
+    const float rf = ceilf(e + margin * sqrtf(e));
+    const u32 r = rf < 1.0f ? 1u : static_cast<u32>(rf);
+    if (r >= n || r > k) return;  // (r <= k: the buffer holds the sample's k largest at least)
+    compact(R, buf, n, r);
+    if (lane == 0) R.cut = 1u;
+    __syncwarp();
+  }
+
+  // Frees the row's buffer (n > keep entries). With the histograms, first one pass keeping the
   // entries above the threshold they give (at least k, often about k): enough when it leaves
-  // room for two tiles. Else (and in compaction-only mode) the exact selection: exactly the k
-  // largest stay, and the threshold becomes the smallest of them. Either keeps the order.
-  __device__ __forceinline__ void compact(LeanTopkRow& R, u64* buf, u32 n) const {
+  // room for two tiles. Else (and in compaction-only mode) the exact selection: exactly the
+  // `keep` largest stay (k, or a sampled cut's r: compaction-only mode), and the threshold
+  // becomes the smallest of them. Either keeps the order.
+  __device__ __forceinline__ void compact(LeanTopkRow& R, u64* buf, u32 n, u32 keep) const {
     if (hist) {
       raise(R, n);
       const u64 thr = R.thr;
@@ -217,9 +242,9 @@ struct LeanTopkKeeper {
       __syncwarp();
     }
     u32 b, above, cnt;
-    lean_topk_suffix_bin(R.h1, k, lane, b, above, cnt);  // h1 counts every entry: exact
+    lean_topk_suffix_bin(R.h1, keep, lane, b, above, cnt);  // h1 counts every entry: exact
     u64 prefix = static_cast<u64>(b) << 56;
-    u32 need = k - above;
+    u32 need = keep - above;
     for (int shift = 48; shift >= 0 && cnt != need; shift -= 8) {
       lean_topk_clear(R.h2, lane);
       __syncwarp();
@@ -240,7 +265,7 @@ struct LeanTopkKeeper {
       cnt = c2;
       __syncwarp();
     }
-    // k entries are >= prefix (those of the bins above, and all `cnt` == `need` of its own).
+    // `keep` entries are >= prefix (those of the bins above, and all `cnt` == `need` of its own).
     u64 mn = ~0ull;
     const u32 out = keep_from(R, buf, n, prefix, b, &mn);
     if (lane == 0) {
@@ -333,8 +358,9 @@ struct LeanTopkEpilogue {
   static constexpr int kSmemBytes = kOffEmpty + T::kConsumers * kSlots * 8;
   static constexpr bool kFillsScores = false;  // there is no score matrix
   static constexpr bool kSelects = true;
-  static constexpr int kProducerRegs = 88;     // the selectors' upkeep (72 spilled with 4 loads in flight per lane)
+  static constexpr int kProducerRegs = 96;     // the selectors (88 spilled 44 bytes with the sampled cut; 72 with 4 loads in flight per lane)
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
+  static constexpr int kSampleStride = kLeanTopkSampleStride;  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
   static_assert(kSmemBytes == kLeanTopkSweepSmemBytes, "sm90_topk_fused_sweep: host and template disagree on shared memory");
   static_assert(kOffKeys % 16 == 0 && kOffFull % 8 == 0, "sm90_topk_fused_sweep: slot alignment");
@@ -397,7 +423,9 @@ struct LeanTopkEpilogue {
     u64* empty = reinterpret_cast<u64*>(smem + kOffEmpty);
     u64* cand = reinterpret_cast<u64*>(ta.cand);
     i32* count = reinterpret_cast<i32*>(ta.count);
-    const LeanTopkKeeper keep{static_cast<u32>(ta.k), static_cast<u32>(ta.refresh), ta.cand_ld, ta.refresh > 0, lane};
+    // sampled: no histograms (after the cut few cells are appended; overflows compact exactly)
+    const bool sampled = ta.mode == kLeanTopkSampled;
+    const LeanTopkKeeper keep{static_cast<u32>(ta.k), static_cast<u32>(ta.refresh), ta.cand_ld, !sampled && ta.refresh > 0, lane};
     for (int r = s; r < kTileRows; r += kSelectors) keep.reset(rows[r]);
     const i64 rounds = work.rounds();
     u32 slot = 0, phase = 0;
@@ -405,10 +433,12 @@ struct LeanTopkEpilogue {
       i32 tile, b, part;
       if (!work.item(k, tile, b, part)) continue;
       const i32 tok0 = tile * kTileRows;
-      const i32 n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
+      const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
+      const i32 n_kv = item.n_kv(tok0);
+      const i32 n_sample = sampled ? lean_sample_tiles<kSampleStride>(n_kv) : -1;
       const i64 row0 = static_cast<i64>(b) * T::kSeqQ + tok0;
       for (i32 it = 0; it < n_kv; ++it) {
-        const u32 rel = static_cast<u32>(it * kKvRows);
+        const u32 rel = static_cast<u32>(lean_tile_at<kSampleStride>(it, n_kv) * kKvRows);
 #pragma unroll 1
         for (int cg = 0; cg < T::kConsumers; ++cg) {
           mbarrier_wait(&full[cg * kSlots + slot], phase);
@@ -439,14 +469,40 @@ struct LeanTopkEpilogue {
         }
 #pragma unroll 1
         for (int r = s; r < kTileRows; r += kSelectors) keep.after_tile(rows[r], cand + (row0 + r) * ta.cand_ld);
+        if (it + 1 == n_sample)
+#pragma unroll 1
+          for (int r = s; r < kTileRows; r += kSelectors)
+            keep.template cut<kSampleStride>(rows[r], cand + (row0 + r) * ta.cand_ld, item.hi(tok0 + r), ta.margin);
       }
 #pragma unroll 1
       for (int r = s; r < kTileRows; r += kSelectors) {
-        if (lane == 0) count[row0 + r] = static_cast<i32>(rows[r].count);
+        // a cut row with fewer than k entries: its top-k may hold cells below the threshold
+        const u32 n = rows[r].count;
+        const bool fail = rows[r].cut != 0u && n < static_cast<u32>(ta.k);
+        if (lane == 0) count[row0 + r] = fail ? -1 - static_cast<i32>(n) : static_cast<i32>(n);
         __syncwarp();
         keep.reset(rows[r]);
       }
     }
+  }
+};
+
+// The planner's schedule (compiled in, as for the scores kernel of the same key); in a redo
+// launch only the q-tiles of which a row failed in the sampled launch (negative count), every
+// role skipping the others alike. A sweep is one batch entry (the fused path's blocks of rows).
+template <class Cfg, class Sched>
+struct LeanTopkRuns {
+  LeanStaticRuns<Sched> runs;
+  const i32* redo;  // the sampled launch's counts (redo launches), else null
+  __device__ __forceinline__ i32 policy() const { return runs.policy(); }
+  __device__ __forceinline__ bool tile(i64 r, i32& t) const {
+    if (!runs.tile(r, t)) return false;
+    if (redo == nullptr) return true;
+    constexpr int kRows = LeanTraits<Cfg>::kTokensPerTile;
+    bool failed = false;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) failed |= redo[static_cast<i64>(t) * kRows + i] < 0;
+    return failed;
   }
 };
 
@@ -457,7 +513,8 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
                           const LeanTopkArgs t) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: BSHD only");
   static_assert(!LeanTraits<Cfg>::kFp8, "sm90_topk_fused_sweep: bf16 inputs only (the top-k operation's)");
-  lean_body<Cfg, LeanTopkEpilogue<Cfg>>(q_map, k_map, a, DsaScales{}, t, LeanStaticRuns<Sched>{});
+  const i32* redo = t.mode == kLeanTopkRedo ? reinterpret_cast<const i32*>(t.count) : nullptr;
+  lean_body<Cfg, LeanTopkEpilogue<Cfg>>(q_map, k_map, a, DsaScales{}, t, LeanTopkRuns<Cfg, Sched>{{}, redo});
 }
 
 }  // namespace dsa

@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -192,6 +192,20 @@ if [[ " $steps " == *" s13c "* ]]; then
     run ncu_sweep 60 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_fused_sweep \
       --launch-count 1 -o "$out/sweep" $b/tests/dsa_gpu_tests "[topk_perf]"
     [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
+    rm -f "$out/sweep.ncu-rep"
+  fi
+fi
+# s14 (not in all): the fused top-k's sampled sweep (session 14): [topk_fused] (sampled, its
+# redo, the exact sweep), then [topk_perf] and ncu of one sampled sweep if that passed.
+if [[ " $steps " == *" s14 "* ]]; then
+  run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  if grep -q "All tests passed" "$out/gpu_topk_fused.log"; then
+    run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
+    ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    run ncu_sweep 90 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_fused_sweep \
+      --launch-count 1 -o "$out/sweep" $b/tests/dsa_gpu_tests "[topk_perf]"
+    [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
+    [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page details >"$out/sweep_details.txt" 2>&1
     rm -f "$out/sweep.ncu-rep"
   fi
 fi

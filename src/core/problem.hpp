@@ -32,6 +32,8 @@ struct TopkSweepOutputs {
   int64_t ld = 0;          // entries per row
   int32_t k = 0;
   int32_t refresh = 0;     // appends between threshold refreshes
+  int32_t mode = 0;        // dsa::kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
+  float margin = 0.0f;     // sampled: the cut's margin (standard deviations)
 };
 
 struct Problem {

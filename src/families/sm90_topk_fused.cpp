@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -34,6 +35,8 @@ constexpr int kSweepSmem = dsa::kLeanTopkSweepSmemBytes;
 
 std::atomic<int64_t> g_candidates{0};
 std::atomic<int32_t> g_refresh{-1};
+std::atomic<bool> g_margin_set{false};
+std::atomic<float> g_margin{0.0f};
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
@@ -60,6 +63,9 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   s.sweep.ld = buf.ld;
   s.sweep.k = p.topk.k;
   s.sweep.refresh = topk_fused_refresh();
+  const float margin = topk_fused_margin();
+  s.sweep.mode = std::isnan(margin) ? dsa::kLeanTopkExact : dsa::kLeanTopkSampled;
+  s.sweep.margin = std::isnan(margin) ? 0.0f : margin;
   s.call = &p;
   s.call_family = KernelFamily::topk_fused;
   return s;
@@ -108,6 +114,8 @@ class TopkFusedSweepFamily final : public Family {
     t.cand_ld = p.sweep.ld;
     t.k = p.sweep.k;
     t.refresh = p.sweep.refresh;
+    t.mode = p.sweep.mode;
+    t.margin = p.sweep.margin;
     lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)");
   }
 };
@@ -194,6 +202,12 @@ class TopkFusedFamily final : public Family {
       if (!sp.empty) {
         std::shared_ptr<LoadedKernel> sk = kernel_for_call(s, dev, KernelFamily::topk_fused_sweep, sp);
         launch_forward(s, sp, *sk, stream);
+        // A sampled sweep is followed by its redo: the same kernel, exact, over the q-tiles of
+        // which a row's cut left fewer than k entries (none: every CTA finds no work and exits).
+        if (s.sweep.mode == dsa::kLeanTopkSampled) {
+          s.sweep.mode = dsa::kLeanTopkRedo;
+          launch_forward(s, sp, *sk, stream);
+        }
       }
       dsa::TopkCandArgs ca{};
       ca.cand = buf.cand;
@@ -240,5 +254,13 @@ int32_t topk_fused_refresh() {
   return r >= 0 ? r : kTopkFusedRefresh;
 }
 void set_topk_fused_refresh(int32_t refresh) { g_refresh.store(refresh, std::memory_order_relaxed); }
+
+float topk_fused_margin() {
+  return g_margin_set.load(std::memory_order_relaxed) ? g_margin.load(std::memory_order_relaxed) : kTopkFusedMargin;
+}
+void set_topk_fused_margin(std::optional<float> margin) {
+  g_margin.store(margin.value_or(0.0f), std::memory_order_relaxed);
+  g_margin_set.store(margin.has_value(), std::memory_order_relaxed);
+}
 
 }  // namespace dsa_indexer::detail

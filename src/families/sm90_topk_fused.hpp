@@ -7,6 +7,7 @@
 // Bitwise equal to sm90_topk_unfused (indices, values, softmax); BSHD blocks the lean family
 // serves, without lse (the unfused path serves the rest).
 #include <cstdint>
+#include <optional>
 
 #include "dispatch/family.hpp"
 
@@ -33,5 +34,19 @@ inline constexpr int32_t kTopkFusedRefresh = 32;
 // measurements time both modes; negative: none).
 int32_t topk_fused_refresh();
 void set_topk_fused_refresh(int32_t refresh);
+// The sweep's threshold: sampled (the default) or exact. Sampled, a block's sweep takes its
+// sample tiles first (every 16th KV tile of a q-tile's) and cuts each row's candidates to the
+// sample's r largest, r the expected number of sample cells in the row's top-k plus
+// kTopkFusedMargin standard deviations; later cells are appended only above that threshold, so
+// a row keeps about k + margin sqrt(16 k) entries instead of a third to a half of its cells. A
+// row left with fewer than k entries (the sample overestimated it: about 1e-6 of rows at margin
+// 5 with scores that do not depend on the column) is swept again by a second, exact launch of
+// the same kernel over its q-tile. Exact: the threshold starts at 0 (session 13's sweep).
+inline constexpr float kTopkFusedMargin = 5.0f;
+// The margin the sweeps use (NaN: exact), and its process-wide override for tests and
+// measurements (nullopt: kTopkFusedMargin; NaN: exact; a negative margin makes most cut rows
+// fail, which tests use to exercise the redo launch).
+float topk_fused_margin();
+void set_topk_fused_margin(std::optional<float> margin);
 
 }  // namespace dsa_indexer::detail

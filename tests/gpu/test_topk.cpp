@@ -247,13 +247,15 @@ TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
     size_t ws_unfused = 0, ws_fused = 0;
     const float t_topk = path(KernelFamily::topk_unfused, &ws_unfused);
     const float t_fused = path(KernelFamily::topk_fused, &ws_fused);
-    // the fused sweep's other threshold modes: compactions only (0), and refreshes 4x rarer
-    for (const int32_t other : {0, 4 * dsa_indexer::detail::kTopkFusedRefresh}) {
-      dsa_indexer::detail::set_topk_fused_refresh(other);
+    // the fused sweep's other settings: the exact sweep (session 13's, refresh 32), the sampled
+    // cut at other margins
+    for (const float other : {std::nanf(""), 3.0f, 8.0f}) {
+      dsa_indexer::detail::set_topk_fused_margin(other);
       const float t_fused_other = path(KernelFamily::topk_fused, &ws_fused);
-      dsa_indexer::detail::set_topk_fused_refresh(-1);
-      std::printf("topk_perf S_q %6lld S_k %6lld: fused with refresh %d: %.3f ms (%.3fx scores)\n", static_cast<long long>(s.sq),
-                  static_cast<long long>(s.sk), other, t_fused_other, t_fused_other / t_scores);
+      dsa_indexer::detail::set_topk_fused_margin(std::nullopt);
+      const std::string how = std::isnan(other) ? std::string("the exact sweep") : fmt::format("margin {:.0f}", other);
+      std::printf("topk_perf S_q %6lld S_k %6lld: fused with %s: %.3f ms (%.3fx scores)\n", static_cast<long long>(s.sq),
+                  static_cast<long long>(s.sk), how.c_str(), t_fused_other, t_fused_other / t_scores);
     }
     const double scores_mib = double(s.sq) * s.sk * 4 / (1 << 20);
     const double out_mib = 2.0 * s.sq * k * 4 / (1 << 20);

@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "cuda/driver.hpp"
 #include "dsa_indexer/topk.hpp"
@@ -112,11 +114,20 @@ void check_fused(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties 
         CHECK(bad == 0);
         const Out again = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
         CHECK(mismatches(again, f, first, k) == 0);
-        // the other threshold mode: compactions only (refresh 0), or the histograms (32)
-        dsa_indexer::detail::set_topk_fused_refresh(dsa_indexer::detail::kTopkFusedRefresh == 0 ? 32 : 0);
-        const Out other = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        // The sampled sweep's redo launch: at margin -4 nearly every cut row keeps fewer than k
+        // entries and its q-tile is swept again (without the redo its count stays negative).
+        dsa_indexer::detail::set_topk_fused_margin(-4.0f);
+        const Out redo = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        CHECK(mismatches(redo, u, first, k) == 0);
+        // The exact sweep, in both threshold modes: compactions only (refresh 0), histograms (32)
+        dsa_indexer::detail::set_topk_fused_margin(std::nanf(""));
+        for (const int32_t refresh : {0, 32}) {
+          dsa_indexer::detail::set_topk_fused_refresh(refresh);
+          const Out exact = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+          CHECK(mismatches(exact, u, first, k) == 0);
+        }
         dsa_indexer::detail::set_topk_fused_refresh(-1);
-        CHECK(mismatches(other, u, first, k) == 0);
+        dsa_indexer::detail::set_topk_fused_margin(std::nullopt);
       }
   }
   dsa_indexer::detail::set_topk_fused_candidates(0);

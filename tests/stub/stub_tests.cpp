@@ -14,10 +14,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -27,6 +29,7 @@
 #include "dsa_indexer/indexer.hpp"
 #include "dsa_indexer/topk.hpp"
 #include "cuda/driver.hpp"
+#include "families/sm90_topk_fused.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 
@@ -222,13 +225,17 @@ int child_topk() {
     expect(contains(e.what(), "workspace_bytes"), std::string("a short workspace: ") + e.what());
   }
   // The same call by the fused path: one block of 2304 rows (2048 candidates of 8 bytes per
-  // row), 3 launches (rows, sweep, candidates).
+  // row), 4 launches (rows, the sampled sweep, its redo, candidates); with the exact sweep 3.
   b.opt.family = dsa_indexer::KernelFamily::topk_fused;
   t.workspace = nullptr;
   t.workspace_bytes = 0;
   const unsigned long nf = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
-  expect(nf == 3, fmt::format("fused: 1 block x (rows, sweep, candidates) = 3 launches, stub saw {}", nf));
+  expect(nf == 4, fmt::format("fused: 1 block x (rows, sampled sweep, redo, candidates) = 4 launches, stub saw {}", nf));
   expect(contains(stub_last_kernel(), "sm90_topk_candidates"), "fused: the last launch selects: " + stub_last_kernel());
+  dsa_indexer::detail::set_topk_fused_margin(std::nanf(""));
+  const unsigned long ne = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
+  dsa_indexer::detail::set_topk_fused_margin(std::nullopt);
+  expect(ne == 3, fmt::format("fused, exact sweep: 1 block x (rows, sweep, candidates) = 3 launches, stub saw {}", ne));
   const std::size_t wsf = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
   expect(wsf >= std::size_t(2304) * 2048 * 8 && wsf < ws,
          fmt::format("fused: the workspace holds 2304 rows of 2048 candidates ({} bytes), less than the unfused ({})", wsf, ws));
