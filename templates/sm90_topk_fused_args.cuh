@@ -18,22 +18,30 @@ struct LeanTopkArgs {
   float margin;   // kLeanTopkSampled: the cut's margin in standard deviations (z)
 };
 
-// How a sweep launch selects (LeanTopkEpilogue::select):
-// - exact: the threshold starts at 0 (every visible cell) and rises with the histograms
-//   (refresh > 0) or at compactions;
-// - sampled: the sample tiles come first (kLeanTopkSampleStride); every visible cell of them is
-//   appended, then each row's buffer is cut to its r largest (r: the expected number of the
-//   sample's cells in the row's top-k plus `margin` standard deviations), which sets the
-//   threshold for the rest of the sweep (no histograms). A row whose buffer ends with fewer than
-//   k entries after a cut has no exact candidate set: its count is written as -1 - count;
+// How a sweep launch selects (LeanTopkEpilogue in sm90_topk_fused_sweep.cuh):
+// - exact: the consumers hand every tile's keys to the selector warps, whose threshold starts at
+//   0 (every visible cell) and rises with the histograms (refresh > 0) or at compactions;
+// - sampled: the sample tiles come first (lean_topk_sample_stride) and append every visible cell;
+//   the selectors then cut each row at the sample's r largest (r: the expected number of the
+//   sample's cells in the row's top-k plus `margin` standard deviations) and the consumers
+//   append only cells above that threshold, themselves. A row whose set may miss part of its
+//   top-k is written as count -1 - n;
 // - redo: exact, over the q-tiles with such a row only (the others are skipped by every role);
 //   it rewrites all 8 rows of those q-tiles.
 constexpr i32 kLeanTopkExact = 0;
 constexpr i32 kLeanTopkSampled = 1;
 constexpr i32 kLeanTopkRedo = 2;
-// The sweep's tile order (lean's kSampleStride): tiles 8, 24, 40, ... of a q-tile's KV tiles
-// first. Tile 0 (the first keys, often unlike the rest in trained models) is never a sample.
-constexpr int kLeanTopkSampleStride = 16;
+// The sweep's tile order (lean's kSampleStride): tiles s/2, s/2 + s, s/2 + 2s, ... of a q-tile's
+// KV tiles first, s the stride of a sample of at most about 1024 cells per row (16 up to S_k
+// 16384, then S_k / 1024): the selectors' cut reads the sample from the buffer, and the consumers
+// append every cell until it is done, so a longer sample costs more appends and a later cut
+// (session 14: with about 2048 cells S_k 32768 ran at 2.7x the scores time, with 1024 at 1.7x).
+// Tile 0 (the first keys, often unlike the rest in trained models) is never a sample.
+DSA_HOST_DEVICE constexpr int lean_topk_sample_stride(i64 s_k) {
+  int s = 16;
+  while (static_cast<i64>(s) * 1024 < s_k && s < (1 << 20)) s *= 2;
+  return s;
+}
 
 constexpr i32 kLeanTopkTileCols = 64;     // one KV tile: the most a row gains between checks
 constexpr i64 kLeanTopkMaxLd = 16384;     // counts stay in 16 bits (packed histograms)
@@ -41,7 +49,8 @@ constexpr i64 kLeanTopkMaxLd = 16384;     // counts stay in 16 bits (packed hist
 constexpr int kLeanTopkRowBytes = 1056;
 // Stage slots per consumer between the consumers and the selector warps (a slot: one KV tile's
 // keys of the consumer's 4 tokens), and the sweep epilogue's whole shared memory: 8 rows' state,
-// 2 consumers' slots, their full and empty barriers (LeanTopkEpilogue asserts it).
+// 2 consumers' slots, their full and empty barriers (the exact protocol; the sampled protocol's
+// state lies over the slots) (LeanTopkEpilogue asserts it).
 constexpr int kLeanTopkSlots = 4;
 constexpr int kLeanTopkSweepSmemBytes = 8 * kLeanTopkRowBytes + 2 * kLeanTopkSlots * (4 * kLeanTopkTileCols * 4 + 16);
 

@@ -2,12 +2,18 @@
 // sm90_topk_fused_sweep: the score sweep of the fused top-k. The lean kernel (sm90_indexer_lean.cuh)
 // with another epilogue: the consumers compute every score exactly as the scores operation does
 // (the same main loop, head sum and sm_scale, so the same bits), and instead of storing a row
-// they hand its keys to the selector warps (LeanTopkEpilogue, below), which append each row's
-// candidates to a bounded per-row buffer in global memory (LeanTopkArgs). No score row reaches
-// memory; the selection kernel (sm90_topk_candidates.cuh) then selects each row's top-k from its
-// candidates.
+// they append each row's candidates to a bounded per-row buffer in global memory (LeanTopkArgs).
+// No score row reaches memory; the selection kernel (sm90_topk_candidates.cuh) then selects each
+// row's top-k from its candidates. Two protocols (LeanTopkEpilogue, below):
 //
-// Per row (a token of the q-tile, 8 of them, kept by one selector warp):
+// Sampled (the default): a threshold from a sample. The q-tile's sample tiles come first (lean's
+// tile order), every visible cell of them is appended, the selector warps find the composite
+// above which the sample's r largest lie and the consumers, which hold each cell in a register,
+// append only cells above it. About m + k + 5 sqrt(s k) entries per row; a row whose set cannot be
+// shown to hold its top-k is marked for the redo launch.
+//
+// Exact (and redo): the consumers hand their keys to the selector warps. Per row (a token of the
+// q-tile, 8 of them, kept by one selector warp):
 // - a threshold thr on the composite (key << 32 | ~column): a visible cell is appended when its
 //   composite is > thr. thr only rises, and only to a value that at least k entries already in
 //   the buffer reach, so every cell of the row's top-k is appended (the set is exact);
@@ -20,12 +26,13 @@
 // - when a row's buffer could overflow within the next tile, its warp compacts it: an exact
 //   radix selection of the k-th largest composite (h1, then 8-bit digits over the buffer),
 //   a stable in-place compaction to exactly the k entries >= it, and thr = the smallest kept
-//   composite (so later cells, whose columns are larger, enter only by a larger score).
+//   composite (composites are distinct, so a later cell enters only above it).
 // With refresh 0 (compaction only) no histogram is kept while sweeping: no shared atomic per
 // appended cell; the threshold rises only at compactions, which first count h1 over the buffer.
 //
-// (v1, sessions 8-9, did this upkeep in the consumers themselves, between their products: 2-5x
-// the scores-only time. docs/PERF_NOTES.md has its measurements.)
+// (v1, sessions 8-9, did the exact upkeep in the consumers themselves, between their products:
+// 2-5x the scores-only time; v2-v3, sessions 13-14, in the selector warps: 1.7-4.7x.
+// docs/PERF_NOTES.md has the measurements.)
 #include "sm90_indexer_lean.cuh"
 #include "sm90_topk_fused_args.cuh"
 #include "sm90_topk_common.cuh"
@@ -37,8 +44,7 @@ struct LeanTopkRow {
   u32 count;      // entries in the row's buffer
   u32 refreshed;  // count at the last refresh
   u32 b1;         // the coarse bin h2 refines (kLeanTopkNoBin: none yet)
-  u32 cut;        // sampled mode: the buffer was cut to the sample's r largest (LeanTopkKeeper::cut)
-  u32 pad[2];
+  u32 pad[3];
   u32 h1[128];    // bin b of key bits 31..24 counts in half (b & 1) of word b >> 1
   u32 h2[128];    // bins of key bits 23..16 (entries of coarse bin b1); scratch while compacting
 };
@@ -134,7 +140,6 @@ struct LeanTopkKeeper {
       R.count = 0u;
       R.refreshed = 0u;
       R.b1 = kLeanTopkNoBin;
-      R.cut = 0u;
     }
     __syncwarp();
   }
@@ -189,33 +194,11 @@ struct LeanTopkKeeper {
     __syncwarp();
   }
 
-  // Sampled mode, after the sample tiles (every visible cell of them appended while thr was 0,
-  // or, past the buffer, its k largest): cuts the buffer to the sample's r largest, where r is
-  // the expected number of sample cells among the row's k largest, e = k m / n (m of the row's n
-  // visible cells are samples), plus `margin` standard deviations (sqrt(e)); the threshold
-  // becomes the smallest kept. The row's top-k then stays exact when at least k entries are
-  // above it at the end (select checks). hi: the row's visible columns [0, hi).
-  template <int kS>
-  __device__ __forceinline__ void cut(LeanTopkRow& R, u64* buf, i64 hi, float margin) const {
-    const u32 n = R.count;
-    if (hi <= static_cast<i64>(k)) return;  // every visible cell is in the top-k
-    constexpr i64 kSpan = static_cast<i64>(kS) * kLeanTopkTileCols;
-    const i64 rem = hi % kSpan - static_cast<i64>(kS / 2) * kLeanTopkTileCols;
-    const i64 m = hi / kSpan * kLeanTopkTileCols + (rem < 0 ? 0 : rem > kLeanTopkTileCols ? kLeanTopkTileCols : rem);
-    const float e = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(hi);
-    const float rf = ceilf(e + margin * sqrtf(e));
-    const u32 r = rf < 1.0f ? 1u : static_cast<u32>(rf);
-    if (r >= n || r > k) return;  // (r <= k: the buffer holds the sample's k largest at least)
-    compact(R, buf, n, r);
-    if (lane == 0) R.cut = 1u;
-    __syncwarp();
-  }
-
   // Frees the row's buffer (n > keep entries). With the histograms, first one pass keeping the
   // entries above the threshold they give (at least k, often about k): enough when it leaves
   // room for two tiles. Else (and in compaction-only mode) the exact selection: exactly the
-  // `keep` largest stay (k, or a sampled cut's r: compaction-only mode), and the threshold
-  // becomes the smallest of them. Either keeps the order.
+  // `keep` (k) largest stay, and the threshold becomes the smallest of them. Either keeps the
+  // order.
   __device__ __forceinline__ void compact(LeanTopkRow& R, u64* buf, u32 n, u32 keep) const {
     if (hist) {
       raise(R, n);
@@ -231,18 +214,41 @@ struct LeanTopkKeeper {
         n = out;
       }
     } else {
-      // compaction only: h1 over the buffer first
-      lean_topk_clear(R.h1, lane);
-      __syncwarp();
-      for (u32 i0 = 0; i0 < n; i0 += 32) {
-        const u32 i = i0 + lane;
-        const u64 c = i < n ? buf[i] : 0ull;
-        lean_topk_count_warp(R.h1, static_cast<u32>(c >> 56), i < n, lane);
-      }
-      __syncwarp();
+      count_h1(R, buf, n);  // compaction only: h1 over the buffer first
     }
-    u32 b, above, cnt;
-    lean_topk_suffix_bin(R.h1, keep, lane, b, above, cnt);  // h1 counts every entry: exact
+    u32 b;
+    const u64 prefix = rank_prefix(R, buf, n, keep, b);
+    // `keep` entries are >= prefix (those of the bins above, and all of its own that match it).
+    u64 mn = ~0ull;
+    const u32 out = keep_from(R, buf, n, prefix, b, &mn);
+    if (lane == 0) {
+      R.count = out;
+      R.refreshed = out;
+      R.thr = mn;
+      R.b1 = b;
+    }
+    __syncwarp();
+  }
+
+  // h1 over buf[0, n): every entry's key bits 31..24.
+  __device__ __forceinline__ void count_h1(LeanTopkRow& R, const u64* buf, u32 n) const {
+    lean_topk_clear(R.h1, lane);
+    __syncwarp();
+    for (u32 i0 = 0; i0 < n; i0 += 32 * kBatch) {
+      u64 c[kBatch];
+      load_batch(buf, n, i0, c);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) lean_topk_count_warp(R.h1, static_cast<u32>(c[u] >> 56), i0 + 32 * u + lane < n, lane);
+    }
+    __syncwarp();
+  }
+
+  // The composite prefix at or above which exactly `keep` (1..n) of buf[0, n) lie, and its
+  // coarse bin b (h1 holds every entry on entry; h2 is scratch): radix levels of 8 bits, from
+  // h1's bin down, until the prefix's own bin holds exactly the entries still needed.
+  __device__ __forceinline__ u64 rank_prefix(LeanTopkRow& R, const u64* buf, u32 n, u32 keep, u32& b) const {
+    u32 above, cnt;
+    lean_topk_suffix_bin(R.h1, keep, lane, b, above, cnt);
     u64 prefix = static_cast<u64>(b) << 56;
     u32 need = keep - above;
     for (int shift = 48; shift >= 0 && cnt != need; shift -= 8) {
@@ -265,21 +271,14 @@ struct LeanTopkKeeper {
       cnt = c2;
       __syncwarp();
     }
-    // `keep` entries are >= prefix (those of the bins above, and all `cnt` == `need` of its own).
-    u64 mn = ~0ull;
-    const u32 out = keep_from(R, buf, n, prefix, b, &mn);
-    if (lane == 0) {
-      R.count = out;
-      R.refreshed = out;
-      R.thr = mn;
-      R.b1 = b;
-    }
-    __syncwarp();
+    return prefix;
   }
 
   static constexpr int kBatch = 4;
 
   // kBatch entries per lane, buf[i0 + 32 u + lane] (0 past n), all loads in flight together.
+  // (In the sampled sweep the consumers wrote them before their release on sample_done, which
+  // the reading warp acquired; no SM reads a row's buffer before in a launch, so no L1 line is stale.)
   __device__ __forceinline__ void load_batch(const u64* buf, u32 n, u32 i0, u64 (&c)[kBatch]) const {
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -329,9 +328,44 @@ struct LeanTopkKeeper {
   }
 };
 
-// The sweep's epilogue. The consumers hand each tile's cells over in shared memory and go on;
-// the selection runs beside them in the producer warpgroup's three filler warps (idle here:
-// there is no matrix to fill), so no per-row work sits inside the consumers' ping-pong.
+// A row's state in the sampled sweep (one per row and item parity, so that the selectors set up
+// the next item's while the consumers sweep this one). The sample cells go to positions [0, m),
+// the others from m on; the consumers take positions with shared atomics.
+struct LeanTopkLive {
+  u64 thr;     // a cell of a non-sample tile is appended when its composite is > thr (0 before the cut)
+  u32 scnt;    // sample cells appended so far
+  u32 cnt;     // m + the other cells appended (may pass the buffer: those past it are dropped)
+  u32 above;   // cells appended while the consumer saw the cut's threshold
+  u32 r;       // sample entries above the cut's threshold (0: no cut; kLeanTopkBadSample: m did not match)
+  u32 m;       // the row's visible sample cells
+  u32 pad;
+};
+static_assert(sizeof(LeanTopkLive) == 32, "sm90_topk_fused_sweep: LeanTopkLive layout");
+constexpr u32 kLeanTopkBadSample = 0xffffffffu;
+
+// The visible cells of a row's window [0, hi) in the sample tiles (s/2 + s j) of stride kS.
+template <int kS>
+__device__ __forceinline__ u32 lean_topk_sample_cells(i64 hi) {
+  constexpr i64 kSpan = static_cast<i64>(kS) * kLeanTopkTileCols;
+  const i64 rem = hi % kSpan - static_cast<i64>(kS / 2) * kLeanTopkTileCols;
+  return static_cast<u32>(hi / kSpan * kLeanTopkTileCols + (rem < 0 ? 0 : rem > kLeanTopkTileCols ? kLeanTopkTileCols : rem));
+}
+
+// The sweep's epilogue, in one of two protocols (LeanTopkArgs::mode).
+//
+// Sampled (the default): the consumers select themselves. Per KV tile a consumer lane compares
+// each of its 2 cells' composites with its row's threshold (in a register after one shared
+// load), and the lanes of a row that append take consecutive positions with one shared atomic
+// per warp and row; the sample tiles (the first ns of an item) append every visible cell. The
+// selectors only cut: when both consumers have arrived on sample_done (after their sample tiles)
+// each selector warp finds, for its rows, the composite prefix above which the sample's r largest
+// lie (radix levels over the buffer's [0, m) in L2) and publishes thr = prefix - 1; then sets up
+// the next item's rows (ready) and, when both consumers have arrived on item_done, writes each
+// row's count: -1 - count where the set may not hold the row's top-k (fewer than k entries known
+// above the threshold: the r sample entries and the cells appended after the consumer saw it;
+// a buffer overflow; a sample that did not fill [0, m)), for the redo launch.
+//
+// Exact (and redo): the consumers hand each tile's keys to the selectors through stage slots:
 //   consumer cg, per KV tile: waits for its stage slot to be free, writes the key (topk_key) of
 //     each of its 2 cells per lane, 0 for a cell outside its row's window (no score has key 0:
 //     a NaN's is kTopkNanKey), and arrives on the slot's full barrier (every thread: release);
@@ -339,11 +373,12 @@ struct LeanTopkKeeper {
 //     per KV tile and consumer it waits for the slot, appends its rows' cells above their
 //     thresholds, frees the slot (lane 0 of each selector warp), then keeps those rows
 //     (LeanTopkKeeper::after_tile); per item it writes each row's count and resets the row.
-// A row's entries are written by its one warp, so positions need no atomics, and each run
-// appends the same entries in the same order.
+// A row's entries are written by its one warp, so positions need no atomics.
 // Slot layout: [consumer][slot][token][64 keys], the key of column c of token t at c ^ (8 t)
 // (the 32 lanes of a consumer warp write 4 tokens x 8 columns: 32 banks; a selector lane reads
 // a column of one token: 32 banks).
+// Either way the candidates kernel selects exactly from the set, so the order of the entries
+// (which differs run to run in the sampled sweep) does not reach the outputs.
 template <class Cfg>
 struct LeanTopkEpilogue {
   using T = LeanTraits<Cfg>;
@@ -356,19 +391,32 @@ struct LeanTopkEpilogue {
   static constexpr int kOffFull = kOffKeys + T::kConsumers * kSlots * kSlotWords * 4;
   static constexpr int kOffEmpty = kOffFull + T::kConsumers * kSlots * 8;
   static constexpr int kSmemBytes = kOffEmpty + T::kConsumers * kSlots * 8;
+  // The sampled protocol's state lies over the exact protocol's stage slots, which it does not
+  // use (a launch runs one protocol; the exact one overwrites the sampled barriers, unused then):
+  // 5 KV stages and the slots fill an SM's shared memory.
+  static constexpr int kOffLive = kOffKeys;                                          // [parity][row] LeanTopkLive
+  static constexpr int kOffReady = kOffLive + 2 * kTileRows * sizeof(LeanTopkLive);  // [parity]
+  static constexpr int kOffSampleDone = kOffReady + 2 * 8;                           // [consumer]
+  static constexpr int kOffItemDone = kOffSampleDone + T::kConsumers * 8;            // [consumer]
+  static_assert(kOffItemDone + T::kConsumers * 8 <= kOffFull, "sm90_topk_fused_sweep: the sampled state must fit the slots");
   static constexpr bool kFillsScores = false;  // there is no score matrix
   static constexpr bool kSelects = true;
   static constexpr int kProducerRegs = 96;     // the selectors (88 spilled 44 bytes with the sampled cut; 72 with 4 loads in flight per lane)
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
-  static constexpr int kSampleStride = kLeanTopkSampleStride;  // lean's tile order: the sample tiles first
+  static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
   static_assert(kSmemBytes == kLeanTopkSweepSmemBytes, "sm90_topk_fused_sweep: host and template disagree on shared memory");
-  static_assert(kOffKeys % 16 == 0 && kOffFull % 8 == 0, "sm90_topk_fused_sweep: slot alignment");
+  static_assert(kOffKeys % 16 == 0 && kOffFull % 8 == 0 && kOffLive % 16 == 0, "sm90_topk_fused_sweep: alignment");
 
-  u32* keys;  // this consumer's slots
-  u64* full;
-  u64* empty;
-  mutable u32 slot = 0, phase = 0;
+  u8* smem;
+  u64 cand;     // the candidate buffers (sampled)
+  i64 ld;
+  int cg;
+  bool sampled;
+  mutable u32 slot = 0, phase = 0;   // exact: the stage slot ring
+  mutable i32 iter = 0, ns = 0;      // sampled: the item's iteration, its sample tiles
+  mutable u32 uses = 0;              // sampled: items with KV tiles so far
+  mutable u64 thr_next = 0;          // sampled: the row's threshold, read a tile ahead (its latency under the next product)
 
   __device__ __forceinline__ static void init_barriers(u8* smem) {
     u64* f = reinterpret_cast<u64*>(smem + kOffFull);
@@ -377,14 +425,15 @@ struct LeanTopkEpilogue {
       mbarrier_init(&f[i], 128);         // every thread of the consumer
       mbarrier_init(&e[i], kSelectors);  // lane 0 of each selector warp
     }
+    for (int p = 0; p < 2; ++p) mbarrier_init(reinterpret_cast<u64*>(smem + kOffReady) + p, kSelectors);
+    for (int g = 0; g < T::kConsumers; ++g) {
+      mbarrier_init(reinterpret_cast<u64*>(smem + kOffSampleDone) + g, 128);
+      mbarrier_init(reinterpret_cast<u64*>(smem + kOffItemDone) + g, 128);
+    }
   }
 
-  __device__ __forceinline__ LeanTopkEpilogue(const Args&, u8* smem_generic, int cg, int, int)
-      : LeanTopkEpilogue(lean_topk_shared(smem_generic), cg) {}
-  __device__ __forceinline__ LeanTopkEpilogue(u8* smem, int cg)
-      : keys(reinterpret_cast<u32*>(smem + kOffKeys) + cg * kSlots * kSlotWords),
-        full(reinterpret_cast<u64*>(smem + kOffFull) + cg * kSlots),
-        empty(reinterpret_cast<u64*>(smem + kOffEmpty) + cg * kSlots) {}
+  __device__ __forceinline__ LeanTopkEpilogue(const Args& ta, u8* smem_generic, int cg_, int, int)
+      : smem(lean_topk_shared(smem_generic)), cand(ta.cand), ld(ta.cand_ld), cg(cg_), sampled(ta.mode == kLeanTopkSampled) {}
 
   __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
                                        float sm_scale) const {
@@ -392,30 +441,188 @@ struct LeanTopkEpilogue {
     const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
     const i32 col0 = 16 * warp_in_wg + (lane >> 2);
     const int t = token_quarter(lane);
-    u32* dst = keys + slot * kSlotWords + t * kLeanTopkTileCols;
-    mbarrier_wait(&empty[slot], phase ^ 1);
+    u32 key[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const i32 col = col0 + 8 * j;
-      const i32 rel = rel0 + col;
+      const i32 rel = rel0 + col0 + 8 * j;
       const float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
       const bool vis = !masked || (rel >= ln.w_lo[0] && rel < ln.w_hi[0]);
-      dst[col ^ (8 * t)] = vis ? topk_key(v) : 0u;
+      key[j] = vis ? topk_key(v) : 0u;
     }
-    mbarrier_arrive(&full[slot]);
-    if (++slot == kSlots) {
-      slot = 0;
-      phase ^= 1;
+    if (!sampled) {
+      u32* keys = reinterpret_cast<u32*>(smem + kOffKeys) + cg * kSlots * kSlotWords;
+      u64* full = reinterpret_cast<u64*>(smem + kOffFull) + cg * kSlots;
+      u64* empty = reinterpret_cast<u64*>(smem + kOffEmpty) + cg * kSlots;
+      u32* dst = keys + slot * kSlotWords + t * kLeanTopkTileCols;
+      mbarrier_wait(&empty[slot], phase ^ 1);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) dst[(col0 + 8 * j) ^ (8 * t)] = key[j];
+      mbarrier_arrive(&full[slot]);
+      if (++slot == kSlots) {
+        slot = 0;
+        phase ^= 1;
+      }
+      return;
     }
+    LeanTopkLive* live = reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (uses & 1) * kTileRows + cg * kRows;
+    if (iter == 0) {
+      ns = lean_sample_tiles<kSampleStride>(ln.n_kv);
+      mbarrier_wait(reinterpret_cast<u64*>(smem + kOffReady) + (uses & 1), (uses >> 1) & 1);  // the rows are set up
+    }
+    if (iter == ns) mbarrier_arrive(reinterpret_cast<u64*>(smem + kOffSampleDone) + cg);  // (release: the sample's stores)
+    const bool sample = iter < ns;
+    ++iter;
+    LeanTopkLive& L = live[t];
+    const u64 thr = sample ? 0ull : thr_next;
+    // for the next tile: the cut's threshold once the selectors have published it (0 before)
+    if (!sample || iter == ns) thr_next = *reinterpret_cast<volatile const u64*>(&L.thr);
+    u64 c[2];
+    bool take[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      c[j] = (static_cast<u64>(key[j]) << 32) | static_cast<u64>(0xffffffffu - static_cast<u32>(rel0 + col0 + 8 * j));
+      take[j] = key[j] != 0u && c[j] > thr;
+    }
+    const u32 b0 = __ballot_sync(0xffffffffu, take[0]), b1 = __ballot_sync(0xffffffffu, take[1]);
+    if ((b0 | b1) == 0u) return;
+    // the 8 lanes of this lane's token (token_quarter depends on lane & 3), led by the lowest
+    const u32 mt = 0x11111111u << (lane & 3), lt = (1u << lane) - 1u;
+    const u32 n0 = __popc(b0 & mt), n = n0 + __popc(b1 & mt);
+    u32 base = 0;
+    if (lane < 4 && n != 0u) {
+      base = atomicAdd(sample ? &L.scnt : &L.cnt, n);
+      if (thr != 0ull) atomicAdd(&L.above, n);
+    }
+    base = __shfl_sync(0xffffffffu, base, lane & 3);
+    u64* buf = reinterpret_cast<u64*>(cand) + (ln.q_row0 + t) * ld;
+    const u32 pos[2] = {base + __popc(b0 & mt & lt), base + n0 + __popc(b1 & mt & lt)};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      if (take[j] && pos[j] < static_cast<u32>(ld)) buf[pos[j]] = c[j];
   }
   __device__ __forceinline__ void after_tile(const LeanLane&) const {}
-  __device__ __forceinline__ void end_item(const LeanLane&) const {}
+  __device__ __forceinline__ void end_item(const LeanLane& ln) const {
+    if (!sampled || ln.n_kv == 0) return;
+    mbarrier_arrive(reinterpret_cast<u64*>(smem + kOffItemDone) + cg);  // (release: the item's stores and counts)
+    iter = 0;
+    thr_next = 0ull;
+    ++uses;
+  }
 
   // Selector warp s (0..2) over the CTA's items, in the schedule every role walks.
   template <class Work>
   __device__ __forceinline__ static void select(const LeanArgs& a, const Args& ta, u8* smem_generic, const Work& work,
                                                 int s, int lane) {
     static_assert(!Work::kSplit, "sm90_topk_fused_sweep: whole q-tile sweeps only");
+    if (ta.mode == kLeanTopkSampled) select_sampled(a, ta, smem_generic, work, s, lane);
+    else select_exact(a, ta, smem_generic, work, s, lane);
+  }
+
+  template <class Work>
+  __device__ __forceinline__ static void select_sampled(const LeanArgs& a, const Args& ta, u8* smem_generic, const Work& work,
+                                                        int s, int lane) {
+    u8* smem = lean_topk_shared(smem_generic);
+    LeanTopkRow* rows = reinterpret_cast<LeanTopkRow*>(smem);  // h1 and h2: the cut's scratch
+    LeanTopkLive* live = reinterpret_cast<LeanTopkLive*>(smem + kOffLive);
+    u64* ready = reinterpret_cast<u64*>(smem + kOffReady);
+    u64* sample_done = reinterpret_cast<u64*>(smem + kOffSampleDone);
+    u64* item_done = reinterpret_cast<u64*>(smem + kOffItemDone);
+    u64* cand = reinterpret_cast<u64*>(ta.cand);
+    i32* count = reinterpret_cast<i32*>(ta.count);
+    const u32 k = static_cast<u32>(ta.k);
+    const LeanTopkKeeper keep{k, 0u, ta.cand_ld, false, lane};
+    const i64 rounds = work.rounds();
+    // The next item with KV tiles from round kk on (rows of items without any are written empty).
+    auto next_item = [&](i64& kk, i32& tile, i32& b) {
+      for (; kk < rounds; ++kk) {
+        i32 part;
+        if (!work.item(kk, tile, b, part)) continue;
+        const i32 tok0 = tile * kTileRows;
+        if (lean_item<Cfg>(a, b).n_kv(tok0) > 0) return true;
+        if (lane == 0)
+          for (int r = s; r < kTileRows; r += kSelectors) count[static_cast<i64>(b) * T::kSeqQ + tok0 + r] = 0;
+      }
+      return false;
+    };
+    // Sets up the rows of item (tile, b) in parity p's state and signals it.
+    auto set_up = [&](i32 tile, i32 b, u32 p) {
+      const i32 tok0 = tile * kTileRows;
+      const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
+      if (lane == 0)
+        for (int r = s; r < kTileRows; r += kSelectors) {
+          LeanTopkLive& L = live[p * kTileRows + r];
+          const u32 m = lean_topk_sample_cells<kSampleStride>(item.hi(tok0 + r));
+          L.thr = 0ull;
+          L.scnt = 0u;
+          L.cnt = m;
+          L.above = 0u;
+          L.r = 0u;
+          L.m = m;
+        }
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&ready[p]);
+    };
+    i64 kk = 0;
+    i32 tile = 0, b = 0;
+    bool have = next_item(kk, tile, b);
+    if (have) set_up(tile, b, 0u);
+    for (u32 uses = 0; have; ++uses) {
+      const u32 p = uses & 1u;
+      const i32 tok0 = tile * kTileRows;
+      const i64 row0 = static_cast<i64>(b) * T::kSeqQ + tok0;
+      const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
+      for (int g = 0; g < T::kConsumers; ++g) mbarrier_wait(&sample_done[g], p);
+#pragma unroll 1
+      for (int r = s; r < kTileRows; r += kSelectors) {
+        LeanTopkLive& L = live[p * kTileRows + r];
+        const u32 m = L.m;
+        if (L.scnt != m || m > static_cast<u32>(ta.cand_ld)) {  // (the consumers' counts: after sample_done)
+          if (lane == 0) L.r = kLeanTopkBadSample;
+          __syncwarp();
+          continue;
+        }
+        const i64 hi = item.hi(tok0 + r);
+        if (m == 0u || hi <= static_cast<i64>(k)) continue;  // no sample, or every visible cell is in the top-k
+        // r: the expected number of sample cells in the row's top-k, e = k m / hi, + margin sqrt(e)
+        const float e = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(hi);
+        const float rf = ceilf(e + ta.margin * sqrtf(e));
+        const u32 rank = rf < 1.0f ? 1u : static_cast<u32>(rf);
+        if (rank >= m) continue;
+        const u64* buf = cand + (row0 + r) * ta.cand_ld;
+        keep.count_h1(rows[r], buf, m);
+        u32 bin;
+        const u64 prefix = keep.rank_prefix(rows[r], buf, m, rank, bin);
+        if (prefix == 0ull) continue;  // (every composite is >= 0: no threshold)
+        if (lane == 0) {
+          L.r = rank;
+          *reinterpret_cast<volatile u64*>(&L.thr) = prefix - 1ull;
+        }
+        __syncwarp();
+      }
+      i64 kn = kk + 1;
+      i32 tile_n = 0, b_n = 0;
+      const bool have_n = next_item(kn, tile_n, b_n);
+      if (have_n) set_up(tile_n, b_n, p ^ 1u);
+      for (int g = 0; g < T::kConsumers; ++g) mbarrier_wait(&item_done[g], p);
+      if (lane == 0)
+        for (int r = s; r < kTileRows; r += kSelectors) {
+          const LeanTopkLive& L = live[p * kTileRows + r];
+          const u32 n = L.cnt, rr = L.r;
+          const bool fail = rr == kLeanTopkBadSample || n > static_cast<u32>(ta.cand_ld) || (rr != 0u && L.above + rr < k);
+          const i32 kept = static_cast<i32>(n > static_cast<u32>(ta.cand_ld) ? static_cast<u32>(ta.cand_ld) : n);
+          count[row0 + r] = fail ? -1 - kept : kept;
+        }
+      __syncwarp();
+      kk = kn;
+      tile = tile_n;
+      b = b_n;
+      have = have_n;
+    }
+  }
+
+  template <class Work>
+  __device__ __forceinline__ static void select_exact(const LeanArgs& a, const Args& ta, u8* smem_generic, const Work& work,
+                                                      int s, int lane) {
     u8* smem = lean_topk_shared(smem_generic);
     LeanTopkRow* rows = reinterpret_cast<LeanTopkRow*>(smem);
     const u32* keys = reinterpret_cast<const u32*>(smem + kOffKeys);
@@ -423,9 +630,7 @@ struct LeanTopkEpilogue {
     u64* empty = reinterpret_cast<u64*>(smem + kOffEmpty);
     u64* cand = reinterpret_cast<u64*>(ta.cand);
     i32* count = reinterpret_cast<i32*>(ta.count);
-    // sampled: no histograms (after the cut few cells are appended; overflows compact exactly)
-    const bool sampled = ta.mode == kLeanTopkSampled;
-    const LeanTopkKeeper keep{static_cast<u32>(ta.k), static_cast<u32>(ta.refresh), ta.cand_ld, !sampled && ta.refresh > 0, lane};
+    const LeanTopkKeeper keep{static_cast<u32>(ta.k), static_cast<u32>(ta.refresh), ta.cand_ld, ta.refresh > 0, lane};
     for (int r = s; r < kTileRows; r += kSelectors) keep.reset(rows[r]);
     const i64 rounds = work.rounds();
     u32 slot = 0, phase = 0;
@@ -433,9 +638,7 @@ struct LeanTopkEpilogue {
       i32 tile, b, part;
       if (!work.item(k, tile, b, part)) continue;
       const i32 tok0 = tile * kTileRows;
-      const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
-      const i32 n_kv = item.n_kv(tok0);
-      const i32 n_sample = sampled ? lean_sample_tiles<kSampleStride>(n_kv) : -1;
+      const i32 n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
       const i64 row0 = static_cast<i64>(b) * T::kSeqQ + tok0;
       for (i32 it = 0; it < n_kv; ++it) {
         const u32 rel = static_cast<u32>(lean_tile_at<kSampleStride>(it, n_kv) * kKvRows);
@@ -469,17 +672,10 @@ struct LeanTopkEpilogue {
         }
 #pragma unroll 1
         for (int r = s; r < kTileRows; r += kSelectors) keep.after_tile(rows[r], cand + (row0 + r) * ta.cand_ld);
-        if (it + 1 == n_sample)
-#pragma unroll 1
-          for (int r = s; r < kTileRows; r += kSelectors)
-            keep.template cut<kSampleStride>(rows[r], cand + (row0 + r) * ta.cand_ld, item.hi(tok0 + r), ta.margin);
       }
 #pragma unroll 1
       for (int r = s; r < kTileRows; r += kSelectors) {
-        // a cut row with fewer than k entries: its top-k may hold cells below the threshold
-        const u32 n = rows[r].count;
-        const bool fail = rows[r].cut != 0u && n < static_cast<u32>(ta.k);
-        if (lane == 0) count[row0 + r] = fail ? -1 - static_cast<i32>(n) : static_cast<i32>(n);
+        if (lane == 0) count[row0 + r] = static_cast<i32>(rows[r].count);
         __syncwarp();
         keep.reset(rows[r]);
       }

@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -207,7 +207,17 @@ if [[ " $steps " == *" s14 "* ]]; then
     [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
     [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page details >"$out/sweep_details.txt" 2>&1
     rm -f "$out/sweep.ncu-rep"
+    # every kernel of the first fused call (S_k 16384: 3 blocks x sweep, redo, candidates)
+    run ncu_times 90 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
+      --kernel-name regex:"sm90_topk_(candidates|fused_sweep)" --launch-count 9 $b/tests/dsa_gpu_tests "[topk_perf]"
   fi
+fi
+# s14b (not in all): the candidates kernel's column order by bitmap (against the select kernel),
+# the fused top-k's tests and its timing.
+if [[ " $steps " == *" s14b "* ]]; then
+  run gpu_topk_cand 60 $b/tests/dsa_gpu_tests "topk candidates: bitwise the select kernel's outputs from candidate lists of the same rows" --durations yes
+  run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  grep -q "All tests passed" "$out/gpu_topk_fused.log" && run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
 fi
 # s13d (not in all): s13c's first half for a call of about 3 minutes: [lean], lean FP8 ==
 # generic FP8, then [topk_fused].

@@ -35,13 +35,15 @@ inline constexpr int32_t kTopkFusedRefresh = 32;
 int32_t topk_fused_refresh();
 void set_topk_fused_refresh(int32_t refresh);
 // The sweep's threshold: sampled (the default) or exact. Sampled, a block's sweep takes its
-// sample tiles first (every 16th KV tile of a q-tile's) and cuts each row's candidates to the
-// sample's r largest, r the expected number of sample cells in the row's top-k plus
-// kTopkFusedMargin standard deviations; later cells are appended only above that threshold, so
-// a row keeps about k + margin sqrt(16 k) entries instead of a third to a half of its cells. A
-// row left with fewer than k entries (the sample overestimated it: about 1e-6 of rows at margin
-// 5 with scores that do not depend on the column) is swept again by a second, exact launch of
-// the same kernel over its q-tile. Exact: the threshold starts at 0 (session 13's sweep).
+// sample tiles first (every s-th KV tile of a q-tile's, s = lean_topk_sample_stride(S_k): a
+// sample of at most about 1024 cells per row), the selector warps find each row's threshold
+// above which the sample's r largest lie, r the expected number of sample cells in the row's
+// top-k plus kTopkFusedMargin standard deviations, and the consumers append only cells above it:
+// a row keeps about its sample + k + margin sqrt(s k) entries instead of a third to a half of its
+// cells. A row whose set cannot be shown to hold its top-k (the sample overestimated it: about
+// 1e-6 of rows at margin 5 with scores that do not depend on the column; or its buffer overflowed)
+// is swept again by a second, exact launch of the same kernel over its q-tile. Exact: the
+// selector warps keep each row from a threshold of 0 (session 13's sweep).
 inline constexpr float kTopkFusedMargin = 5.0f;
 // The margin the sweeps use (NaN: exact), and its process-wide override for tests and
 // measurements (nullopt: kTopkFusedMargin; NaN: exact; a negative margin makes most cut rows

@@ -174,3 +174,9 @@ TEST_CASE("topk fused: long rows compact and refresh (S_k 16384)", "[topk_fused]
   check_fused(p, 241, {64, 2048});
   check_fused(p, 242, {512}, Ties::none, /*entries=*/256);
 }
+
+TEST_CASE("topk fused: S_k 65536, a sample stride of 64", "[topk_fused]") {
+  HostProblem p = bshd(1, 1056, 65536, 64, 1);
+  p.offsets = {65536 - 1056 - 1};
+  check_fused(p, 251, {2048});
+}
