@@ -35,7 +35,8 @@ constexpr i32 kLeanTopkRedo = 2;
 // KV tiles first, s the stride of a sample of at most about 1024 cells per row (16 up to S_k
 // 16384, then S_k / 1024): the selectors' cut reads the sample from the buffer, and the consumers
 // append every cell until it is done, so a longer sample costs more appends and a later cut
-// (session 14: with about 2048 cells S_k 32768 ran at 2.7x the scores time, with 1024 at 1.7x).
+// (session 14: S_k 32768 ran at 2.7x the scores time with about 2048 cells, at 1.7x with about
+// 1024 in a run that also differed otherwise: PERF_NOTES).
 // Tile 0 (the first keys, often unlike the rest in trained models) is never a sample.
 DSA_HOST_DEVICE constexpr int lean_topk_sample_stride(i64 s_k) {
   int s = 16;
