@@ -48,29 +48,9 @@ DSA_CONFIG_OR(FreeOf, kFreeConsumers, bool, false)
 // The order in which a work item's KV tiles are swept. The scores kernels sweep in order; an
 // epilogue may ask for a sample-first order (its kSampleStride s > 1: the fused top-k's sweep)
 // in which tiles s/2, s/2 + s, s/2 + 2s, ... come first and the others follow in order. Every
-// role maps its iteration to the tile with lean_tile_at, so producer, consumers and epilogue agree.
+// role maps its iteration to the tile with lean_tile_at (sm90_indexer_lean_args.cuh), so producer,
+// consumers and epilogue agree.
 DSA_CONFIG_OR(SampleStrideOf, kSampleStride, int, 1)
-
-// The sample tiles of an item of n KV tiles (s/2 + s j < n).
-template <int kS>
-__device__ __forceinline__ i32 lean_sample_tiles(i32 n) {
-  return n > kS / 2 ? (n - kS / 2 + kS - 1) / kS : 0;
-}
-
-// The KV tile of iteration i of an item of n: i itself (s 1), or the sample tiles first, then
-// the others ascending (the j-th of them: 15 of every 16 tiles at s 16, skipping s/2).
-template <int kS>
-__device__ __forceinline__ i32 lean_tile_at(i32 i, i32 n) {
-  if constexpr (kS == 1) {
-    (void)n;
-    return i;
-  } else {
-    const i32 ns = lean_sample_tiles<kS>(n);
-    if (i < ns) return kS / 2 + kS * i;
-    const i32 j = i - ns, o = j % (kS - 1);
-    return kS * (j / (kS - 1)) + o + (o >= kS / 2 ? 1 : 0);
-  }
-}
 
 template <class Cfg>
 struct LeanTraits {

@@ -44,6 +44,29 @@ DSA_HOST_DEVICE constexpr int lean_weight_mode(bool wf32, int consumers, bool th
   return wf32 ? 1 : ((consumers == 4 && (thd || split)) || lse) ? 2 : 0;
 }
 
+// The order of an item's KV tiles in a sweep whose epilogue asks for a sample first (lean's
+// kSampleStride s > 1; host and device: the unit tests check it on the CPU).
+// The sample tiles of an item of n KV tiles (s/2 + s j < n).
+template <int kS>
+DSA_HOST_DEVICE constexpr i32 lean_sample_tiles(i32 n) {
+  return n > kS / 2 ? (n - kS / 2 + kS - 1) / kS : 0;
+}
+
+// The KV tile of iteration i of an item of n: i itself (s 1), or the sample tiles first, then
+// the others ascending (the j-th of them: 15 of every 16 tiles at s 16, skipping s/2).
+template <int kS>
+DSA_HOST_DEVICE constexpr i32 lean_tile_at(i32 i, i32 n) {
+  if constexpr (kS == 1) {
+    (void)n;
+    return i;
+  } else {
+    const i32 ns = lean_sample_tiles<kS>(n);
+    if (i < ns) return kS / 2 + kS * i;
+    const i32 j = i - ns, o = j % (kS - 1);
+    return kS * (j / (kS - 1)) + o + (o >= kS / 2 ? 1 : 0);
+  }
+}
+
 // The split variant's launch parameter: each q-tile's KV tiles in `parts` chunks of `chunk`
 // tiles (parts = ceil(the most KV tiles a q-tile can need / chunk)), planned per call from the
 // shape, B and the grid.

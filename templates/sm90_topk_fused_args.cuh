@@ -55,4 +55,13 @@ constexpr int kLeanTopkRowBytes = 1056;
 constexpr int kLeanTopkSlots = 4;
 constexpr int kLeanTopkSweepSmemBytes = 8 * kLeanTopkRowBytes + 2 * kLeanTopkSlots * (4 * kLeanTopkTileCols * 4 + 16);
 
+// The visible cells of a row's window [0, hi) in the sample tiles (s/2 + s j) of stride kS (the
+// unit tests check it on the CPU against a count).
+template <int kS>
+DSA_HOST_DEVICE constexpr u32 lean_topk_sample_cells(i64 hi) {
+  constexpr i64 kSpan = static_cast<i64>(kS) * kLeanTopkTileCols;
+  const i64 rem = hi % kSpan - static_cast<i64>(kS / 2) * kLeanTopkTileCols;
+  return static_cast<u32>(hi / kSpan * kLeanTopkTileCols + (rem < 0 ? 0 : rem > kLeanTopkTileCols ? kLeanTopkTileCols : rem));
+}
+
 }  // namespace dsa

@@ -343,14 +343,6 @@ struct LeanTopkLive {
 static_assert(sizeof(LeanTopkLive) == 32, "sm90_topk_fused_sweep: LeanTopkLive layout");
 constexpr u32 kLeanTopkBadSample = 0xffffffffu;
 
-// The visible cells of a row's window [0, hi) in the sample tiles (s/2 + s j) of stride kS.
-template <int kS>
-__device__ __forceinline__ u32 lean_topk_sample_cells(i64 hi) {
-  constexpr i64 kSpan = static_cast<i64>(kS) * kLeanTopkTileCols;
-  const i64 rem = hi % kSpan - static_cast<i64>(kS / 2) * kLeanTopkTileCols;
-  return static_cast<u32>(hi / kSpan * kLeanTopkTileCols + (rem < 0 ? 0 : rem > kLeanTopkTileCols ? kLeanTopkTileCols : rem));
-}
-
 // The sweep's epilogue, in one of two protocols (LeanTopkArgs::mode).
 //
 // Sampled (the default): the consumers select themselves. Per KV tile a consumer lane compares

@@ -180,3 +180,11 @@ TEST_CASE("topk fused: S_k 65536, a sample stride of 64", "[topk_fused]") {
   p.offsets = {65536 - 1056 - 1};
   check_fused(p, 251, {2048});
 }
+
+// One small call of every fused launch kind (the sampled sweep with cuts, its redo at margin
+// -4, the exact sweep, the candidates kernel), for the sanitizers (tools/gpu_session.sh s14c).
+TEST_CASE("topk fused: small, for the sanitizers", "[topk_fused_small]") {
+  HostProblem p = bshd(1, 1056, 1536, 64, 1);
+  p.offsets = {1536 - 1056 - 1};
+  check_fused(p, 261, {64});
+}

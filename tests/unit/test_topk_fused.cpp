@@ -20,6 +20,7 @@
 #include "problems.hpp"
 #include "compile_checks.hpp"
 #include "sm90_topk_candidates_args.cuh"
+#include "sm90_indexer_lean_args.cuh"
 #include "sm90_topk_fused_args.cuh"
 
 using namespace dsa_indexer::detail;
@@ -152,4 +153,70 @@ TEST_CASE("topk fused: the sweep's plan fits the device's shared memory", "[topk
   CHECK_THAT(bf16.variant_key(), Contains(".s5"));
   CHECK_THAT(f32.variant_key(), Contains(".s4"));
   CHECK(bf16.dynamic_smem > static_cast<uint32_t>(dsa::kLeanTopkSweepSmemBytes));
+}
+
+namespace {
+
+// Sample-first order of n KV tiles at stride S: a permutation of [0, n), the sample tiles
+// (S/2 + S j) first and ascending, then the others ascending.
+template <int S>
+void check_tile_order(int32_t n) {
+  INFO("stride " << S << " tiles " << n);
+  const int32_t ns = dsa::lean_sample_tiles<S>(n);
+  std::vector<int> seen(static_cast<size_t>(n), 0);
+  int32_t last = -1;
+  bool ok = true;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t t = dsa::lean_tile_at<S>(i, n);
+    if (t < 0 || t >= n) {
+      ok = false;
+      break;
+    }
+    ++seen[static_cast<size_t>(t)];
+    ok = ok && ((i < ns) == (t % S == S / 2));  // the sample tiles first, and only they
+    ok = ok && (i == ns || t > last);            // ascending within each part
+    last = t;
+  }
+  CHECK(ok);
+  for (int32_t t = 0; ok && t < n; ++t) CHECK(seen[static_cast<size_t>(t)] == 1);
+  int32_t want = 0;
+  for (int32_t t = 0; t < n; ++t) want += t % S == S / 2 ? 1 : 0;
+  CHECK(ns == want);
+}
+
+// The visible cells of a window [0, hi) in the sample tiles at stride S, against a count.
+template <int S>
+void check_sample_cells(int64_t hi) {
+  int64_t want = 0;
+  for (int64_t p = 0; p < hi; ++p) want += (p / dsa::kLeanTopkTileCols) % S == S / 2 ? 1 : 0;
+  INFO("stride " << S << " hi " << hi);
+  CHECK(static_cast<int64_t>(dsa::lean_topk_sample_cells<S>(hi)) == want);
+}
+
+}  // namespace
+
+TEST_CASE("topk fused: the sweep's sample-first tile order and sample sizes", "[topk]") {
+  for (int32_t n : {0, 1, 7, 8, 9, 15, 16, 17, 24, 25, 31, 32, 33, 100, 255, 256, 257, 1000, 1024, 2049}) {
+    check_tile_order<16>(n);
+    check_tile_order<32>(n);
+    check_tile_order<64>(n);
+    check_tile_order<128>(n);
+    for (int32_t i = 0; i < n; ++i) CHECK(dsa::lean_tile_at<1>(i, n) == i);  // the scores kernels: in order
+  }
+  for (int64_t hi = 0; hi < 5 * 64 * 16 + 70; hi += 13) check_sample_cells<16>(hi);
+  for (int64_t hi : {int64_t(0), int64_t(511), int64_t(512), int64_t(513), int64_t(575), int64_t(576), int64_t(1024),
+                     int64_t(1087), int64_t(1088), int64_t(16383), int64_t(16384), int64_t(65535), int64_t(65536),
+                     int64_t(131071), int64_t(131072)}) {
+    check_sample_cells<16>(hi);
+    check_sample_cells<32>(hi);
+    check_sample_cells<64>(hi);
+    check_sample_cells<128>(hi);
+  }
+  // the stride: 16 up to S_k 16384, then a sample of about 1024 cells
+  CHECK(dsa::lean_topk_sample_stride(1) == 16);
+  CHECK(dsa::lean_topk_sample_stride(16384) == 16);
+  CHECK(dsa::lean_topk_sample_stride(16385) == 32);
+  CHECK(dsa::lean_topk_sample_stride(32768) == 32);
+  CHECK(dsa::lean_topk_sample_stride(65536) == 64);
+  CHECK(dsa::lean_topk_sample_stride(131072) == 128);
 }
