@@ -547,8 +547,8 @@ struct LeanCta {
   u64 *q_full, *q_empty, *w_full, *kv_full, *kv_empty;
 };
 
-// The producer warp: per work item, the KV ring (lane 0's TMA; tiles in the order kS gives), each consumer's Q rows (TMA)
-// and its weights (the whole warp, ordinary loads and shared stores).
+// The producer warp: per work item, the KV ring (lane 0's TMA; tiles in the order kS gives), each
+// consumer's Q rows (TMA) and its weights (the whole warp, ordinary loads and shared stores).
 template <class Cfg, int kS, class Work>
 __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDesc& k_map, const LeanArgs& a,
                                               const DsaScales& sc, const Work& work, const LeanCta& cta, int lane);

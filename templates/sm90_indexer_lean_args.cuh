@@ -45,8 +45,8 @@ DSA_HOST_DEVICE constexpr int lean_weight_mode(bool wf32, int consumers, bool th
 }
 
 // The order of an item's KV tiles in a sweep whose epilogue asks for a sample first (lean's
-// kSampleStride s > 1; host and device: the unit tests check it on the CPU).
-// The sample tiles of an item of n KV tiles (s/2 + s j < n).
+// kSampleStride s > 1; host and device: the unit tests check it on the CPU). First, the sample
+// tiles of an item of n KV tiles (s/2 + s j < n).
 template <int kS>
 DSA_HOST_DEVICE constexpr i32 lean_sample_tiles(i32 n) {
   return n > kS / 2 ? (n - kS / 2 + kS - 1) / kS : 0;

@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_candidates(const __grid
       }
       if (at < n_sel) {
         skey[at] = static_cast<u32>(c >> 32);
-        scol[at] = static_cast<i32>(0xffffffffu - static_cast<u32>(c));
+        scol[at] = topk_composite_col(c);
       }
     }
     // Column order (the sort starts with a barrier; its padding lies past every position the

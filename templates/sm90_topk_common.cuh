@@ -27,6 +27,12 @@ __device__ __forceinline__ float topk_key_value(u32 k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 __device__ __forceinline__ float topk_canonical_nan() { return __uint_as_float(0x7fffffffu); }
+// A candidate list's entry (sm90_topk_candidates_args.cuh): the composite of a cell's key and
+// column, ordered as (key desc, column asc) by its value; and the column back from it.
+__device__ __forceinline__ u64 topk_composite(u32 key, u32 col) {
+  return (static_cast<u64>(key) << 32) | static_cast<u64>(0xffffffffu - col);
+}
+__device__ __forceinline__ i32 topk_composite_col(u64 c) { return static_cast<i32>(0xffffffffu - static_cast<u32>(c)); }
 
 // exp(v - m) with the rounding error of v - m (TwoSum) folded back in: without it a spread of
 // 20 between v and m costs ~1e-6 relative in the exponential. Requires m finite.

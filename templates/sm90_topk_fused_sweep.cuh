@@ -472,7 +472,7 @@ struct LeanTopkEpilogue {
     bool take[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      c[j] = (static_cast<u64>(key[j]) << 32) | static_cast<u64>(0xffffffffu - static_cast<u32>(rel0 + col0 + 8 * j));
+      c[j] = topk_composite(key[j], static_cast<u32>(rel0 + col0 + 8 * j));
       take[j] = key[j] != 0u && c[j] > thr;
     }
     const u32 b0 = __ballot_sync(0xffffffffu, take[0]), b1 = __ballot_sync(0xffffffffu, take[1]);
@@ -650,7 +650,7 @@ struct LeanTopkEpilogue {
             for (int j = 0; j < 2; ++j) {
               const u32 col = static_cast<u32>(lane + 32 * j);
               const u32 key = src[t * kLeanTopkTileCols + (col ^ (8u * t))];
-              c[j] = (static_cast<u64>(key) << 32) | static_cast<u64>(0xffffffffu - (rel + col));
+              c[j] = topk_composite(key, rel + col);
               take[j] = key != 0u && c[j] > thr;
             }
             keep.append(R, cand + (row0 + r) * ta.cand_ld, c, take);

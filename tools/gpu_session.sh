@@ -35,6 +35,16 @@ run() {  # name timeout command...
   tail -n 25 "$out/$name.log"
   return 0
 }
+ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+# ncu (full set, source counters) of the first fused sweep launch of [topk_perf] (S_q 8192, S_k
+# 16384): its per-instruction page as CSV and its details page, the report itself removed.
+ncu_sweep() {  # timeout
+  run ncu_sweep "$1" "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_fused_sweep \
+    --launch-count 1 -o "$out/sweep" $b/tests/dsa_gpu_tests "[topk_perf]"
+  [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
+  [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page details >"$out/sweep_details.txt" 2>&1
+  rm -f "$out/sweep.ncu-rep"
+}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv; } >"$out/summary.txt" 2>&1
 cat "$out/summary.txt"
 if want tests; then
@@ -103,7 +113,6 @@ fi
 if [[ " $steps " == *" perf11b "* ]]; then
   run fp8_bench_lean4 240 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --json "$out/fp8_bench_lean4.json"
   [[ -x $b/tools/dsa-indexer-main ]] && run fp8_bench_main 120 $b/tools/dsa-indexer-main bench --in e4m3 --family lean --quick
-  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for fam in lean lean4; do
     run ncu_$fam 120 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
@@ -126,7 +135,6 @@ if [[ " $steps " == *" perf12 "* ]]; then
   done
   run bench_lse 70 $b/tools/dsa-indexer bench --family lean,lean4,generic --reps 10 --lse --match "S_k 16384" --json "$out/bench_lse.json"
   run fp8_bench_lean4 90 $b/tools/dsa-indexer bench --in e4m3 --family generic,lean,lean4 --quick --json "$out/fp8_bench_lean4.json"
-  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   run ncu_lean4 50 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_lean --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
     $b/tools/dsa-indexer bench --family lean4 --match "bshd H64 r2 S_q 8192" --reps 2
@@ -168,11 +176,7 @@ fi
 # [topk_perf] (S_q 8192, S_k 16384), its per-instruction page as CSV, then [lean4] and
 # [lean_lse] with the time they take on a fresh machine.
 if [[ " $steps " == *" s13b "* ]]; then
-  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  run ncu_sweep 150 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_fused_sweep \
-    --launch-count 1 -o "$out/sweep" $b/tests/dsa_gpu_tests "[topk_perf]"
-  [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
-  [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page details >"$out/sweep_details.txt" 2>&1
+  ncu_sweep 150
   run gpu_lean4 230 $b/tests/dsa_gpu_tests "[lean4]" --durations yes
   run gpu_lean_lse 180 $b/tests/dsa_gpu_tests "[lean_lse]" --durations yes
 fi
@@ -187,13 +191,7 @@ if [[ " $steps " == *" s13c "* ]]; then
   fused_ok=$(grep -c "All tests passed" "$out/gpu_topk_fused.log")
   [[ $fused_ok == 1 ]] && run topk_perf 100 $b/tests/dsa_gpu_tests "[topk_perf]"
   run bench_thd 45 $b/tools/dsa-indexer bench --family lean,lean4,lean4f,generic --reps 10 --match "r4 8 segs T_q 8192"
-  if [[ $fused_ok == 1 ]]; then
-    ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    run ncu_sweep 60 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_fused_sweep \
-      --launch-count 1 -o "$out/sweep" $b/tests/dsa_gpu_tests "[topk_perf]"
-    [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
-    rm -f "$out/sweep.ncu-rep"
-  fi
+  [[ $fused_ok == 1 ]] && ncu_sweep 60
 fi
 # s14 (not in all): the fused top-k's sampled sweep (session 14): [topk_fused] (sampled, its
 # redo, the exact sweep), then [topk_perf] and ncu of one sampled sweep if that passed.
@@ -201,12 +199,7 @@ if [[ " $steps " == *" s14 "* ]]; then
   run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
   if grep -q "All tests passed" "$out/gpu_topk_fused.log"; then
     run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
-    ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    run ncu_sweep 90 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_fused_sweep \
-      --launch-count 1 -o "$out/sweep" $b/tests/dsa_gpu_tests "[topk_perf]"
-    [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page source --csv --print-source sass >"$out/sweep_source.csv" 2>&1
-    [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page details >"$out/sweep_details.txt" 2>&1
-    rm -f "$out/sweep.ncu-rep"
+    ncu_sweep 90
     # every kernel of the first fused call (S_k 16384: 3 blocks x sweep, redo, candidates)
     run ncu_times 90 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
       --kernel-name regex:"sm90_topk_(candidates|fused_sweep)" --launch-count 9 $b/tests/dsa_gpu_tests "[topk_perf]"
@@ -307,7 +300,6 @@ if [[ " $steps " == *" racecheck "* ]]; then
   cat "$rdir/results.txt"
 fi
 if want profile; then
-  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for fam in lean generic; do
     run ncu_$fam 120 "$ncu_bin" --clock-control none --kernel-name regex:sm90_indexer_$fam --launch-skip 5 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
