@@ -18,9 +18,10 @@
 // 20..10, 9..0 of the key, then the same digits of the inverted column) find the bin holding
 // the k-th largest composite; the levels stop at the first bin that is taken whole, so the
 // column levels run only when the k-th place falls inside a run of equal keys. A compaction
-// (warp-aggregated atomic positions) puts the selected pairs in shared memory and a bitonic sort
-// orders them by column or by score. Composites are unique, so the sorted slots depend only on the selected
-// set: no atomic's order reaches an output.
+// (warp-aggregated atomic positions) puts the selected pairs in shared memory; a bitmap of their
+// columns (when the launch bounds the columns, TopkCandArgs::width) or a bitonic sort orders
+// them by column, a bitonic sort by score. Composites are unique, so the ordered slots depend
+// only on the selected set: no atomic's order reaches an output.
 #include "sm90_topk_candidates_args.cuh"
 #include "sm90_topk_common.cuh"
 
@@ -158,9 +159,16 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_candidates(const __grid
         scol[at] = topk_composite_col(c);
       }
     }
-    // Column order (the sort starts with a barrier; its padding lies past every position the
+    // Column order: by rank in a bitmap of the columns, kept in the staging area (free once the
+    // compaction has read it) when the launch bounds the columns and the area holds the bitmap,
+    // else by the sort (which starts with a barrier; its padding lies past every position the
     // compaction writes). Score order is the writer's own sort, from any starting order.
-    if (!a.sort_by_score && n_sel > 1u) topk_sort_slots<T>(skey, scol, n_sel, TopkColumnOrder{});
+    if (!a.sort_by_score && n_sel > 1u) {
+      if (a.width > 0 && (a.width + 31) / 32 <= static_cast<i64>(stage_cap))  // 2 words per bitmap word, 2 per composite
+        topk_column_rank<T>(s, skey, scol, n_sel, reinterpret_cast<u32*>(stage), static_cast<u32>(a.width));
+      else
+        topk_sort_slots<T>(skey, scol, n_sel, TopkColumnOrder{});
+    }
 
     // 4. optional score order, then the outputs in slot order (index = column + bias).
     topk_write_row<T>(s, a, row, k, skey, scol, n_sel, max_key, 0, a.rows[row].bias);

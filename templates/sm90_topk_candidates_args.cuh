@@ -33,6 +33,10 @@ struct TopkCandArgs {
   i32* indices; i64 indices_ld;     // out: n_rows x k
   float* values; i64 values_ld;     // optional (nullptr): the selected scores, same order as indices
   float* softmax; i64 softmax_ld;   // optional: softmax over the selected logits (padding slots 0)
+  // 0, or a bound on every list's columns (col < width): column order then comes from a bitmap
+  // of the selected columns in the staging area (8 * ceil(width / 32) bytes of it; a launch
+  // with less staging room sorts instead, as with 0). The output is the same either way.
+  i64 width;
 };
 
 }  // namespace dsa

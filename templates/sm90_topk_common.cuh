@@ -1,7 +1,7 @@
 #pragma once
 // Device code shared by the top-k kernels (sm90_topk_select.cuh over score rows,
 // sm90_topk_candidates.cuh over candidate lists): the ranking key, block-wide primitives, the
-// bitonic sort and the output writer. Both kernels end in topk_write_row, so for the same
+// bitonic sort, the column ranking and the output writer. Both kernels end in topk_write_row, so for the same
 // selected set, slot order, k and T they write the same bits (the fused path is held to the
 // unfused one bit for bit). The contract is documented in sm90_topk_select.cuh.
 #include "sm90_topk_select_args.cuh"
@@ -222,6 +222,56 @@ __device__ __forceinline__ void topk_sort_slots(u32* skey, i32* scol, u32 n_sel,
     scol[i] = 0x7fffffff;
   }
   topk_bitonic_sort<T>(skey, scol, n2, before);
+}
+
+// Puts the n_sel (<= kTopkMaxK) selected pairs in ascending column order in place, every
+// column in [0, width) and unique: a bitmap of the columns in `bits` (2 * ceil(width / 32)
+// words of shared memory the caller has free: the bitmap, then each word's exclusive prefix of
+// popcounts), and each pair moves to its column's rank. O(n_sel / T + width / (32 T)) steps
+// per thread against the bitonic sort's O(n_sel log^2 n_sel / T); the same result, since the
+// order is a function of the set. Begins with a barrier (the caller's writes of skey/scol and
+// its last reads of `bits`' memory); ends without one (topk_write_row begins with one).
+template <int T>
+__device__ __forceinline__ void topk_column_rank(TopkScratch& s, u32* skey, i32* scol, u32 n_sel, u32* bits, u32 width) {
+  static_assert(kTopkMaxK % T == 0, "topk_column_rank: T must divide kTopkMaxK");
+  constexpr int kPer = kTopkMaxK / T;
+  const u32 tid = threadIdx.x;
+  const u32 nw = (width + 31u) / 32u;
+  u32* const pre = bits + nw;
+  __syncthreads();
+  for (u32 i = tid; i < nw; i += T) bits[i] = 0u;
+  u32 key[kPer];
+  i32 col[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const u32 i = tid + static_cast<u32>(u * T);
+    key[u] = i < n_sel ? skey[i] : 0u;
+    col[u] = i < n_sel ? scol[i] : 0;
+  }
+  __syncthreads();  // the bitmap is clear
+#pragma unroll
+  for (int u = 0; u < kPer; ++u)
+    if (tid + static_cast<u32>(u * T) < n_sel) atomicOr(&bits[static_cast<u32>(col[u]) >> 5], 1u << (col[u] & 31));
+  // each thread's run of words, scanned across the block (the scan begins with a barrier)
+  const u32 per = (nw + T - 1u) / T;
+  const u32 w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
+  u32 v[1] = {0u}, ex[1];
+  for (u32 w = w0; w < w1; ++w) v[0] += static_cast<u32>(__popc(bits[w]));
+  topk_block_scan<T, 1>(s, v, ex);
+  for (u32 w = w0; w < w1; ++w) {
+    pre[w] = ex[0];
+    ex[0] += static_cast<u32>(__popc(bits[w]));
+  }
+  __syncthreads();  // the prefixes are complete; every pair is in registers
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    if (tid + static_cast<u32>(u * T) < n_sel) {
+      const u32 c = static_cast<u32>(col[u]), w = c >> 5;
+      const u32 r = pre[w] + static_cast<u32>(__popc(bits[w] & ((1u << (c & 31u)) - 1u)));
+      skey[r] = key[u];
+      scol[r] = col[u];
+    }
+  }
 }
 
 __device__ __forceinline__ u32 topk_dynamic_smem_bytes() {

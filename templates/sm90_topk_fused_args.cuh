@@ -16,6 +16,19 @@ struct LeanTopkArgs {
   i32 refresh;   // appends to a row between refreshes of its threshold (0: compactions only)
   i32 mode;      // kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
   float margin;   // kLeanTopkSampled: the cut's margin in standard deviations (z)
+  u64 stats;     // optional (0), sampled launches: u32 [kLeanTopkStats] counters the sweep adds to
+};
+
+// The sampled sweep's row counters (LeanTopkArgs::stats; measurements, not the operation): rows
+// with KV tiles by how they ended, and the entries their buffers kept.
+enum LeanTopkStat : int {
+  kLeanTopkStatCut = 0,        // cut at the sample's threshold, kept
+  kLeanTopkStatUncut = 1,      // no cut (no sample, every visible cell in the top-k, ...), kept
+  kLeanTopkStatOverflow = 2,   // failed: more entries than the buffer holds
+  kLeanTopkStatBadSample = 3,  // failed: the sample did not fill [0, m) (or m > the buffer)
+  kLeanTopkStatBelowK = 4,     // failed: fewer than k entries known above the threshold
+  kLeanTopkStatEntries = 5,    // the entries kept, summed over the rows
+  kLeanTopkStats = 8
 };
 
 // How a sweep launch selects (LeanTopkEpilogue in sm90_topk_fused_sweep.cuh):

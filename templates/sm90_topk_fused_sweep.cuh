@@ -600,9 +600,20 @@ struct LeanTopkEpilogue {
         for (int r = s; r < kTileRows; r += kSelectors) {
           const LeanTopkLive& L = live[p * kTileRows + r];
           const u32 n = L.cnt, rr = L.r;
-          const bool fail = rr == kLeanTopkBadSample || n > static_cast<u32>(ta.cand_ld) || (rr != 0u && L.above + rr < k);
-          const i32 kept = static_cast<i32>(n > static_cast<u32>(ta.cand_ld) ? static_cast<u32>(ta.cand_ld) : n);
-          count[row0 + r] = fail ? -1 - kept : kept;
+          const bool bad = rr == kLeanTopkBadSample, over = n > static_cast<u32>(ta.cand_ld);
+          const bool below = rr != 0u && L.above + rr < k;
+          const i32 kept = static_cast<i32>(over ? static_cast<u32>(ta.cand_ld) : n);
+          count[row0 + r] = bad || over || below ? -1 - kept : kept;
+          if (ta.stats != 0ull) {
+            u32* st = reinterpret_cast<u32*>(ta.stats);
+            atomicAdd(&st[bad    ? kLeanTopkStatBadSample
+                          : over  ? kLeanTopkStatOverflow
+                          : below ? kLeanTopkStatBelowK
+                          : rr != 0u ? kLeanTopkStatCut
+                                  : kLeanTopkStatUncut],
+                      1u);
+            atomicAdd(&st[kLeanTopkStatEntries], static_cast<u32>(kept));
+          }
         }
       __syncwarp();
       kk = kn;

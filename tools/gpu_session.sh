@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -211,6 +211,17 @@ if [[ " $steps " == *" s14b "* ]]; then
   run gpu_topk_cand 60 $b/tests/dsa_gpu_tests "topk candidates: bitwise the select kernel's outputs from candidate lists of the same rows" --durations yes
   run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
   grep -q "All tests passed" "$out/gpu_topk_fused.log" && run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
+fi
+# s15 (not in all): s14b, then every kernel's time in the first fused call of [topk_perf] (S_k
+# 16384: 3 blocks x sweep and redo, candidates) when the fused tests passed.
+if [[ " $steps " == *" s15 "* ]]; then
+  run gpu_topk_cand 90 $b/tests/dsa_gpu_tests "topk candidates: bitwise the select kernel's outputs from candidate lists of the same rows" --durations yes
+  run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  if grep -q "All tests passed" "$out/gpu_topk_fused.log"; then
+    run topk_perf 220 $b/tests/dsa_gpu_tests "[topk_perf]"
+    run ncu_times 90 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
+      --kernel-name regex:"sm90_topk_(candidates|fused_sweep)" --launch-count 9 $b/tests/dsa_gpu_tests "[topk_perf]"
+  fi
 fi
 # s14c (not in all): issue 21's sanitizers over the fused top-k (sampled sweep, its redo and the
 # exact sweep, then the candidates kernel), memcheck and racecheck over one small call of each

@@ -37,6 +37,7 @@ std::atomic<int64_t> g_candidates{0};
 std::atomic<int32_t> g_refresh{-1};
 std::atomic<bool> g_margin_set{false};
 std::atomic<float> g_margin{0.0f};
+std::atomic<uint32_t*> g_stats{nullptr};
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
@@ -116,6 +117,7 @@ class TopkFusedSweepFamily final : public Family {
     t.refresh = p.sweep.refresh;
     t.mode = p.sweep.mode;
     t.margin = p.sweep.margin;
+    if (t.mode == dsa::kLeanTopkSampled) t.stats = reinterpret_cast<uintptr_t>(g_stats.load(std::memory_order_relaxed));
     lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)");
   }
 };
@@ -213,6 +215,7 @@ class TopkFusedFamily final : public Family {
       ca.cand = buf.cand;
       ca.cand_ld = buf.ld;
       ca.count = buf.count;
+      ca.width = b.width;  // the sweep's columns are the block's key rows: column order by bitmap
       set_topk_outputs(ca, p, b, rb.rows);
       // The unfused selection's block size for this width: the softmax sums in its order.
       const int which = topk_select_threads(b.width) == 256 ? 1 : 2;
@@ -262,5 +265,7 @@ void set_topk_fused_margin(std::optional<float> margin) {
   g_margin.store(margin.value_or(0.0f), std::memory_order_relaxed);
   g_margin_set.store(margin.has_value(), std::memory_order_relaxed);
 }
+
+void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
 
 }  // namespace dsa_indexer::detail

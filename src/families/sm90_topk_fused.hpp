@@ -50,5 +50,9 @@ inline constexpr float kTopkFusedMargin = 5.0f;
 // fail, which tests use to exercise the redo launch).
 float topk_fused_margin();
 void set_topk_fused_margin(std::optional<float> margin);
+// Measurements: device memory of dsa::kLeanTopkStats u32 counters that every later sampled
+// sweep launch adds its rows to (by how they ended, and the entries kept: LeanTopkStat in
+// sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.
+void set_topk_fused_stats(uint32_t* device_counters);
 
 }  // namespace dsa_indexer::detail

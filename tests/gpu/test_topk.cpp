@@ -14,6 +14,7 @@
 
 #include "dsa_indexer/topk.hpp"
 #include "families/sm90_topk_fused.hpp"
+#include "sm90_topk_fused_args.cuh"
 #include "cuda/driver.hpp"
 #include "gpu_cases.hpp"
 #include "gpu_runner.hpp"
@@ -247,6 +248,26 @@ TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
     size_t ws_unfused = 0, ws_fused = 0;
     const float t_topk = path(KernelFamily::topk_unfused, &ws_unfused);
     const float t_fused = path(KernelFamily::topk_fused, &ws_fused);
+    {
+      // one more fused call, counting the sampled sweep's rows by how they ended
+      ds::DeviceBuffer counters(dsa::kLeanTopkStats * 4);
+      counters.fill_u32(0u);
+      dsa_indexer::detail::set_topk_fused_stats(static_cast<uint32_t*>(counters.get()));
+      size_t ws_bytes = 0;
+      path(KernelFamily::topk_fused, &ws_bytes);  // (timing: every call of it counts)
+      dsa_indexer::detail::set_topk_fused_stats(nullptr);
+      uint32_t st[dsa::kLeanTopkStats] = {};
+      counters.download(st, sizeof st);
+      const double calls = 8.0;  // time(): one warm-up and 7 timed calls
+      const double rows = (double(st[0]) + st[1] + st[2] + st[3] + st[4]) / calls;
+      std::printf("topk_perf S_q %6lld S_k %6lld: sampled sweep rows per call %.0f: cut %.0f, not cut %.0f, failed by overflow "
+                  "%.0f, sample %.0f, below k %.0f; entries kept per row %.0f (buffer %lld)\n",
+                  static_cast<long long>(s.sq), static_cast<long long>(s.sk), rows, st[dsa::kLeanTopkStatCut] / calls,
+                  st[dsa::kLeanTopkStatUncut] / calls, st[dsa::kLeanTopkStatOverflow] / calls,
+                  st[dsa::kLeanTopkStatBadSample] / calls, st[dsa::kLeanTopkStatBelowK] / calls,
+                  rows > 0 ? st[dsa::kLeanTopkStatEntries] / calls / rows : 0.0,
+                  static_cast<long long>(dsa_indexer::detail::topk_fused_candidates(k, s.sk)));
+    }
     // the fused sweep's other settings: the exact sweep (session 13's, refresh 32), the sampled
     // cut at other margins
     for (const float other : {std::nanf(""), 3.0f, 8.0f}) {

@@ -583,10 +583,13 @@ struct DeviceCandCase {
   }
 
   // optional_outputs false: values and softmax are not asked for (their buffers keep the poison).
-  GpuOut run(bool sort_by_score, int threads, uint32_t stage_bytes, uint32_t grid, bool optional_outputs = true) {
+  // width: TopkCandArgs::width (0: column order by the sort).
+  GpuOut run(bool sort_by_score, int threads, uint32_t stage_bytes, uint32_t grid, bool optional_outputs = true,
+             int64_t width = 0) {
     for (DeviceBuffer* b : {&indices, &values, &softmax}) b->fill_u32(0xababababu);
     dsa::TopkCandArgs a = args;
     a.sort_by_score = sort_by_score ? 1 : 0;
+    a.width = width;
     if (!optional_outputs) {
       a.values = nullptr;
       a.softmax = nullptr;
@@ -627,10 +630,18 @@ TEST_CASE("topk candidates: bitwise the select kernel's outputs from candidate l
   std::mt19937 rng(seed);
   // Every list staged in shared memory; lists of more than 3000 composites read from global
   // memory, with rows strided over 5 CTAs (the per-row reuse of shared memory).
+  // Column order by the bitonic sort (width 0) and by the bitmap of columns (width: the rows'
+  // ld bounds every column; 1251 bitmap words = 10,008 bytes, which the two launches above
+  // hold and a third with 9,000 bytes of staging does not, so it sorts although asked to rank).
   struct CandLaunch {
     uint32_t stage_bytes, grid;
+    bool bitmap;
   };
-  const CandLaunch launches[] = {{static_cast<uint32_t>(dsa::kTopkCandMaxLd) * 8u, 0u}, {3000u * 8u, 5u}};
+  const CandLaunch launches[] = {{static_cast<uint32_t>(dsa::kTopkCandMaxLd) * 8u, 0u, false},
+                                 {static_cast<uint32_t>(dsa::kTopkCandMaxLd) * 8u, 0u, true},
+                                 {3000u * 8u, 5u, false},
+                                 {3000u * 8u, 5u, true},
+                                 {9000u, 3u, true}};
   for (int k : {1, 7, 64, 512, 2048}) {
     const HostCase c = make_cand_case(k, rng);
     DeviceCase dc(c);
@@ -657,9 +668,9 @@ TEST_CASE("topk candidates: bitwise the select kernel's outputs from candidate l
         for (int t = 0; t < 2; ++t) {
           const int threads = t == 0 ? 256 : 512;
           for (const CandLaunch& l : launches) {
-            INFO(fmt::format("k {} list mode {} sort_by_score {} threads {} staging {} B grid {}", k, static_cast<int>(mode),
-                             sort, threads, l.stage_bytes, l.grid));
-            const GpuOut got = dcc.run(sort != 0, threads, l.stage_bytes, l.grid);
+            INFO(fmt::format("k {} list mode {} sort_by_score {} threads {} staging {} B grid {} width {}", k,
+                             static_cast<int>(mode), sort, threads, l.stage_bytes, l.grid, l.bitmap ? c.ld : 0));
+            const GpuOut got = dcc.run(sort != 0, threads, l.stage_bytes, l.grid, true, l.bitmap ? c.ld : 0);
             const std::string why = first_difference(want[sort][t], got, k, true);
             INFO(why);
             REQUIRE(why.empty());

@@ -67,10 +67,14 @@ TEST_CASE("topk select: the launch arguments have the layout the template reads"
 
 TEST_CASE("topk candidates: the launch arguments have the layout the template reads", "[topk]") {
   // The host fills dsa::TopkCandArgs and the kernel reads it by value: fixed-width members only.
-  CHECK(sizeof(dsa::TopkCandArgs) == 96);
+  CHECK(sizeof(dsa::TopkCandArgs) == 104);
   CHECK(offsetof(dsa::TopkCandArgs, k) == 40);
   CHECK(offsetof(dsa::TopkCandArgs, indices) == 48);
   CHECK(offsetof(dsa::TopkCandArgs, softmax_ld) == 88);
+  CHECK(offsetof(dsa::TopkCandArgs, width) == 96);
+  // The column bitmap of the widest fused block fits the default staging area (2 words a
+  // bitmap word, 8 bytes a composite), so the fused path never sorts to column order.
+  CHECK((dsa::kTopkCandSmemBytes - dsa::kTopkCandFixedSmemBytes) / 8 >= (int64_t{1} << 18) / 32);
   CHECK(dsa::kTopkCandMaxLd == 8192);
   CHECK(dsa::kTopkCandFixedSmemBytes == (dsa::kTopkBins + 2 * dsa::kTopkMaxK) * 4);
   CHECK(dsa::kTopkCandSmemBytes == dsa::kTopkCandFixedSmemBytes + dsa::kTopkCandMaxLd * 8);
