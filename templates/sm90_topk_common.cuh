@@ -252,7 +252,8 @@ __device__ __forceinline__ void topk_column_rank(TopkScratch& s, u32* skey, i32*
 #pragma unroll
   for (int u = 0; u < kPer; ++u)
     if (tid + static_cast<u32>(u * T) < n_sel) atomicOr(&bits[static_cast<u32>(col[u]) >> 5], 1u << (col[u] & 31));
-  // each thread's run of words, scanned across the block (the scan begins with a barrier)
+  __syncthreads();  // the bitmap is complete
+  // each thread's run of words, scanned across the block
   const u32 per = (nw + T - 1u) / T;
   const u32 w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
   u32 v[1] = {0u}, ex[1];

@@ -7,10 +7,11 @@
 // row's top-k from its candidates. Two protocols (LeanTopkEpilogue, below):
 //
 // Sampled (the default): a threshold from a sample. The q-tile's sample tiles come first (lean's
-// tile order), every visible cell of them is appended, the selector warps find the composite
-// above which the sample's r largest lie and the consumers, which hold each cell in a register,
-// append only cells above it. About m + k + 5 sqrt(s k) entries per row; a row whose set cannot be
-// shown to hold its top-k is marked for the redo launch.
+// tile order), every visible cell of them is appended; then each consumer warp finds, for one
+// of its consumer's rows, the key of the sample's r-th largest cell, and the consumers, which
+// hold each cell in a register, append only cells with a key at least that. About m + k +
+// 5 sqrt(s k) entries per row; a row whose set cannot be shown to hold its top-k is marked for
+// the redo launch.
 //
 // Exact (and redo): the consumers hand their keys to the selector warps. Per row (a token of the
 // q-tile, 8 of them, kept by one selector warp):
@@ -276,9 +277,8 @@ struct LeanTopkKeeper {
 
   static constexpr int kBatch = 4;
 
-  // kBatch entries per lane, buf[i0 + 32 u + lane] (0 past n), all loads in flight together.
-  // (In the sampled sweep the consumers wrote them before their release on sample_done, which
-  // the reading warp acquired; no SM reads a row's buffer before in a launch, so no L1 line is stale.)
+  // kBatch entries per lane, buf[i0 + 32 u + lane] (0 past n), all loads in flight together
+  // (the reading warp wrote them itself).
   __device__ __forceinline__ void load_batch(const u64* buf, u32 n, u32 i0, u64 (&c)[kBatch]) const {
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -332,30 +332,32 @@ struct LeanTopkKeeper {
 // the next item's while the consumers sweep this one). The sample cells go to positions [0, m),
 // the others from m on; the consumers take positions with shared atomics.
 struct LeanTopkLive {
-  u64 thr;     // a cell of a non-sample tile is appended when its composite is > thr (0 before the cut)
+  u32 tk;      // the cut: a cell of a non-sample tile is appended when its key is >= tk (0: no cut)
   u32 scnt;    // sample cells appended so far
   u32 cnt;     // m + the other cells appended (may pass the buffer: those past it are dropped)
-  u32 above;   // cells appended while the consumer saw the cut's threshold
-  u32 r;       // sample entries above the cut's threshold (0: no cut; kLeanTopkBadSample: m did not match)
+  u32 r;       // sample entries with a key >= tk (0: no cut; kLeanTopkBadSample: m did not match)
   u32 m;       // the row's visible sample cells
-  u32 pad;
+  u32 rank;    // the cut's rank in the sample (set up by the selectors; 0: no cut)
+  u32 pad[2];
 };
 static_assert(sizeof(LeanTopkLive) == 32, "sm90_topk_fused_sweep: LeanTopkLive layout");
 constexpr u32 kLeanTopkBadSample = 0xffffffffu;
 
 // The sweep's epilogue, in one of two protocols (LeanTopkArgs::mode).
 //
-// Sampled (the default): the consumers select themselves. Per KV tile a consumer lane compares
-// each of its 2 cells' composites with its row's threshold (in a register after one shared
-// load), and the lanes of a row that append take consecutive positions with one shared atomic
-// per warp and row; the sample tiles (the first ns of an item) append every visible cell. The
-// selectors only cut: when both consumers have arrived on sample_done (after their sample tiles)
-// each selector warp finds, for its rows, the composite prefix above which the sample's r largest
-// lie (radix levels over the buffer's [0, m) in L2) and publishes thr = prefix - 1; then sets up
-// the next item's rows (ready) and, when both consumers have arrived on item_done, writes each
-// row's count: -1 - count where the set may not hold the row's top-k (fewer than k entries known
-// above the threshold: the r sample entries and the cells appended after the consumer saw it;
-// a buffer overflow; a sample that did not fill [0, m)), for the redo launch.
+// Sampled (the default): the consumers select themselves. The sample tiles (the first ns of an
+// item) append every visible cell; the lanes of a row that append take consecutive positions
+// with one shared atomic per warp and row. Before its first other tile a consumer cuts its 4
+// rows (cut(), between two named barriers of its 128 threads): warp w loads row w's m sample
+// keys from the buffer (L2, 32 per lane in flight) into registers and finds the key tk of the
+// sample's rank-th largest by a bitwise search (32 steps of a compare per key and a warp sum;
+// no shared memory, no atomics). From then on a lane compares each of its 2 cells' key with
+// its row's tk (a register) and appends those >= tk. The selectors set up each item's rows
+// (m and rank, ready) and, when both consumers have arrived on item_done, write each row's
+// count: -1 - count where the set may not hold the row's top-k (fewer than k entries with a key
+// >= tk: the r sample entries and every cell appended after the cut; a buffer overflow; a
+// sample that did not fill [0, m)), for the redo launch. Every cell with a key >= tk is in the
+// buffer, so k of them there means no cell below tk is in the top-k.
 //
 // Exact (and redo): the consumers hand each tile's keys to the selectors through stage slots:
 //   consumer cg, per KV tile: waits for its stage slot to be free, writes the key (topk_key) of
@@ -388,8 +390,10 @@ struct LeanTopkEpilogue {
   // 5 KV stages and the slots fill an SM's shared memory.
   static constexpr int kOffLive = kOffKeys;                                          // [parity][row] LeanTopkLive
   static constexpr int kOffReady = kOffLive + 2 * kTileRows * sizeof(LeanTopkLive);  // [parity]
-  static constexpr int kOffSampleDone = kOffReady + 2 * 8;                           // [consumer]
-  static constexpr int kOffItemDone = kOffSampleDone + T::kConsumers * 8;            // [consumer]
+  static constexpr int kOffItemDone = kOffReady + 2 * 8;                             // [consumer]
+  // The cut's named barriers, one per consumer (lean's ping-pong pair and its LSE barriers below).
+  static constexpr u32 kCutBar = kLeanPingPong0 + 2 * T::kConsumers;
+  static constexpr int kCutKeys = 32;  // sample keys per lane: a row's sample holds at most 1024 cells
   static_assert(kOffItemDone + T::kConsumers * 8 <= kOffFull, "sm90_topk_fused_sweep: the sampled state must fit the slots");
   static constexpr bool kFillsScores = false;  // there is no score matrix
   static constexpr bool kSelects = true;
@@ -408,7 +412,7 @@ struct LeanTopkEpilogue {
   mutable u32 slot = 0, phase = 0;   // exact: the stage slot ring
   mutable i32 iter = 0, ns = 0;      // sampled: the item's iteration, its sample tiles
   mutable u32 uses = 0;              // sampled: items with KV tiles so far
-  mutable u64 thr_next = 0;          // sampled: the row's threshold, read a tile ahead (its latency under the next product)
+  mutable u32 tk = 1;                // sampled: the row's cut (1 until it: every visible cell)
 
   __device__ __forceinline__ static void init_barriers(u8* smem) {
     u64* f = reinterpret_cast<u64*>(smem + kOffFull);
@@ -418,10 +422,7 @@ struct LeanTopkEpilogue {
       mbarrier_init(&e[i], kSelectors);  // lane 0 of each selector warp
     }
     for (int p = 0; p < 2; ++p) mbarrier_init(reinterpret_cast<u64*>(smem + kOffReady) + p, kSelectors);
-    for (int g = 0; g < T::kConsumers; ++g) {
-      mbarrier_init(reinterpret_cast<u64*>(smem + kOffSampleDone) + g, 128);
-      mbarrier_init(reinterpret_cast<u64*>(smem + kOffItemDone) + g, 128);
-    }
+    for (int g = 0; g < T::kConsumers; ++g) mbarrier_init(reinterpret_cast<u64*>(smem + kOffItemDone) + g, 128);
   }
 
   __device__ __forceinline__ LeanTopkEpilogue(const Args& ta, u8* smem_generic, int cg_, int, int)
@@ -461,43 +462,76 @@ struct LeanTopkEpilogue {
       ns = lean_sample_tiles<kSampleStride>(ln.n_kv);
       mbarrier_wait(reinterpret_cast<u64*>(smem + kOffReady) + (uses & 1), (uses >> 1) & 1);  // the rows are set up
     }
-    if (iter == ns) mbarrier_arrive(reinterpret_cast<u64*>(smem + kOffSampleDone) + cg);  // (release: the sample's stores)
+    if (iter == ns) cut(live, ln.q_row0, warp_in_wg, lane, t);
     const bool sample = iter < ns;
     ++iter;
     LeanTopkLive& L = live[t];
-    const u64 thr = sample ? 0ull : thr_next;
-    // for the next tile: the cut's threshold once the selectors have published it (0 before)
-    if (!sample || iter == ns) thr_next = *reinterpret_cast<volatile const u64*>(&L.thr);
-    u64 c[2];
     bool take[2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      c[j] = topk_composite(key[j], static_cast<u32>(rel0 + col0 + 8 * j));
-      take[j] = key[j] != 0u && c[j] > thr;
-    }
+    for (int j = 0; j < 2; ++j) take[j] = key[j] >= tk;  // (tk >= 1: key 0 is a cell outside the window)
     const u32 b0 = __ballot_sync(0xffffffffu, take[0]), b1 = __ballot_sync(0xffffffffu, take[1]);
     if ((b0 | b1) == 0u) return;
     // the 8 lanes of this lane's token (token_quarter depends on lane & 3), led by the lowest
     const u32 mt = 0x11111111u << (lane & 3), lt = (1u << lane) - 1u;
     const u32 n0 = __popc(b0 & mt), n = n0 + __popc(b1 & mt);
     u32 base = 0;
-    if (lane < 4 && n != 0u) {
-      base = atomicAdd(sample ? &L.scnt : &L.cnt, n);
-      if (thr != 0ull) atomicAdd(&L.above, n);
-    }
+    if (lane < 4 && n != 0u) base = atomicAdd(sample ? &L.scnt : &L.cnt, n);
     base = __shfl_sync(0xffffffffu, base, lane & 3);
     u64* buf = reinterpret_cast<u64*>(cand) + (ln.q_row0 + t) * ld;
     const u32 pos[2] = {base + __popc(b0 & mt & lt), base + n0 + __popc(b1 & mt & lt)};
 #pragma unroll
     for (int j = 0; j < 2; ++j)
-      if (take[j] && pos[j] < static_cast<u32>(ld)) buf[pos[j]] = c[j];
+      if (take[j] && pos[j] < static_cast<u32>(ld)) buf[pos[j]] = topk_composite(key[j], static_cast<u32>(rel0 + col0 + 8 * j));
+  }
+
+  // The cut of the consumer's 4 rows, by its 4 warps after their sample tiles (every thread of
+  // the consumer calls it at the same tile): warp w sets row w's tk and r, then every lane takes
+  // its own row's tk. A row cuts when the selectors gave it a rank and its sample is whole
+  // (scnt == m <= the buffer, and m <= 32 kCutKeys); else it keeps tk 1.
+  __device__ __forceinline__ void cut(LeanTopkLive* live, i64 q_row0, int w, int lane, int t) const {
+    named_barrier_sync(kCutBar + cg, 128);  // every warp's sample stores and counts
+    LeanTopkLive& R = live[w];
+    const u32 m = R.m, rank = R.rank;
+    if (R.scnt != m || m > static_cast<u32>(ld)) {
+      if (lane == 0) R.r = kLeanTopkBadSample;
+    } else if (rank != 0u && m <= 32u * kCutKeys) {
+      // the sample's keys (the high words of its composites; L2 only: the other warps wrote them)
+      const u32* hi_words = reinterpret_cast<const u32*>(reinterpret_cast<const u64*>(cand) + (q_row0 + w) * ld) + 1;
+      u32 kv[kCutKeys];
+#pragma unroll
+      for (int u = 0; u < kCutKeys; ++u) {
+        const u32 i = static_cast<u32>(lane + 32 * u);
+        kv[u] = i < m ? __ldcg(hi_words + 2 * i) : 0u;
+      }
+      // the largest key with at least `rank` sample keys at or above it: bit by bit from the top
+      u32 prefix = 0u, ge = m;  // ge: the sample keys >= prefix (every key is >= 0)
+#pragma unroll 1
+      for (int bit = 31; bit >= 0; --bit) {
+        const u32 cand_key = prefix | (1u << bit);
+        u32 cnt = 0u;
+#pragma unroll
+        for (int u = 0; u < kCutKeys; ++u) cnt += kv[u] >= cand_key ? 1u : 0u;
+        cnt = __reduce_add_sync(0xffffffffu, cnt);
+        if (cnt >= rank) {
+          prefix = cand_key;
+          ge = cnt;
+        }
+      }
+      if (lane == 0) {
+        R.tk = prefix;  // >= 1: the sample's keys are visible cells' (>= 1) and rank <= m
+        R.r = ge;
+      }
+    }
+    named_barrier_sync(kCutBar + cg, 128);
+    const u32 x = live[t].tk;
+    tk = x > 1u ? x : 1u;
   }
   __device__ __forceinline__ void after_tile(const LeanLane&) const {}
   __device__ __forceinline__ void end_item(const LeanLane& ln) const {
     if (!sampled || ln.n_kv == 0) return;
     mbarrier_arrive(reinterpret_cast<u64*>(smem + kOffItemDone) + cg);  // (release: the item's stores and counts)
     iter = 0;
-    thr_next = 0ull;
+    tk = 1u;
     ++uses;
   }
 
@@ -514,15 +548,11 @@ struct LeanTopkEpilogue {
   __device__ __forceinline__ static void select_sampled(const LeanArgs& a, const Args& ta, u8* smem_generic, const Work& work,
                                                         int s, int lane) {
     u8* smem = lean_topk_shared(smem_generic);
-    LeanTopkRow* rows = reinterpret_cast<LeanTopkRow*>(smem);  // h1 and h2: the cut's scratch
     LeanTopkLive* live = reinterpret_cast<LeanTopkLive*>(smem + kOffLive);
     u64* ready = reinterpret_cast<u64*>(smem + kOffReady);
-    u64* sample_done = reinterpret_cast<u64*>(smem + kOffSampleDone);
     u64* item_done = reinterpret_cast<u64*>(smem + kOffItemDone);
-    u64* cand = reinterpret_cast<u64*>(ta.cand);
     i32* count = reinterpret_cast<i32*>(ta.count);
     const u32 k = static_cast<u32>(ta.k);
-    const LeanTopkKeeper keep{k, 0u, ta.cand_ld, false, lane};
     const i64 rounds = work.rounds();
     // The next item with KV tiles from round kk on (rows of items without any are written empty).
     auto next_item = [&](i64& kk, i32& tile, i32& b) {
@@ -543,13 +573,24 @@ struct LeanTopkEpilogue {
       if (lane == 0)
         for (int r = s; r < kTileRows; r += kSelectors) {
           LeanTopkLive& L = live[p * kTileRows + r];
-          const u32 m = lean_topk_sample_cells<kSampleStride>(item.hi(tok0 + r));
-          L.thr = 0ull;
+          const i64 hi = item.hi(tok0 + r);
+          const u32 m = lean_topk_sample_cells<kSampleStride>(hi);
+          // the cut's rank: the expected number of sample cells in the row's top-k, e = k m / hi,
+          // plus margin sqrt(e); no cut without a sample, when every visible cell is in the
+          // top-k, or when the rank takes the whole sample
+          u32 rank = 0u;
+          if (m != 0u && hi > static_cast<i64>(k)) {
+            const float e = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(hi);
+            const float rf = ceilf(e + ta.margin * sqrtf(e));
+            rank = rf < 1.0f ? 1u : rf >= static_cast<float>(m) ? m : static_cast<u32>(rf);
+            if (rank >= m) rank = 0u;
+          }
+          L.tk = 0u;
           L.scnt = 0u;
           L.cnt = m;
-          L.above = 0u;
           L.r = 0u;
           L.m = m;
+          L.rank = rank;
         }
       __syncwarp();
       if (lane == 0) mbarrier_arrive(&ready[p]);
@@ -562,35 +603,6 @@ struct LeanTopkEpilogue {
       const u32 p = uses & 1u;
       const i32 tok0 = tile * kTileRows;
       const i64 row0 = static_cast<i64>(b) * T::kSeqQ + tok0;
-      const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
-      for (int g = 0; g < T::kConsumers; ++g) mbarrier_wait(&sample_done[g], p);
-#pragma unroll 1
-      for (int r = s; r < kTileRows; r += kSelectors) {
-        LeanTopkLive& L = live[p * kTileRows + r];
-        const u32 m = L.m;
-        if (L.scnt != m || m > static_cast<u32>(ta.cand_ld)) {  // (the consumers' counts: after sample_done)
-          if (lane == 0) L.r = kLeanTopkBadSample;
-          __syncwarp();
-          continue;
-        }
-        const i64 hi = item.hi(tok0 + r);
-        if (m == 0u || hi <= static_cast<i64>(k)) continue;  // no sample, or every visible cell is in the top-k
-        // r: the expected number of sample cells in the row's top-k, e = k m / hi, + margin sqrt(e)
-        const float e = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(hi);
-        const float rf = ceilf(e + ta.margin * sqrtf(e));
-        const u32 rank = rf < 1.0f ? 1u : static_cast<u32>(rf);
-        if (rank >= m) continue;
-        const u64* buf = cand + (row0 + r) * ta.cand_ld;
-        keep.count_h1(rows[r], buf, m);
-        u32 bin;
-        const u64 prefix = keep.rank_prefix(rows[r], buf, m, rank, bin);
-        if (prefix == 0ull) continue;  // (every composite is >= 0: no threshold)
-        if (lane == 0) {
-          L.r = rank;
-          *reinterpret_cast<volatile u64*>(&L.thr) = prefix - 1ull;
-        }
-        __syncwarp();
-      }
       i64 kn = kk + 1;
       i32 tile_n = 0, b_n = 0;
       const bool have_n = next_item(kn, tile_n, b_n);
@@ -601,7 +613,7 @@ struct LeanTopkEpilogue {
           const LeanTopkLive& L = live[p * kTileRows + r];
           const u32 n = L.cnt, rr = L.r;
           const bool bad = rr == kLeanTopkBadSample, over = n > static_cast<u32>(ta.cand_ld);
-          const bool below = rr != 0u && L.above + rr < k;
+          const bool below = rr != 0u && (n - L.m) + rr < k;  // every cell after the cut is >= tk
           const i32 kept = static_cast<i32>(over ? static_cast<u32>(ta.cand_ld) : n);
           count[row0 + r] = bad || over || below ? -1 - kept : kept;
           if (ta.stats != 0ull) {
