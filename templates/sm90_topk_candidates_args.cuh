@@ -25,7 +25,7 @@ constexpr i32 kTopkCandSmemBytes = kTopkCandFixedSmemBytes + kTopkCandMaxLd * 8;
 // Composites are unique within a row, and the list holds at least the row's top-k cells, so the
 // k largest composites are the row's top-k by (score desc, column asc).
 struct TopkCandArgs {
-  const u64* cand; i64 cand_ld;     // 8-byte aligned; cand_ld <= kTopkCandMaxLd (see above)
+  const u64* cand; i64 cand_ld;     // 8-byte aligned; lists past the staging area are read from global memory
   const i32* count;                 // n_rows
   const TopkRow* rows; i64 n_rows;  // only .bias is read
   i32 k;                            // 1..kTopkMaxK

@@ -70,11 +70,14 @@ constexpr int kLeanTopkSweepSmemBytes = 8 * kLeanTopkRowBytes + 2 * kLeanTopkSlo
 
 // The visible cells of a row's window [0, hi) in the sample tiles (s/2 + s j) of stride kS (the
 // unit tests check it on the CPU against a count).
+DSA_HOST_DEVICE constexpr u32 lean_topk_sample_cells_at(i64 hi, int s) {
+  const i64 span = static_cast<i64>(s) * kLeanTopkTileCols;
+  const i64 rem = hi % span - static_cast<i64>(s / 2) * kLeanTopkTileCols;
+  return static_cast<u32>(hi / span * kLeanTopkTileCols + (rem < 0 ? 0 : rem > kLeanTopkTileCols ? kLeanTopkTileCols : rem));
+}
 template <int kS>
 DSA_HOST_DEVICE constexpr u32 lean_topk_sample_cells(i64 hi) {
-  constexpr i64 kSpan = static_cast<i64>(kS) * kLeanTopkTileCols;
-  const i64 rem = hi % kSpan - static_cast<i64>(kS / 2) * kLeanTopkTileCols;
-  return static_cast<u32>(hi / kSpan * kLeanTopkTileCols + (rem < 0 ? 0 : rem > kLeanTopkTileCols ? kLeanTopkTileCols : rem));
+  return lean_topk_sample_cells_at(hi, kS);
 }
 
 }  // namespace dsa

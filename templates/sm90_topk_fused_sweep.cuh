@@ -365,8 +365,9 @@ constexpr u32 kLeanTopkBadSample = 0xffffffffu;
 //     a NaN's is kTopkNanKey), and arrives on the slot's full barrier (every thread: release);
 //   selector warp s (0..2) owns rows s, s + 3, s + 6 of the q-tile's 8 (row cg * 4 + token):
 //     per KV tile and consumer it waits for the slot, appends its rows' cells above their
-//     thresholds, frees the slot (lane 0 of each selector warp), then keeps those rows
-//     (LeanTopkKeeper::after_tile); per item it writes each row's count and resets the row.
+//     thresholds, frees the slot (every lane arrives: an arrival releases only the arriving
+//     thread's reads), then keeps those rows (LeanTopkKeeper::after_tile); per item it writes
+//     each row's count and resets the row.
 // A row's entries are written by its one warp, so positions need no atomics.
 // Slot layout: [consumer][slot][token][64 keys], the key of column c of token t at c ^ (8 t)
 // (the 32 lanes of a consumer warp write 4 tokens x 8 columns: 32 banks; a selector lane reads
@@ -419,7 +420,7 @@ struct LeanTopkEpilogue {
     u64* e = reinterpret_cast<u64*>(smem + kOffEmpty);
     for (int i = 0; i < T::kConsumers * kSlots; ++i) {
       mbarrier_init(&f[i], 128);         // every thread of the consumer
-      mbarrier_init(&e[i], kSelectors);  // lane 0 of each selector warp
+      mbarrier_init(&e[i], kSelectors * 32);  // every selector lane (an arrival releases only its own reads)
     }
     for (int p = 0; p < 2; ++p) mbarrier_init(reinterpret_cast<u64*>(smem + kOffReady) + p, kSelectors);
     for (int g = 0; g < T::kConsumers; ++g) mbarrier_init(reinterpret_cast<u64*>(smem + kOffItemDone) + g, 128);
@@ -678,8 +679,7 @@ struct LeanTopkEpilogue {
             }
             keep.append(R, cand + (row0 + r) * ta.cand_ld, c, take);
           }
-          __syncwarp();
-          if (lane == 0) mbarrier_arrive(&empty[cg * kSlots + slot]);
+          mbarrier_arrive(&empty[cg * kSlots + slot]);  // (every lane: its reads of the slot)
         }
         if (++slot == kSlots) {
           slot = 0;

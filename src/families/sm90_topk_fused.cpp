@@ -38,10 +38,12 @@ std::atomic<int32_t> g_refresh{-1};
 std::atomic<bool> g_margin_set{false};
 std::atomic<float> g_margin{0.0f};
 std::atomic<uint32_t*> g_stats{nullptr};
+std::atomic<uint64_t> g_budget{0};
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
-  return topk_blocking(p, dev, 0, uint64_t(ld) * 8 + 4);
+  const uint64_t budget = g_budget.load(std::memory_order_relaxed);
+  return topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4);
 }
 
 struct Buffers {
@@ -241,13 +243,34 @@ const Family& topk_fused_sweep_family() {
 
 int64_t topk_fused_candidates(int64_t k, int64_t s_k) {
   const int64_t tile = dsa::kLeanTopkTileCols;
-  int64_t ld = std::min<int64_t>(std::max<int64_t>(4 * k, 1024), std::max<int64_t>(s_k, 1) + tile);
+  const int64_t cells = std::max<int64_t>(s_k, 1) + tile;  // a row never holds more than its cells and one tile
+  int64_t ld = std::min<int64_t>(std::max<int64_t>(4 * k, 1024), cells);
+  if (const float z = topk_fused_margin(); !std::isnan(z)) {
+    // The sampled sweep keeps a row's m sample cells and the cells at or above the sample's r-th
+    // largest key: about r s_k / m of them (r s for every row length: m is about hi / s), with a
+    // relative deviation of about 1 / sqrt(r) (the r-th of m is a Beta(r, m - r + 1) quantile).
+    // Room for 6 deviations: an overflow sends the row's q-tile to the redo launch.
+    const int s = dsa::lean_topk_sample_stride(s_k);
+    const double m = dsa::lean_topk_sample_cells_at(std::max<int64_t>(s_k, 1), s);
+    const double e = double(k) * m / double(std::max<int64_t>(s_k, 1));
+    const double r = std::ceil(e + double(z) * std::sqrt(e));
+    if (m > 0 && r >= 1 && r < m) {
+      const double post = r * double(s_k) / m;
+      ld = static_cast<int64_t>(std::ceil(m + post * (1.0 + 6.0 / std::sqrt(r)))) + tile;
+    } else {
+      ld = cells;  // no cut: every visible cell
+    }
+    ld = std::min(ld, cells);
+  } else {
+    // the candidates kernel stages a whole list in shared memory up to kTopkCandMaxLd entries (a
+    // longer list it reads from global memory on every pass)
+    ld = std::min<int64_t>(ld, dsa::kTopkCandMaxLd);
+  }
   if (const int64_t forced = g_candidates.load(std::memory_order_relaxed); forced > 0) ld = forced;
   else if (env().topk_candidates > 0) ld = env().topk_candidates;
   ld = std::max<int64_t>(ld, k + tile);
   ld = (ld + 3) / 4 * 4;
-  // the candidates kernel stages a whole list in shared memory up to kTopkCandMaxLd entries
-  return std::min<int64_t>(ld, std::min<int64_t>(dsa::kLeanTopkMaxLd, dsa::kTopkCandMaxLd));
+  return std::min<int64_t>(ld, dsa::kLeanTopkMaxLd);
 }
 
 void set_topk_fused_candidates(int64_t entries) { g_candidates.store(entries, std::memory_order_relaxed); }
@@ -267,5 +290,6 @@ void set_topk_fused_margin(std::optional<float> margin) {
 }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
+void set_topk_fused_budget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }
 
 }  // namespace dsa_indexer::detail

@@ -16,13 +16,23 @@ namespace dsa_indexer::detail {
 const Family& topk_fused_family();
 const Family& topk_fused_sweep_family();
 
-// Candidate entries per row of a call: min(max(4k, 1024), S_k + 64), at least k + 64 (one tile
-// past k, so that a compaction always has room), a multiple of 4; DSA_INDEXER_TOPK_CANDIDATES
-// or set_topk_fused_candidates (tests: a tiny buffer forces compactions) replace the planned
-// value, still at least k + 64; at most 8192 (the candidates kernel's shared-memory list).
+// Candidate entries per row of a call. The sampled sweep (the default): its sample, m (at most
+// about 1024), plus the cells above the cut, about r s_k / m with r = e + margin sqrt(e) and
+// e = k m / s_k, with room for 6 relative deviations 1 / sqrt(r) (k 2048: 5356 at S_k 16384,
+// 6376 at 32768, 7992 at 65536, 10304 at 131072); the exact sweep: min(max(4k, 1024),
+// 8192). Never more than S_k + 64 (a row's cells and a tile), at least k + 64 (one tile past k,
+// so that a compaction always has room), a multiple of 4, at most kLeanTopkMaxLd (16384; lists
+// longer than 8192, the candidates kernel's shared-memory staging, it reads from global memory).
+// DSA_INDEXER_TOPK_CANDIDATES or set_topk_fused_candidates (tests: a tiny buffer forces
+// compactions) replace the planned value, still at least k + 64.
 int64_t topk_fused_candidates(int64_t k, int64_t s_k);
 // Process-wide override of the planned value (0: none), for tests and measurements.
 void set_topk_fused_candidates(int64_t entries);
+// The candidate buffers' bytes a block of rows aims for: one block (one sweep launch, without a
+// launch tail per block) for S_q 8192 up to S_k 32768 at k 2048 (session 15: the three blocks
+// of 256 MiB took 1.64x the scores time at S_k 16384, one block 1.46x). Like the unfused path's
+// budget it bounds the workspace independently of S_k.
+inline constexpr uint64_t kTopkFusedBudget = uint64_t(512) << 20;
 // Whether automatic top-k calls take the fused path where its gates hold. Off until the fused
 // kernels have run on a GPU (they compile and plan on the CPU; the device was not available
 // when they were written): until then the fused path serves calls that ask for it by name.
@@ -54,5 +64,8 @@ void set_topk_fused_margin(std::optional<float> margin);
 // sweep launch adds its rows to (by how they ended, and the entries kept: LeanTopkStat in
 // sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.
 void set_topk_fused_stats(uint32_t* device_counters);
+// Measurements: the candidate buffers' bytes a block of rows aims for (topk_blocking's budget;
+// 0, the default: kTopkDefaultBudget), e.g. to time a call in one block.
+void set_topk_fused_budget(uint64_t bytes);
 
 }  // namespace dsa_indexer::detail

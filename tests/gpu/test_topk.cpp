@@ -268,6 +268,20 @@ TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
                   rows > 0 ? st[dsa::kLeanTopkStatEntries] / calls / rows : 0.0,
                   static_cast<long long>(dsa_indexer::detail::topk_fused_candidates(k, s.sk)));
     }
+    // one block of rows (one sweep launch: no tail per block), with the planned buffer and with
+    // 12288 entries per row (past the candidates kernel's staging for the few rows that need it)
+    for (const int64_t entries : {int64_t(0), int64_t(12288)}) {
+      dsa_indexer::detail::set_topk_fused_budget(uint64_t(8) << 30);
+      dsa_indexer::detail::set_topk_fused_candidates(entries);
+      size_t ws_bytes = 0;
+      const float t_one = path(KernelFamily::topk_fused, &ws_bytes);
+      dsa_indexer::detail::set_topk_fused_candidates(0);
+      dsa_indexer::detail::set_topk_fused_budget(0);
+      std::printf("topk_perf S_q %6lld S_k %6lld: fused in one block, %lld entries per row: %.3f ms (%.3fx scores), workspace %.0f MiB\n",
+                  static_cast<long long>(s.sq), static_cast<long long>(s.sk),
+                  static_cast<long long>(entries ? entries : dsa_indexer::detail::topk_fused_candidates(k, s.sk)), t_one,
+                  t_one / t_scores, ws_bytes / 1048576.0);
+    }
     // the fused sweep's other settings: the exact sweep (session 13's, refresh 32), the sampled
     // cut at other margins
     for (const float other : {std::nanf(""), 3.0f, 8.0f}) {

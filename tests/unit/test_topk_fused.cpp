@@ -4,6 +4,7 @@
 // without spills.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <set>
 #include <vector>
 #include <string>
@@ -82,35 +83,49 @@ TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][di
 TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") {
   const DeviceInfo dev = DeviceInfo::h200();
   const int64_t tile = dsa::kLeanTopkTileCols;
-  CHECK(topk_fused_candidates(2048, 65536) == 8192);   // 4k
-  CHECK(topk_fused_candidates(512, 65536) == 2048);
-  CHECK(topk_fused_candidates(1, 65536) == 1024);      // at least 1024
-  CHECK(topk_fused_candidates(64, 300) == 364);        // a row never holds more than S_k + one tile
+  // The sampled sweep (the default): its sample and the cells above its cut, with room for 6
+  // deviations (the formula, worked by hand: S_k 16384, k 2048: stride 16, m 1024, e 128,
+  // r = ceil(128 + 5 sqrt(128)) = 185, 185 x 16 x (1 + 6 / sqrt(185)) = 4265.1, + 1024 + 64).
+  CHECK(topk_fused_candidates(2048, 16384) == 5356);
+  CHECK(topk_fused_candidates(2048, 32768) == 6376);
+  CHECK(topk_fused_candidates(2048, 65536) == 7992);
+  CHECK(topk_fused_candidates(2048, 131072) == 10304);  // past the candidates kernel's staging
+  CHECK(topk_fused_candidates(2048, 4096) == 4096 + tile);  // a row never holds more than S_k + one tile
+  CHECK(topk_fused_candidates(64, 300) == 364);
   CHECK(topk_fused_candidates(2048, 300) == 2048 + tile);  // but always k + one tile
+  CHECK(topk_fused_candidates(2048, int64_t(1) << 20) == dsa::kLeanTopkMaxLd);
   for (int k : {1, 7, 64, 512, 2048})
     for (int64_t sk : {int64_t(1), int64_t(100), int64_t(4096), int64_t(1) << 20}) {
       const int64_t ld = topk_fused_candidates(k, sk);
       CHECK(ld >= k + tile);
       CHECK(ld % 4 == 0);
       CHECK(ld <= dsa::kLeanTopkMaxLd);
-      CHECK(ld <= dsa::kTopkCandMaxLd);  // the candidates kernel's shared-memory list
     }
-  set_topk_fused_candidates(100000);
-  CHECK(topk_fused_candidates(7, 65536) == dsa::kTopkCandMaxLd);
+  // The exact sweep: 4k, at least 1024, within the candidates kernel's shared-memory list.
+  set_topk_fused_margin(std::nanf(""));
+  CHECK(topk_fused_candidates(2048, 65536) == 8192);
+  CHECK(topk_fused_candidates(512, 65536) == 2048);
+  CHECK(topk_fused_candidates(1, 65536) == 1024);
+  CHECK(topk_fused_candidates(64, 300) == 364);
+  for (int k : {1, 7, 64, 512, 2048})
+    for (int64_t sk : {int64_t(1), int64_t(100), int64_t(4096), int64_t(1) << 20})
+      CHECK(topk_fused_candidates(k, sk) <= dsa::kTopkCandMaxLd);
+  set_topk_fused_margin(std::nullopt);
+  set_topk_fused_candidates(100000);  // forced: up to the sweep's limit, past the staging
+  CHECK(topk_fused_candidates(7, 65536) == dsa::kLeanTopkMaxLd);
   set_topk_fused_candidates(100);
   CHECK(topk_fused_candidates(7, 65536) == 100);
   CHECK(topk_fused_candidates(512, 65536) == 512 + tile);  // a forced size still holds k + one tile
   set_topk_fused_candidates(0);
-  // The workspace: one block of rows x candidates, independent of S_k once 4k entries fit.
-  const Problem a = topk_problem(1, 8192, 65536, 2048), b = topk_problem(1, 8192, 131072, 2048);
-  const uint64_t wa = make_plan(a, dev, topk_fused_family()).workspace_bytes;
-  CHECK(wa == make_plan(b, dev, topk_fused_family()).workspace_bytes);
-  CHECK(wa <= (uint64_t(256) << 20) + (uint64_t(1) << 20));
-  CHECK(wa >= uint64_t(2736) * 8192 * 8);  // three blocks of about 2736 rows of 8192 entries
-  // and bounded whatever S_q (blocks of at most the budget's rows)
-  for (int64_t sq : {int64_t(32768), int64_t(1) << 20})
-    CHECK(make_plan(topk_problem(1, sq, 65536, 2048), dev, topk_fused_family()).workspace_bytes <=
-          (uint64_t(256) << 20) + (uint64_t(1) << 20));
+  // The workspace: blocks of rows x candidates within kTopkFusedBudget whatever S_q and S_k;
+  // S_q 8192 at S_k 16384 in one block (one sweep launch).
+  const uint64_t cap = kTopkFusedBudget + (uint64_t(1) << 20);
+  const uint64_t one = make_plan(topk_problem(1, 8192, 16384, 2048), dev, topk_fused_family()).workspace_bytes;
+  CHECK(one >= uint64_t(8192) * 5356 * 8);
+  CHECK(one <= cap);
+  for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
+    for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20})
+      CHECK(make_plan(topk_problem(1, sq, sk, 2048), dev, topk_fused_family()).workspace_bytes <= cap);
 }
 
 TEST_CASE("topk fused: every variant of the default manifest's top-k shapes compiles without spills", "[topk][nvrtc]") {

@@ -251,7 +251,8 @@ TEST_CASE("manifest: a family=topk_fused line implies the fused variant and its 
       const Problem p = manifest_problem(ml[0], scale);
       add(make_plan(p, h200, topk_fused_family(), PlanPurpose::spec_only).spec);
       const auto inner = topk_fused_family().inner_problems(p, h200);
-      CHECK(inner.size() == 2);  // blocks of about equal size: two shapes at most
+      CHECK(!inner.empty());
+      CHECK(inner.size() <= 2);  // one block, or blocks of about equal size: two shapes at most
       for (const Problem& s : inner) {
         CHECK(s.op == Operation::topk_sweep);
         add(make_plan(s, h200, topk_fused_sweep_family(), PlanPurpose::spec_only).spec);
