@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -230,6 +230,15 @@ if [[ " $steps " == *" s15b "* ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   run sanitize_memcheck_fused 180 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
   run sanitize_racecheck_fused 260 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+fi
+# s15c (not in all): ncu of the lean scores kernel and of the fused sweep at the same shape
+# ("[topk_profile]": S_q 8192, S_k 16384, one call each), their details pages side by side.
+if [[ " $steps " == *" s15c "* ]]; then
+  for kn in sm90_indexer_lean sm90_topk_fused_sweep; do
+    run "ncu_$kn" 120 "$ncu_bin" --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
+      --section SchedulerStats --section WarpStateStats --section InstructionStats --section Occupancy \
+      --kernel-name regex:"$kn" --launch-count 1 $b/tests/dsa_gpu_tests "[topk_profile]"
+  done
 fi
 # s14c (not in all): issue 21's sanitizers over the fused top-k (sampled sweep, its redo and the
 # exact sweep, then the candidates kernel), memcheck and racecheck over one small call of each

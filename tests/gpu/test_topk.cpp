@@ -303,3 +303,25 @@ TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
     d.cuEventDestroy(e1);
   }
 }
+
+// One scores call and one fused top-k call at S_q 8192 / S_k 16384 (k 2048), for a profiler to
+// compare the lean scores kernel with the fused sweep of the same shape. Run by hand:
+// `ncu --kernel-name regex:sm90_topk_fused_sweep dsa_gpu_tests "[topk_profile]"`.
+TEST_CASE("topk: one scores and one fused call, for the profiler", "[.][topk_profile]") {
+  HostProblem p = bshd(1, 8192, 16384, 64, 1);
+  p.offsets = {16384 - 8192 - 1};
+  ds::fill_random(p, 7);
+  auto dp = ds::upload(p, 0, true);
+  dp.opt.family = KernelFamily::automatic;
+  dsa_indexer::indexer_forward(dp.tq, dp.tk, dp.tw, dp.tout, dp.opt, nullptr);
+  const int k = 2048;
+  ds::DeviceBuffer ind(size_t(8192) * k * 4);
+  dsa_indexer::TopkOptions t;
+  t.k = k;
+  const auto ti = dsa_indexer::TensorDesc::contiguous(ind.get(), dsa_indexer::DType::i32, {1, 8192, k});
+  dsa_indexer::IndexerOptions o = dp.opt;
+  o.family = KernelFamily::topk_fused;
+  dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
+  ds::sync_device();
+  SUCCEED("ran");
+}
