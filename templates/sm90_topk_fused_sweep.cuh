@@ -334,7 +334,8 @@ struct LeanTopkKeeper {
 struct LeanTopkLive {
   u32 tk;      // the cut: a cell of a non-sample tile is appended when its key is >= tk (0: no cut)
   u32 scnt;    // sample cells appended so far
-  u32 cnt;     // m + the other cells appended (may pass the buffer: those past it are dropped)
+  u32 cnt;     // m + the other cells appended (may pass the buffer: those past it are dropped);
+               // 4 bytes past scnt (the consumers' atomics address both from scnt's address)
   u32 r;       // sample entries with a key >= tk (0: no cut; kLeanTopkBadSample: m did not match)
   u32 m;       // the row's visible sample cells
   u32 rank;    // the cut's rank in the sample (set up by the selectors; 0: no cut)
@@ -398,7 +399,7 @@ struct LeanTopkEpilogue {
   static_assert(kOffItemDone + T::kConsumers * 8 <= kOffFull, "sm90_topk_fused_sweep: the sampled state must fit the slots");
   static constexpr bool kFillsScores = false;  // there is no score matrix
   static constexpr bool kSelects = true;
-  static constexpr int kProducerRegs = 96;     // the selectors (88 spilled 44 bytes with the sampled cut; 72 with 4 loads in flight per lane)
+  static constexpr int kProducerRegs = 88;     // the selectors (the exact protocol: 80 spilled 4 bytes, 72 48 bytes); the consumers get 208
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
   static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
@@ -414,6 +415,8 @@ struct LeanTopkEpilogue {
   mutable i32 iter = 0, ns = 0;      // sampled: the item's iteration, its sample tiles
   mutable u32 uses = 0;              // sampled: items with KV tiles so far
   mutable u32 tk = 1;                // sampled: the row's cut (1 until it: every visible cell)
+  mutable u32 count_at = 0;          // sampled: the shared address of this lane's row's scnt, this item
+  mutable u64* row_buf = nullptr;    // sampled: this lane's row's buffer, this item
 
   __device__ __forceinline__ static void init_barriers(u8* smem) {
     u64* f = reinterpret_cast<u64*>(smem + kOffFull);
@@ -458,15 +461,18 @@ struct LeanTopkEpilogue {
       }
       return;
     }
-    LeanTopkLive* live = reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (uses & 1) * kTileRows + cg * kRows;
     if (iter == 0) {
+      // per item: the row state's and the buffer's addresses, kept (not re-derived per tile)
       ns = lean_sample_tiles<kSampleStride>(ln.n_kv);
+      LeanTopkLive* live = reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (uses & 1) * kTileRows + cg * kRows;
+      count_at = smem_addr(&live[t].scnt);
+      row_buf = reinterpret_cast<u64*>(cand) + (ln.q_row0 + t) * ld;
       mbarrier_wait(reinterpret_cast<u64*>(smem + kOffReady) + (uses & 1), (uses >> 1) & 1);  // the rows are set up
     }
-    if (iter == ns) cut(live, ln.q_row0, warp_in_wg, lane, t);
+    if (iter == ns)
+      cut(reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (uses & 1) * kTileRows + cg * kRows, ln.q_row0, warp_in_wg, lane, t);
     const bool sample = iter < ns;
     ++iter;
-    LeanTopkLive& L = live[t];
     bool take[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) take[j] = key[j] >= tk;  // (tk >= 1: key 0 is a cell outside the window)
@@ -476,13 +482,12 @@ struct LeanTopkEpilogue {
     const u32 mt = 0x11111111u << (lane & 3), lt = (1u << lane) - 1u;
     const u32 n0 = __popc(b0 & mt), n = n0 + __popc(b1 & mt);
     u32 base = 0;
-    if (lane < 4 && n != 0u) base = atomicAdd(sample ? &L.scnt : &L.cnt, n);
+    if (lane < 4 && n != 0u) base = atom_shared_add_u32(count_at + (sample ? 0u : 4u), n);  // scnt, else cnt
     base = __shfl_sync(0xffffffffu, base, lane & 3);
-    u64* buf = reinterpret_cast<u64*>(cand) + (ln.q_row0 + t) * ld;
     const u32 pos[2] = {base + __popc(b0 & mt & lt), base + n0 + __popc(b1 & mt & lt)};
 #pragma unroll
     for (int j = 0; j < 2; ++j)
-      if (take[j] && pos[j] < static_cast<u32>(ld)) buf[pos[j]] = topk_composite(key[j], static_cast<u32>(rel0 + col0 + 8 * j));
+      if (take[j] && pos[j] < static_cast<u32>(ld)) row_buf[pos[j]] = topk_composite(key[j], static_cast<u32>(rel0 + col0 + 8 * j));
   }
 
   // The cut of the consumer's 4 rows, by its 4 warps after their sample tiles (every thread of

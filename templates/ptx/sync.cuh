@@ -48,6 +48,13 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
   return v;
 }
 
+// atom.shared.add.u32 at a 32-bit shared address: the old value.
+__device__ __forceinline__ u32 atom_shared_add_u32(u32 addr, u32 v) {
+  u32 old;
+  asm volatile("atom.shared.add.u32 %0, [%1], %2;\n" : "=r"(old) : "r"(addr), "r"(v) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // bf16 bits -> fp32 (exact).
