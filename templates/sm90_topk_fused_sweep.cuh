@@ -375,7 +375,10 @@ constexpr u32 kLeanTopkBadSample = 0xffffffffu;
 // a column of one token: 32 banks).
 // Either way the candidates kernel selects exactly from the set, so the order of the entries
 // (which differs run to run in the sampled sweep) does not reach the outputs.
-template <class Cfg>
+// kProto: the protocol compiled in (a kernel each: the sampled one's selectors do little, so
+// its consumers get the registers the exact one's selectors need): kLeanTopkSampled, or
+// kLeanTopkExact for the exact and redo launches.
+template <class Cfg, int kProto>
 struct LeanTopkEpilogue {
   using T = LeanTraits<Cfg>;
   using Args = LeanTopkArgs;
@@ -399,7 +402,12 @@ struct LeanTopkEpilogue {
   static_assert(kOffItemDone + T::kConsumers * 8 <= kOffFull, "sm90_topk_fused_sweep: the sampled state must fit the slots");
   static constexpr bool kFillsScores = false;  // there is no score matrix
   static constexpr bool kSelects = true;
-  static constexpr int kProducerRegs = 88;     // the selectors (the exact protocol: 80 spilled 4 bytes, 72 48 bytes); the consumers get 208
+  static constexpr bool kSampled = kProto == kLeanTopkSampled;
+  static_assert(kSampled || kProto == kLeanTopkExact, "sm90_topk_fused_sweep: the protocol is sampled or exact");
+  // The selectors' registers: the exact protocol's keep rows (80 spilled 4 bytes, 72 48 bytes;
+  // the consumers get 208); the sampled protocol's set rows up and write counts (lean's own
+  // producer budget: the consumers get lean's).
+  static constexpr int kProducerRegs = kSampled ? 0 : 88;
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
   static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
@@ -410,7 +418,6 @@ struct LeanTopkEpilogue {
   u64 cand;     // the candidate buffers (sampled)
   i64 ld;
   int cg;
-  bool sampled;
   mutable u32 slot = 0, phase = 0;   // exact: the stage slot ring
   mutable i32 iter = 0, ns = 0;      // sampled: the item's iteration, its sample tiles
   mutable u32 uses = 0;              // sampled: items with KV tiles so far
@@ -430,7 +437,7 @@ struct LeanTopkEpilogue {
   }
 
   __device__ __forceinline__ LeanTopkEpilogue(const Args& ta, u8* smem_generic, int cg_, int, int)
-      : smem(lean_topk_shared(smem_generic)), cand(ta.cand), ld(ta.cand_ld), cg(cg_), sampled(ta.mode == kLeanTopkSampled) {}
+      : smem(lean_topk_shared(smem_generic)), cand(ta.cand), ld(ta.cand_ld), cg(cg_) {}
 
   __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
                                        float sm_scale) const {
@@ -446,7 +453,7 @@ struct LeanTopkEpilogue {
       const bool vis = !masked || (rel >= ln.w_lo[0] && rel < ln.w_hi[0]);
       key[j] = vis ? topk_key(v) : 0u;
     }
-    if (!sampled) {
+    if constexpr (!kSampled) {
       u32* keys = reinterpret_cast<u32*>(smem + kOffKeys) + cg * kSlots * kSlotWords;
       u64* full = reinterpret_cast<u64*>(smem + kOffFull) + cg * kSlots;
       u64* empty = reinterpret_cast<u64*>(smem + kOffEmpty) + cg * kSlots;
@@ -534,7 +541,7 @@ struct LeanTopkEpilogue {
   }
   __device__ __forceinline__ void after_tile(const LeanLane&) const {}
   __device__ __forceinline__ void end_item(const LeanLane& ln) const {
-    if (!sampled || ln.n_kv == 0) return;
+    if (!kSampled || ln.n_kv == 0) return;
     mbarrier_arrive(reinterpret_cast<u64*>(smem + kOffItemDone) + cg);  // (release: the item's stores and counts)
     iter = 0;
     tk = 1u;
@@ -546,7 +553,7 @@ struct LeanTopkEpilogue {
   __device__ __forceinline__ static void select(const LeanArgs& a, const Args& ta, u8* smem_generic, const Work& work,
                                                 int s, int lane) {
     static_assert(!Work::kSplit, "sm90_topk_fused_sweep: whole q-tile sweeps only");
-    if (ta.mode == kLeanTopkSampled) select_sampled(a, ta, smem_generic, work, s, lane);
+    if constexpr (kSampled) select_sampled(a, ta, smem_generic, work, s, lane);
     else select_exact(a, ta, smem_generic, work, s, lane);
   }
 
@@ -722,15 +729,17 @@ struct LeanTopkRuns {
   }
 };
 
-// BSHD: the planner's schedule is compiled in, as for the scores kernel of the same key.
-template <class Cfg, class Sched>
+// BSHD: the planner's schedule is compiled in, as for the scores kernel of the same key. kProto:
+// kLeanTopkSampled serves sampled launches, kLeanTopkExact exact and redo launches (the host
+// launches the one of LeanTopkArgs::mode).
+template <class Cfg, class Sched, int kProto>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_topk_fused_sweep(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
                           const LeanTopkArgs t) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: BSHD only");
   static_assert(!LeanTraits<Cfg>::kFp8, "sm90_topk_fused_sweep: bf16 inputs only (the top-k operation's)");
-  const i32* redo = t.mode == kLeanTopkRedo ? reinterpret_cast<const i32*>(t.count) : nullptr;
-  lean_body<Cfg, LeanTopkEpilogue<Cfg>>(q_map, k_map, a, DsaScales{}, t, LeanTopkRuns<Cfg, Sched>{{}, redo});
+  const i32* redo = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo ? reinterpret_cast<const i32*>(t.count) : nullptr;
+  lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, DsaScales{}, t, LeanTopkRuns<Cfg, Sched>{{}, redo});
 }
 
 }  // namespace dsa

@@ -204,7 +204,8 @@ static_assert(2 * sizeof(TmaDescBytes) + sizeof(dsa::LeanArgs) + sizeof(dsa::Lea
                       sizeof(dsa::LeanLseArgs) + 64 <= 4096,
               "sm90_indexer_lean_thd: its launch parameters exceed 4 KB");
 
-void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what) {
+void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what,
+                 int function) {
   dsa::LeanArgs args{};
   args.w = reinterpret_cast<uintptr_t>(p.w);
   args.out = reinterpret_cast<uintptr_t>(p.out);
@@ -249,7 +250,7 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
       return;
     }
     void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra ? extra : &scales, &lse};
-    launch_one(k.functions[0], plan.launches[0], stream, params, what);
+    launch_one(k.functions.at(static_cast<size_t>(function)), plan.launches[0], stream, params, what);
     return;
   }
   // cuLaunchKernelEx copies the parameters, the schedule included, at the call.

@@ -126,7 +126,10 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev);
 Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem,
                bool split = true);
 void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
-void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what);
+// `function`: which of the module's kernels (BSHD without a split; another epilogue's module may
+// hold one per protocol, the fused top-k's sweep).
+void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what,
+                 int function = 0);
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
                      DType qk = DType::bf16, bool split = false, int64_t heads = 64, int consumers = 2, bool lse = false,

@@ -108,7 +108,9 @@ class TopkFusedSweepFamily final : public Family {
   }
   void render(const KernelSpec& spec, GeneratedSource& g) const override {
     lean_render_schedule(spec, g);
-    g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule>");
+    // one kernel per protocol (launch(): LeanTopkArgs::mode picks it)
+    g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkSampled>");
+    g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkExact>");
   }
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
     dsa::LeanTopkArgs t{};
@@ -120,7 +122,7 @@ class TopkFusedSweepFamily final : public Family {
     t.mode = p.sweep.mode;
     t.margin = p.sweep.margin;
     if (t.mode == dsa::kLeanTopkSampled) t.stats = reinterpret_cast<uintptr_t>(g_stats.load(std::memory_order_relaxed));
-    lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)");
+    lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)", t.mode == dsa::kLeanTopkSampled ? 0 : 1);
   }
 };
 
