@@ -32,8 +32,9 @@
 // appended cell; the threshold rises only at compactions, which first count h1 over the buffer.
 //
 // (v1, sessions 8-9, did the exact upkeep in the consumers themselves, between their products:
-// 2-5x the scores-only time; v2-v3, sessions 13-14, in the selector warps: 1.7-4.7x.
-// docs/PERF_NOTES.md has the measurements.)
+// 2-5x the scores-only time; v2-v4, sessions 13-14, in the selector warps: 1.7-4.7x; v5, session
+// 15, the sampled cut in the consumers: 1.13-1.31x at S_k >= 16384 on an H100, with the
+// candidates kernel. docs/PERF_NOTES.md has the measurements.)
 #include "sm90_indexer_lean.cuh"
 #include "sm90_topk_fused_args.cuh"
 #include "sm90_topk_common.cuh"
