@@ -163,9 +163,12 @@ TEST_CASE("topk fused: offsets, short and empty rows, B 3, fp32 W, sm_scale", "[
   b.w_f32 = true;
   b.sm_scale = 0.0625f;
   check_fused(b, 232, {64, 2048});
-  // Several row blocks: the planned buffer (4k entries) at k 2048 makes 4096-row blocks.
+  // Several row blocks: a 64 MiB budget at 2112 entries per row (every cell: S_k + 64) makes
+  // three blocks of 3072 rows (the default 512 MiB holds all 9216 rows in one).
   HostProblem c = bshd(1, 9216, 2048, 64, 4);
+  dsa_indexer::detail::set_topk_fused_budget(uint64_t(64) << 20);
   check_fused(c, 233, {2048});
+  dsa_indexer::detail::set_topk_fused_budget(0);
 }
 
 TEST_CASE("topk fused: long rows compact and refresh (S_k 16384)", "[topk_fused]") {
@@ -173,6 +176,9 @@ TEST_CASE("topk fused: long rows compact and refresh (S_k 16384)", "[topk_fused]
   p.offsets = {16384 - 1056 - 1};
   check_fused(p, 241, {64, 2048});
   check_fused(p, 242, {512}, Ties::none, /*entries=*/256);
+  // Lists longer than the candidates kernel stages in shared memory (8192): 12048 entries per
+  // row, which the exact sweep without refreshes (compactions only) fills before it compacts.
+  check_fused(p, 243, {2048}, Ties::none, /*entries=*/10000);
 }
 
 TEST_CASE("topk fused: S_k 65536, a sample stride of 64", "[topk_fused]") {
