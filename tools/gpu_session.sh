@@ -3,7 +3,7 @@
 # every log under OUTDIR. Meant for the H200 machine, over a build directory made elsewhere.
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
-#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c]
+#                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -239,6 +239,20 @@ if [[ " $steps " == *" s15c "* ]]; then
       --section SchedulerStats --section WarpStateStats --section InstructionStats --section Occupancy \
       --kernel-name regex:"$kn" --launch-count 1 $b/tests/dsa_gpu_tests "[topk_profile]"
   done
+fi
+# s16 (not in all): the fused top-k's validation and timing in one call of at most 10 minutes:
+# [topk_fused] (with session 15's last cases: several blocks at a 64 MiB budget, lists past the
+# candidates kernel's staging), the sanitizers over [topk_fused_small], [topk_perf], then the
+# CLI's top-k rows (cold and warm, fused columns included; k 2048 only) when the tests passed.
+if [[ " $steps " == *" s16 "* ]]; then
+  run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  run sanitize_memcheck_fused 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+  run sanitize_racecheck_fused 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+  if grep -q "All tests passed" "$out/gpu_topk_fused.log"; then
+    run topk_perf 130 $b/tests/dsa_gpu_tests "[topk_perf]"
+    run topk_bench 150 $b/tools/dsa-indexer bench --op topk --topk-k 2048 --json "$out/topk_bench.json"
+  fi
 fi
 # s14c (not in all): issue 21's sanitizers over the fused top-k (sampled sweep, its redo and the
 # exact sweep, then the candidates kernel), memcheck and racecheck over one small call of each
