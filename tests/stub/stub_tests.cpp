@@ -224,8 +224,9 @@ int child_topk() {
   } catch (const dsa_indexer::InvalidArgument& e) {
     expect(contains(e.what(), "workspace_bytes"), std::string("a short workspace: ") + e.what());
   }
-  // The same call by the fused path: one block of 2304 rows (2048 candidates of 8 bytes per
-  // row), 4 launches (rows, the sampled sweep, its redo, candidates); with the exact sweep 3.
+  // The same call by the fused path: one block of 2304 rows (topk_fused_candidates(512, 65536)
+  // = 4404 candidates of 8 bytes per row), 4 launches (rows, the sampled sweep, its redo,
+  // candidates); with the exact sweep 3.
   b.opt.family = dsa_indexer::KernelFamily::topk_fused;
   t.workspace = nullptr;
   t.workspace_bytes = 0;
@@ -237,8 +238,10 @@ int child_topk() {
   dsa_indexer::detail::set_topk_fused_margin(std::nullopt);
   expect(ne == 3, fmt::format("fused, exact sweep: 1 block x (rows, sweep, candidates) = 3 launches, stub saw {}", ne));
   const std::size_t wsf = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
-  expect(wsf >= std::size_t(2304) * 2048 * 8 && wsf < ws,
-         fmt::format("fused: the workspace holds 2304 rows of 2048 candidates ({} bytes), less than the unfused ({})", wsf, ws));
+  const std::size_t cands = static_cast<std::size_t>(dsa_indexer::detail::topk_fused_candidates(k, 65536));
+  expect(cands == 4404 && wsf >= std::size_t(2304) * cands * 8 && wsf < ws,
+         fmt::format("fused: the workspace holds 2304 rows of {} candidates ({} bytes), less than the unfused ({})", cands, wsf,
+                     ws));
   // THD with device-only cu_seqlens: segments 0 and 2 hold the rows; their keys (with segment 1's
   // between them) span 16 > max_seqlen_k 7 columns, so two blocks; generic with explicit windows.
   Thd thd({0, 5, 5, 12}, {0, 3, 10, 16});
