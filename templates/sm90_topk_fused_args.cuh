@@ -35,10 +35,10 @@ enum LeanTopkStat : int {
 // - exact: the consumers hand every tile's keys to the selector warps, whose threshold starts at
 //   0 (every visible cell) and rises with the histograms (refresh > 0) or at compactions;
 // - sampled: the sample tiles come first (lean_topk_sample_stride) and append every visible cell;
-//   the selectors then cut each row at the sample's r largest (r: the expected number of the
-//   sample's cells in the row's top-k plus `margin` standard deviations) and the consumers
-//   append only cells above that threshold, themselves. A row whose set may miss part of its
-//   top-k is written as count -1 - n;
+//   each consumer then cuts its rows at the key of the sample's r-th largest cell (r: the expected
+//   number of the sample's cells in the row's top-k plus `margin` standard deviations) and
+//   appends only cells with a key at least that. A row whose set may miss part of its top-k is
+//   written as count -1 - n;
 // - redo: exact, over the q-tiles with such a row only (the others are skipped by every role);
 //   it rewrites all 8 rows of those q-tiles.
 constexpr i32 kLeanTopkExact = 0;
@@ -46,8 +46,8 @@ constexpr i32 kLeanTopkSampled = 1;
 constexpr i32 kLeanTopkRedo = 2;
 // The sweep's tile order (lean's kSampleStride): tiles s/2, s/2 + s, s/2 + 2s, ... of a q-tile's
 // KV tiles first, s the stride of a sample of at most about 1024 cells per row (16 up to S_k
-// 16384, then S_k / 1024): the selectors' cut reads the sample from the buffer, and the consumers
-// append every cell until it is done, so a longer sample costs more appends and a later cut
+// 16384, then S_k / 1024): the consumers' cut holds a row's sample keys in registers (32 per
+// lane), and every sample cell is appended, so a longer sample costs registers and appends
 // (session 14: S_k 32768 ran at 2.7x the scores time with about 2048 cells, at 1.7x with about
 // 1024 in a run that also differed otherwise: PERF_NOTES).
 // Tile 0 (the first keys, often unlike the rest in trained models) is never a sample.

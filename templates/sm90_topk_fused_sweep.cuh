@@ -440,6 +440,11 @@ struct LeanTopkEpilogue {
   __device__ __forceinline__ LeanTopkEpilogue(const Args& ta, u8* smem_generic, int cg_, int, int)
       : smem(lean_topk_shared(smem_generic)), cand(ta.cand), ld(ta.cand_ld), cg(cg_) {}
 
+  // Sampled: this consumer's 4 rows' state for the current item (its parity).
+  __device__ __forceinline__ LeanTopkLive* live_rows() const {
+    return reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (uses & 1) * kTileRows + cg * kRows;
+  }
+
   __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
                                        float sm_scale) const {
     const i32 rel0 = it * kKvRows;
@@ -472,13 +477,11 @@ struct LeanTopkEpilogue {
     if (iter == 0) {
       // per item: the row state's and the buffer's addresses, kept (not re-derived per tile)
       ns = lean_sample_tiles<kSampleStride>(ln.n_kv);
-      LeanTopkLive* live = reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (uses & 1) * kTileRows + cg * kRows;
-      count_at = smem_addr(&live[t].scnt);
+      count_at = smem_addr(&live_rows()[t].scnt);
       row_buf = reinterpret_cast<u64*>(cand) + (ln.q_row0 + t) * ld;
       mbarrier_wait(reinterpret_cast<u64*>(smem + kOffReady) + (uses & 1), (uses >> 1) & 1);  // the rows are set up
     }
-    if (iter == ns)
-      cut(reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (uses & 1) * kTileRows + cg * kRows, ln.q_row0, warp_in_wg, lane, t);
+    if (iter == ns) cut(live_rows(), ln.q_row0, warp_in_wg, lane, t);
     const bool sample = iter < ns;
     ++iter;
     bool take[2];

@@ -45,6 +45,19 @@ ncu_sweep() {  # timeout
   [[ -f $out/sweep.ncu-rep ]] && "$ncu_bin" --import "$out/sweep.ncu-rep" --page details >"$out/sweep_details.txt" 2>&1
   rm -f "$out/sweep.ncu-rep"
 }
+# every kernel's time in the first fused call of [topk_perf] (its blocks' sweeps, redo launches
+# and candidates kernels).
+ncu_times() {  # timeout
+  run ncu_times "$1" "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
+    --kernel-name regex:"sm90_topk_(candidates|fused_sweep)" --launch-count 9 $b/tests/dsa_gpu_tests "[topk_perf]"
+}
+# memcheck and racecheck over one small call of every fused launch kind ("[topk_fused_small]").
+sanitize_fused() {  # memcheck timeout, racecheck timeout
+  local cs
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  run sanitize_memcheck_fused "$1" "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+  run sanitize_racecheck_fused "$2" "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv; } >"$out/summary.txt" 2>&1
 cat "$out/summary.txt"
 if want tests; then
@@ -200,9 +213,7 @@ if [[ " $steps " == *" s14 "* ]]; then
   if grep -q "All tests passed" "$out/gpu_topk_fused.log"; then
     run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
     ncu_sweep 90
-    # every kernel of the first fused call (S_k 16384: 3 blocks x sweep, redo, candidates)
-    run ncu_times 90 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
-      --kernel-name regex:"sm90_topk_(candidates|fused_sweep)" --launch-count 9 $b/tests/dsa_gpu_tests "[topk_perf]"
+    ncu_times 90
   fi
 fi
 # s14b (not in all): the candidates kernel's column order by bitmap (against the select kernel),
@@ -219,17 +230,14 @@ if [[ " $steps " == *" s15 "* ]]; then
   run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
   if grep -q "All tests passed" "$out/gpu_topk_fused.log"; then
     run topk_perf 220 $b/tests/dsa_gpu_tests "[topk_perf]"
-    run ncu_times 90 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
-      --kernel-name regex:"sm90_topk_(candidates|fused_sweep)" --launch-count 9 $b/tests/dsa_gpu_tests "[topk_perf]"
+    ncu_times 90
   fi
 fi
 # s15b (not in all): [topk_perf] (with the one-block and 12288-entry rows), then s14c's
 # sanitizers with shorter limits, for one call of at most 10 minutes.
 if [[ " $steps " == *" s15b "* ]]; then
   run topk_perf 130 $b/tests/dsa_gpu_tests "[topk_perf]"
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  run sanitize_memcheck_fused 180 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
-  run sanitize_racecheck_fused 260 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+  sanitize_fused 180 260
 fi
 # s15c (not in all): ncu of the lean scores kernel and of the fused sweep at the same shape
 # ("[topk_profile]": S_q 8192, S_k 16384, one call each), their details pages side by side.
@@ -246,9 +254,7 @@ fi
 # CLI's top-k rows (cold and warm, fused columns included; k 2048 only) when the tests passed.
 if [[ " $steps " == *" s16 "* ]]; then
   run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  run sanitize_memcheck_fused 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
-  run sanitize_racecheck_fused 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+  sanitize_fused 60 90
   if grep -q "All tests passed" "$out/gpu_topk_fused.log"; then
     run topk_perf 130 $b/tests/dsa_gpu_tests "[topk_perf]"
     run topk_bench 150 $b/tools/dsa-indexer bench --op topk --topk-k 2048 --json "$out/topk_bench.json"
@@ -258,9 +264,7 @@ fi
 # exact sweep, then the candidates kernel), memcheck and racecheck over one small call of each
 # ("[topk_fused_small]": shared-memory hazards between the consumers' appends, the cut and the selectors).
 if [[ " $steps " == *" s14c "* ]]; then
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  run sanitize_memcheck_fused 240 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
-  run sanitize_racecheck_fused 300 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+  sanitize_fused 240 300
 fi
 # s13d (not in all): s13c's first half for a call of about 3 minutes: [lean], lean FP8 ==
 # generic FP8, then [topk_fused].

@@ -245,19 +245,20 @@ const Family& topk_fused_sweep_family() {
 
 int64_t topk_fused_candidates(int64_t k, int64_t s_k) {
   const int64_t tile = dsa::kLeanTopkTileCols;
-  const int64_t cells = std::max<int64_t>(s_k, 1) + tile;  // a row never holds more than its cells and one tile
+  const int64_t n = std::max<int64_t>(s_k, 1);
+  const int64_t cells = n + tile;  // a row never holds more than its cells and one tile
   int64_t ld = std::min<int64_t>(std::max<int64_t>(4 * k, 1024), cells);
   if (const float z = topk_fused_margin(); !std::isnan(z)) {
     // The sampled sweep keeps a row's m sample cells and the cells at or above the sample's r-th
     // largest key: about r s_k / m of them (r s for every row length: m is about hi / s), with a
     // relative deviation of about 1 / sqrt(r) (the r-th of m is a Beta(r, m - r + 1) quantile).
     // Room for 6 deviations: an overflow sends the row's q-tile to the redo launch.
-    const int s = dsa::lean_topk_sample_stride(s_k);
-    const double m = dsa::lean_topk_sample_cells_at(std::max<int64_t>(s_k, 1), s);
-    const double e = double(k) * m / double(std::max<int64_t>(s_k, 1));
+    const int s = dsa::lean_topk_sample_stride(n);
+    const double m = dsa::lean_topk_sample_cells_at(n, s);
+    const double e = double(k) * m / double(n);
     const double r = std::ceil(e + double(z) * std::sqrt(e));
     if (m > 0 && r >= 1 && r < m) {
-      const double post = r * double(s_k) / m;
+      const double post = r * double(n) / m;
       ld = static_cast<int64_t>(std::ceil(m + post * (1.0 + 6.0 / std::sqrt(r)))) + tile;
     } else {
       ld = cells;  // no cut: every visible cell

@@ -29,13 +29,13 @@ int64_t topk_fused_candidates(int64_t k, int64_t s_k);
 // Process-wide override of the planned value (0: none), for tests and measurements.
 void set_topk_fused_candidates(int64_t entries);
 // The candidate buffers' bytes a block of rows aims for: one block (one sweep launch, without a
-// launch tail per block) for S_q 8192 up to S_k 32768 at k 2048 (session 15: the three blocks
+// launch tail per block) for S_q 8192 up to S_k 65536 at k 2048 (session 15: the three blocks
 // of 256 MiB took 1.64x the scores time at S_k 16384, one block 1.46x). Like the unfused path's
 // budget it bounds the workspace independently of S_k.
 inline constexpr uint64_t kTopkFusedBudget = uint64_t(512) << 20;
-// Whether automatic top-k calls take the fused path where its gates hold. Off until the fused
-// kernels have run on a GPU (they compile and plan on the CPU; the device was not available
-// when they were written): until then the fused path serves calls that ask for it by name.
+// Whether automatic top-k calls take the fused path where its gates hold. Off while it is slower
+// than the unfused path (session 15, an H100: 2-7 % at S_k 16384-131072, 29 % at ratio 4;
+// docs/PERF_NOTES.md): until then the fused path serves calls that ask for it by name.
 inline constexpr bool kTopkFusedAutomatic = false;
 // Appends to a row between refreshes of its threshold from its histograms; 0: no histograms are
 // kept while sweeping, the threshold rises at compactions only.
@@ -46,9 +46,10 @@ int32_t topk_fused_refresh();
 void set_topk_fused_refresh(int32_t refresh);
 // The sweep's threshold: sampled (the default) or exact. Sampled, a block's sweep takes its
 // sample tiles first (every s-th KV tile of a q-tile's, s = lean_topk_sample_stride(S_k): a
-// sample of at most about 1024 cells per row), the selector warps find each row's threshold
-// above which the sample's r largest lie, r the expected number of sample cells in the row's
-// top-k plus kTopkFusedMargin standard deviations, and the consumers append only cells above it:
+// sample of at most about 1024 cells per row), each consumer warp finds a row's threshold, the
+// key of the sample's r-th largest cell, r the expected number of sample cells in the row's
+// top-k plus kTopkFusedMargin standard deviations, and the consumers append only cells at or
+// above it:
 // a row keeps about its sample + k + margin sqrt(s k) entries instead of a third to a half of its
 // cells. A row whose set cannot be shown to hold its top-k (the sample overestimated it: about
 // 1e-6 of rows at margin 5 with scores that do not depend on the column; or its buffer overflowed)
@@ -65,7 +66,7 @@ void set_topk_fused_margin(std::optional<float> margin);
 // sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.
 void set_topk_fused_stats(uint32_t* device_counters);
 // Measurements: the candidate buffers' bytes a block of rows aims for (topk_blocking's budget;
-// 0, the default: kTopkDefaultBudget), e.g. to time a call in one block.
+// 0, the default: kTopkFusedBudget), e.g. to time a call in one block.
 void set_topk_fused_budget(uint64_t bytes);
 
 }  // namespace dsa_indexer::detail
