@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
   const u32 my_bar = cg == 0 ? kBarPingPong0 : kBarPingPong1;
   const u32 other_bar = cg == 0 ? kBarPingPong1 : kBarPingPong0;
   if (cg == 1) named_barrier_arrive(kBarPingPong0, 256);  // consumer 0 issues first
-  const u32 q_base = smem_addr(smem + L::kOffQ + cg * T::kQBytes);
+  const u32 q_base = warp_uniform(smem_addr(smem + L::kOffQ + cg * T::kQBytes));
   const u32 kv_base0 = smem_addr(smem + L::kOffKv);
   float* out = reinterpret_cast<float*>(a.out);
   const int quarter = token_quarter(lane);
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(GenericTraits<Cfg>::kThreads, 1)
         mbarrier_wait(&kv_full[stage], phase);
         named_barrier_sync(my_bar, 256);
         const u32 kv_base = kv_base0 + stage * T::kKvBytes;
-        mma_tile<T::kFp8>(acc, kv_base, q_base);
+        mma_tile<T::kFp8>(acc, warp_uniform(kv_base), q_base);
         named_barrier_arrive(other_bar, 256);
         KScalePair ksc;
         if constexpr (T::kFp8)

@@ -51,6 +51,9 @@ DSA_CONFIG_OR(FreeOf, kFreeConsumers, bool, false)
 // role maps its iteration to the tile with lean_tile_at (sm90_indexer_lean_args.cuh), so producer,
 // consumers and epilogue agree.
 DSA_CONFIG_OR(SampleStrideOf, kSampleStride, int, 1)
+// An epilogue that keeps registers of its own beside the accumulators may ask for the weights
+// as packed pairs (kNarrowWeights; LeanWeights).
+DSA_CONFIG_OR(NarrowWeightsOf, kNarrowWeights, bool, false)
 
 template <class Cfg>
 struct LeanTraits {
@@ -279,9 +282,12 @@ __device__ __forceinline__ void lean_fp8_weights(const LeanArgs& a, const DsaSca
 }
 
 // Weights of one consumer's 4 tokens for lane class c = lane & 3, in the order head_sum expects
-// (weight_head). bf16 weights stay in registers for a whole item (32 registers of packed
-// pairs, widened exactly at use); fp32 weights would need 64 registers beside the 128
-// accumulators, which spills, so they are read from the item's shared-memory copy per tile.
+// (weight_head). bf16 weights stay in registers for a whole item: kMode 3 widens them once per
+// item and keeps them as fp32 (64 registers beside the 128 accumulators; the widening is inline
+// asm, which the compiler cannot redo at every use, so the per-tile epilogue has none left:
+// 64 of about 550 instructions per KV tile and warp, session 16); kMode 0 keeps them as 32
+// registers of packed pairs, widened exactly at use, for the variants where 64 spill
+// (lean_wide_weights). fp32 weights are read from the item's shared-memory copy per tile.
 template <class Cfg, int kMode = LeanTraits<Cfg>::kWMode>
 struct LeanWeights;
 
@@ -305,7 +311,48 @@ struct LeanWeights<Cfg, 0> {
   }
 };
 
-// Weights read from the item's shared-memory copy per tile (kMode 1 and 2).
+// kMode 3 (bf16) and 4 (fp32): the item's weights as fp32 in registers, loaded once per item from
+// its shared copy (bf16 pairs widened by bf16x2_to_f32x2: kMode 0's values, the same bits).
+template <class Cfg, bool kF32>
+struct LeanWeightsWide {
+  static constexpr int H = LeanTraits<Cfg>::kHeads;
+  float4 v[LeanTraits<Cfg>::kTokensPerConsumer * (H / 16)];
+  __device__ __forceinline__ void load(u32 w_smem, int cls) {
+#pragma unroll
+    for (int tl = 0; tl < LeanTraits<Cfg>::kTokensPerConsumer; ++tl)
+#pragma unroll
+      for (int g4 = 0; g4 < H / 16; ++g4) {
+        const u32 e0 = w_smem + (tl * H + weight_head(g4, 0, cls)) * (kF32 ? 4 : 2);
+        const u32 e2 = w_smem + (tl * H + weight_head(g4, 2, cls)) * (kF32 ? 4 : 2);
+        const float2 wa = kF32 ? ld_shared_f32x2(e0) : bf16x2_to_f32x2(ld_shared_u32(e0));
+        const float2 wb = kF32 ? ld_shared_f32x2(e2) : bf16x2_to_f32x2(ld_shared_u32(e2));
+        v[tl * (H / 16) + g4] = make_float4(wa.x, wa.y, wb.x, wb.y);
+      }
+  }
+  __device__ __forceinline__ float4 operator()(int tl, int g4) const { return v[tl * (H / 16) + g4]; }
+};
+template <class Cfg>
+struct LeanWeights<Cfg, 3> : LeanWeightsWide<Cfg, false> {};
+
+// How a variant's consumers hold their weights (LeanWeights' kMode): as fp32 in registers,
+// loaded once per item (bf16 W widened: 3; fp32 W and FP8 from the shared copy: 4), where two
+// consumers (four have 104 registers), BSHD, not the split variant at H 16, and an epilogue
+// that keeps no registers of its own beside them (kNarrowWeights: the fused top-k's exact sweep); the
+// others spilled 8-64 bytes with them (session 16; the NVRTC tests hold every variant of the
+// manifest to no spills) and keep lean_weight_mode's (0: packed bf16 pairs widened at use; 1, 2:
+// the shared copy read per KV tile).
+template <class Cfg, class Epi>
+__device__ __forceinline__ constexpr int lean_weight_regs_mode() {
+  using T = LeanTraits<Cfg>;
+  constexpr bool kWide = T::kConsumers == 2 && !T::kThd && !(T::kSplit && T::kHeads == 16) &&
+                         !NarrowWeightsOf<Epi>::value;
+  // fp32 from the shared copy: only at the consumers' full 232 registers (not the split variant
+  // or ragged S_k: 224), not beside lse's running sums or FP8's k scales at H 16
+  constexpr bool kWide4 = kWide && T::kConsumerRegs == 232 && !LseOf<Cfg>::value && !(T::kFp8 && T::kHeads == 16);
+  return T::kWMode == 0 && kWide ? 3 : T::kWMode == 1 && kWide4 ? 4 : T::kWMode;
+}
+
+// Weights read from the item's shared-memory copy per tile (kMode 1 and 2; kMode 4 reads it once).
 template <class Cfg>
 struct LeanWeightsSmem {
   static constexpr int H = LeanTraits<Cfg>::kHeads;
@@ -343,6 +390,12 @@ struct LeanWeights<Cfg, 1> : LeanWeightsSmem<Cfg> {  // fp32
   }
 };
 
+// fp32 weights (fp32 W, FP8's w * q_scale) once per item (lean_weight_regs_mode): kMode 1's values
+// without its 32 shared loads per KV tile. The copy stays the item's until its last product, as
+// for kMode 1.
+template <class Cfg>
+struct LeanWeights<Cfg, 4> : LeanWeightsWide<Cfg, true> {};
+
 // The consumers' epilogue: what a consumer does with one KV tile's head sums (this lane's 2 KV
 // rows of its token). An epilogue E provides
 //   E::Args                the launch arguments it reads (passed to the kernel after LeanArgs)
@@ -352,7 +405,8 @@ struct LeanWeights<Cfg, 1> : LeanWeightsSmem<Cfg> {  // fp32
 //                          by thread 0 before the CTA's first barrier; E::kProducerRegs: the
 //                          producer warpgroup's registers, if more than the traits' choice)
 //   E(args, smem, cg, warp_in_wg, lane)     per consumer thread, before the first item
-//   tile(part, it, ln, warp_in_wg, lane, sm_scale)  per KV tile
+//   tile(part, it, ln, warp_in_wg, lane, sm_scale, item)  per KV tile (item: the consumer's
+//                          items with KV tiles before this one)
 //   after_tile(ln), end_item(ln)            after each tile's, and each item's, last tile
 // (end_item also for items without KV tiles).
 //
@@ -431,7 +485,7 @@ struct LeanScoresEpilogue {
   }
   template <int S>
   __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLaneS<S>& ln, int warp_in_wg, int lane,
-                                       float sm_scale) const {
+                                       float sm_scale, u32 /*item*/) const {
     // KV rows relative to the item's first: the tile's rows are [it * 64, it * 64 + 64)
     const i32 rel0 = it * kKvRows;
     const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
@@ -777,7 +831,11 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   // (kFreeConsumers: no ring; each consumer issues as soon as its Q and the KV stage are there)
   constexpr bool kRing = !FreeOf<Cfg>::value;
   if (kRing && cg == T::kConsumers - 1) named_barrier_arrive(kLeanPingPong0, 256);  // consumer 0 issues first
-  const u32 q_base = smem_addr(cta.smem + L::kOffQ + cg * T::kQBytes);
+  // the operands' shared addresses as warp-uniform values (the wgmma descriptors then live in
+  // uniform registers: 150 fewer instructions per KV tile and warp with the weights widened once,
+  // session 16); four consumers keep Q's per thread (uniform, it spilled 4-8 bytes at 104)
+  const u32 q_base_t = smem_addr(cta.smem + L::kOffQ + cg * T::kQBytes);
+  const u32 q_base = T::kConsumers == 2 ? warp_uniform(q_base_t) : q_base_t;
   const u32 kv_base0 = smem_addr(cta.smem + L::kOffKv);
   const u32 w_smem = smem_addr(cta.smem + L::kOffW + cg * T::kWBufs * T::kWBytes);
   float* out = reinterpret_cast<float*>(a.out);
@@ -787,7 +845,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   using Lane = LeanLaneS<S>;
 
   float acc[T::kAcc];
-  LeanWeights<Cfg> wreg;
+  LeanWeights<Cfg, lean_weight_regs_mode<Cfg, Epi>()> wreg;
   Epi epi(ea, cta.smem + L::kOffEpi, cg, warp_in_wg, lane);
   u32 stage = 0, phase = 0, q_uses = 0;
   // What this lane needs of item (tile, b). THD derives it from cu_seqlens (loads and warp
@@ -914,7 +972,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         const i32 kt = lean_tile_at<SampleStrideOf<Epi>::value>(it, n_kv);  // the KV tile of this iteration
         mbarrier_wait(&cta.kv_full[stage], phase);
         if (kRing) named_barrier_sync(my_bar, 256);
-        mma_tile<T::kFp8>(acc, kv_base0 + stage * T::kKvBytes, q_base);
+        mma_tile<T::kFp8>(acc, warp_uniform(kv_base0 + stage * T::kKvBytes), q_base);
         if (kRing) named_barrier_arrive(other_bar, 256);
         // FP8: this lane's two k scales load while the product runs (1 where there are none)
         // (four consumers: one row per lane, row8 of lean_val_row8; its second load goes unused)
@@ -949,7 +1007,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
             for (int j = 0; j < T::kVals; ++j) part[j] = part[j] * ksc.v[T::kVals == 1 ? 0 : j & 1];
           }
         }
-        epi.tile(part, kt, ln, warp_in_wg, lane, a.sm_scale);
+        epi.tile(part, kt, ln, warp_in_wg, lane, a.sm_scale, q_uses);
         epi.after_tile(ln);
       }
       ++q_uses;

@@ -84,11 +84,12 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[64], u64 a, u64 b, int sca
 template <int R>
 __device__ __forceinline__ void mma_kv_tile(float (&acc)[R], u32 kv_base, u32 q_base) {
   constexpr int kHalfBytes = 2 * R * 128;
+  const u64 da0 = gmma_desc_sw128(kv_base), db0 = gmma_desc_sw128(q_base);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
-    const u64 da = gmma_desc_sw128(kv_base + (kk >> 2) * kHalfBytesKv + (kk & 3) * 32);
-    const u64 db = gmma_desc_sw128(q_base + (kk >> 2) * kHalfBytes + (kk & 3) * 32);
+    const u64 da = gmma_desc_advance(da0, (kk >> 2) * kHalfBytesKv + (kk & 3) * 32);
+    const u64 db = gmma_desc_advance(db0, (kk >> 2) * kHalfBytes + (kk & 3) * 32);
     wgmma_bf16(acc, da, db, kk > 0 ? 1 : 0);
   }
   wgmma_commit_group();
@@ -98,11 +99,12 @@ __device__ __forceinline__ void mma_kv_tile(float (&acc)[R], u32 kv_base, u32 q_
 // the one 128-byte swizzled row (the descriptor advances as BF16's k16 steps do within a half).
 template <int R>
 __device__ __forceinline__ void mma_kv_tile_fp8(float (&acc)[R], u32 kv_base, u32 q_base) {
+  const u64 da0 = gmma_desc_sw128(kv_base), db0 = gmma_desc_sw128(q_base);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    const u64 da = gmma_desc_sw128(kv_base + kk * 32);
-    const u64 db = gmma_desc_sw128(q_base + kk * 32);
+    const u64 da = gmma_desc_advance(da0, kk * 32);
+    const u64 db = gmma_desc_advance(db0, kk * 32);
     wgmma_e4m3(acc, da, db, kk > 0 ? 1 : 0);
   }
   wgmma_commit_group();

@@ -409,6 +409,9 @@ struct LeanTopkEpilogue {
   // the consumers get 208); the sampled protocol's set rows up and write counts (lean's own
   // producer budget: the consumers get lean's).
   static constexpr int kProducerRegs = kSampled ? 0 : 88;
+  // The exact protocol's consumers (208 registers) keep the weights packed (widened at use): as
+  // fp32 in registers they spilled 64 bytes; the sampled protocol's (232) hold them widened.
+  static constexpr bool kNarrowWeights = !kSampled;
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
   static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
@@ -421,7 +424,6 @@ struct LeanTopkEpilogue {
   int cg;
   mutable u32 slot = 0, phase = 0;   // exact: the stage slot ring
   mutable i32 iter = 0, ns = 0;      // sampled: the item's iteration, its sample tiles
-  mutable u32 uses = 0;              // sampled: items with KV tiles so far
   mutable u32 tk = 1;                // sampled: the row's cut (1 until it: every visible cell)
   mutable u32 count_at = 0;          // sampled: the shared address of this lane's row's scnt, this item
   mutable u64* row_buf = nullptr;    // sampled: this lane's row's buffer, this item
@@ -440,13 +442,14 @@ struct LeanTopkEpilogue {
   __device__ __forceinline__ LeanTopkEpilogue(const Args& ta, u8* smem_generic, int cg_, int, int)
       : smem(lean_topk_shared(smem_generic)), cand(ta.cand), ld(ta.cand_ld), cg(cg_) {}
 
-  // Sampled: this consumer's 4 rows' state for the current item (its parity).
-  __device__ __forceinline__ LeanTopkLive* live_rows() const {
-    return reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (uses & 1) * kTileRows + cg * kRows;
+  // Sampled: this consumer's 4 rows' state for the item (its parity; `item`: the items with KV
+  // tiles before it, the kernel's count).
+  __device__ __forceinline__ LeanTopkLive* live_rows(u32 item) const {
+    return reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (item & 1) * kTileRows + cg * kRows;
   }
 
   __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
-                                       float sm_scale) const {
+                                       float sm_scale, u32 item) const {
     const i32 rel0 = it * kKvRows;
     const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
     const i32 col0 = 16 * warp_in_wg + (lane >> 2);
@@ -477,11 +480,11 @@ struct LeanTopkEpilogue {
     if (iter == 0) {
       // per item: the row state's and the buffer's addresses, kept (not re-derived per tile)
       ns = lean_sample_tiles<kSampleStride>(ln.n_kv);
-      count_at = smem_addr(&live_rows()[t].scnt);
+      count_at = smem_addr(&live_rows(item)[t].scnt);
       row_buf = reinterpret_cast<u64*>(cand) + (ln.q_row0 + t) * ld;
-      mbarrier_wait(reinterpret_cast<u64*>(smem + kOffReady) + (uses & 1), (uses >> 1) & 1);  // the rows are set up
+      mbarrier_wait(reinterpret_cast<u64*>(smem + kOffReady) + (item & 1), (item >> 1) & 1);  // the rows are set up
     }
-    if (iter == ns) cut(live_rows(), ln.q_row0, warp_in_wg, lane, t);
+    if (iter == ns) cut(live_rows(item), warp_in_wg, lane, t);
     const bool sample = iter < ns;
     ++iter;
     bool take[2];
@@ -505,7 +508,7 @@ struct LeanTopkEpilogue {
   // the consumer calls it at the same tile): warp w sets row w's tk and r, then every lane takes
   // its own row's tk. A row cuts when the selectors gave it a rank and its sample is whole
   // (scnt == m <= the buffer, and m <= 32 kCutKeys); else it keeps tk 1.
-  __device__ __forceinline__ void cut(LeanTopkLive* live, i64 q_row0, int w, int lane, int t) const {
+  __device__ __forceinline__ void cut(LeanTopkLive* live, int w, int lane, int t) const {
     named_barrier_sync(kCutBar + cg, 128);  // every warp's sample stores and counts
     LeanTopkLive& R = live[w];
     const u32 m = R.m, rank = R.rank;
@@ -513,7 +516,8 @@ struct LeanTopkEpilogue {
       if (lane == 0) R.r = kLeanTopkBadSample;
     } else if (rank != 0u && m <= 32u * kCutKeys) {
       // the sample's keys (the high words of its composites; L2 only: the other warps wrote them)
-      const u32* hi_words = reinterpret_cast<const u32*>(reinterpret_cast<const u64*>(cand) + (q_row0 + w) * ld) + 1;
+      // (row w's buffer from this lane's, row t's: the item's first row is not kept past its first tile)
+      const u32* hi_words = reinterpret_cast<const u32*>(row_buf + static_cast<i64>(w - t) * ld) + 1;
       u32 kv[kCutKeys];
 #pragma unroll
       for (int u = 0; u < kCutKeys; ++u) {
@@ -549,7 +553,6 @@ struct LeanTopkEpilogue {
     mbarrier_arrive(reinterpret_cast<u64*>(smem + kOffItemDone) + cg);  // (release: the item's stores and counts)
     iter = 0;
     tk = 1u;
-    ++uses;
   }
 
   // Selector warp s (0..2) over the CTA's items, in the schedule every role walks.

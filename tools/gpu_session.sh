@@ -4,6 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
+#                                [digests|ab_epilogue]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -259,6 +260,39 @@ if [[ " $steps " == *" s16 "* ]]; then
     run topk_perf 130 $b/tests/dsa_gpu_tests "[topk_perf]"
     run topk_bench 150 $b/tools/dsa-indexer bench --op topk --topk-k 2048 --json "$out/topk_bench.json"
   fi
+fi
+# digests (not in all; needs build/baseline from tools/build_baseline.sh REV): the output bits of
+# tests/gpu/test_digests.cpp's fixed problems recorded by the baseline build, then the current
+# build held to them (OUTDIR/golden_digests.txt: commit it as tests/gpu/golden_digests.txt once
+# the baseline is the reference); then lean's and FP8's suites as a sanity check of the new build.
+if [[ " $steps " == *" digests "* ]]; then
+  bl=$b/baseline
+  echo "baseline: $(cat $bl/REV 2>/dev/null || echo none)" | tee -a "$out/summary.txt"
+  DSA_TEST_DIGESTS_OUT="$out/golden_digests.txt" run digests_baseline 200 $bl/dsa_gpu_tests "[digests]" --durations yes
+  DSA_TEST_DIGESTS_EXPECT="$out/golden_digests.txt" DSA_TEST_DIGESTS_OUT="$out/digests.txt" \
+    run digests 200 $b/tests/dsa_gpu_tests "[digests]" --durations yes
+  run gpu_lean 150 $b/tests/dsa_gpu_tests "[lean]" --durations yes
+fi
+# ab_epilogue (not in all; needs build/baseline): session 16's leaner consumer loop (weights
+# widened once per item, wgmma descriptors in uniform registers) against the baseline's CLI on
+# the same machine, interleaved A B B A: the headline lean / generic rows, H 32 and 16, FP8's
+# headline, the top-k rows (fused column included).
+if [[ " $steps " == *" ab_epilogue "* ]]; then
+  bl=$b/baseline
+  for v in A B B A; do
+    cli=$b/tools/dsa-indexer
+    [[ $v == A ]] && cli=$bl/dsa-indexer
+    n=$(ls "$out" | grep -c "^ab_head_$v") || true
+    run ab_head_${v}$n 90 $cli bench --match "bshd H64 r2 S_q 8192" --family lean,generic --reps 10
+    run ab_fp8_${v}$n 90 $cli bench --in e4m3 --quick --reps 10
+  done
+  for v in A B; do
+    cli=$b/tools/dsa-indexer
+    [[ $v == A ]] && cli=$bl/dsa-indexer
+    run ab_h32_$v 60 $cli bench --match H32 --family lean,generic --reps 10
+    run ab_h16_$v 60 $cli bench --match H16 --family lean,generic --reps 10
+    run ab_topk_$v 150 $cli bench --op topk --quick --topk-k 2048
+  done
 fi
 # s14c (not in all): issue 21's sanitizers over the fused top-k (sampled sweep, its redo and the
 # exact sweep, then the candidates kernel), memcheck and racecheck over one small call of each

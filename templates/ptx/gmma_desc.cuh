@@ -20,6 +20,9 @@ __device__ __forceinline__ u64 gmma_desc_sw128(u32 smem_address) {
 
 // Advances a descriptor's start address by `bytes` (a multiple of 16 that keeps the address
 // inside the shared window, so the 14-bit field cannot carry).
-__device__ __forceinline__ u64 gmma_desc_advance(u64 desc, u32 bytes) { return desc + static_cast<u64>(bytes >> 4); }
+__device__ __forceinline__ u64 gmma_desc_advance(u64 desc, u32 bytes) {
+  // the field is the low word's bits [0, 14) and cannot carry: a 32-bit add
+  return (desc & 0xffffffff00000000ull) | static_cast<u64>(static_cast<u32>(desc) + (bytes >> 4));
+}
 
 }  // namespace dsa

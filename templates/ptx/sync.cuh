@@ -26,6 +26,25 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
+// A value every lane of the warp holds alike, broadcast from lane 0 so that the compiler knows
+// it is warp-uniform: derived values (wgmma descriptors) then live in uniform registers instead
+// of being moved there (R2UR) before every wgmma.
+__device__ __forceinline__ u32 warp_uniform(u32 v) { return __shfl_sync(0xffffffffu, v, 0); }
+
+// Two bf16 (the halves of a packed pair) widened to fp32, exactly. Inline asm: the compiler
+// cannot rematerialize the widening from the packed pair at every use, so a caller that keeps
+// the results keeps them in registers (lean's weights: 64 ALU instructions per KV tile less).
+__device__ __forceinline__ float2 bf16x2_to_f32x2(u32 pair) {
+  float2 f;
+  asm("{\n\t"
+      "shl.b32 %0, %2, 16;\n\t"
+      "and.b32 %1, %2, 0xffff0000;\n\t"
+      "}"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(pair));
+  return f;
+}
+
 // ld.shared.v4.f32: a 16-byte shared-memory load the compiler cannot turn into a generic load.
 __device__ __forceinline__ float4 ld_shared_f32x4(u32 addr) {
   float4 v;

@@ -20,52 +20,12 @@
 #include "families/sm90_topk_fused.hpp"
 #include "gpu_cases.hpp"
 #include "gpu_runner.hpp"
+#include "topk_run.hpp"
 
 using namespace dsa_gpu_test;
 namespace ds = dsa_support;
 
 namespace {
-
-struct Out {
-  std::vector<int32_t> indices;
-  std::vector<float> values, softmax;
-};
-
-Out run(const HostProblem& p, ds::DeviceProblem& dp, KernelFamily family, int k, bool sorted, bool global) {
-  const int64_t rows = p.rows();
-  const size_t n = static_cast<size_t>(rows * k);
-  ds::DeviceBuffer ind(n * 4), val(n * 4), sm(n * 4);
-  ind.fill_u32(ds::kPoison);
-  val.fill_u32(ds::kPoison);
-  sm.fill_u32(ds::kPoison);
-  using dsa_indexer::DType;
-  using dsa_indexer::TensorDesc;
-  dsa_indexer::TopkOptions t;
-  t.k = k;
-  t.sort_by_score = sorted;
-  t.indices = global ? dsa_indexer::TopkIndices::global : dsa_indexer::TopkIndices::local;
-  t.values = TensorDesc::contiguous(val.get(), DType::f32, {p.batch, p.s_q, k});
-  t.softmax = TensorDesc::contiguous(sm.get(), DType::f32, {p.batch, p.s_q, k});
-  dsa_indexer::IndexerOptions o = dp.opt;
-  o.family = family;
-  const TensorDesc ti = TensorDesc::contiguous(ind.get(), DType::i32, {p.batch, p.s_q, k});
-  // A caller-owned workspace, poisoned: the fused path must not read what it did not write.
-  const size_t bytes = dsa_indexer::indexer_topk_workspace_size(dp.tq, dp.tk, dp.tw, ti, o, t);
-  ds::DeviceBuffer ws(bytes);
-  ws.fill_u32(ds::kPoison);
-  t.workspace = ws.get();
-  t.workspace_bytes = bytes;
-  dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
-  ds::sync_device();
-  Out r;
-  r.indices.resize(n);
-  r.values.resize(n);
-  r.softmax.resize(n);
-  ind.download(r.indices.data(), n * 4);
-  val.download(r.values.data(), n * 4);
-  sm.download(r.softmax.data(), n * 4);
-  return r;
-}
 
 enum class Ties { none, repeated_keys_and_zero_rows, two_values };
 
@@ -84,7 +44,7 @@ void make_ties(HostProblem& p, Ties ties) {
   }
 }
 
-int64_t mismatches(const Out& a, const Out& b, std::string& first, int k) {
+int64_t mismatches(const TopkOut& a, const TopkOut& b, std::string& first, int k) {
   int64_t bad = 0;
   for (size_t i = 0; i < a.indices.size(); ++i) {
     const bool same = a.indices[i] == b.indices[i] && std::memcmp(&a.values[i], &b.values[i], 4) == 0 &&
@@ -106,24 +66,24 @@ void check_fused(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties 
     for (bool sorted : {false, true})
       for (bool global : {false, true}) {
         INFO("k " << k << " sorted " << sorted << " global " << global);
-        const Out u = run(p, dp, KernelFamily::topk_unfused, k, sorted, global);
-        const Out f = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        const TopkOut u = run_topk(p, dp, KernelFamily::topk_unfused, k, sorted, global);
+        const TopkOut f = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
         std::string first;
         const int64_t bad = mismatches(f, u, first, k);
         INFO(first);
         CHECK(bad == 0);
-        const Out again = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        const TopkOut again = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
         CHECK(mismatches(again, f, first, k) == 0);
         // The sampled sweep's redo launch: at margin -4 nearly every cut row keeps fewer than k
         // entries and its q-tile is swept again (without the redo its count stays negative).
         dsa_indexer::detail::set_topk_fused_margin(-4.0f);
-        const Out redo = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        const TopkOut redo = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
         CHECK(mismatches(redo, u, first, k) == 0);
         // The exact sweep, in both threshold modes: compactions only (refresh 0), histograms (32)
         dsa_indexer::detail::set_topk_fused_margin(std::nanf(""));
         for (const int32_t refresh : {0, 32}) {
           dsa_indexer::detail::set_topk_fused_refresh(refresh);
-          const Out exact = run(p, dp, KernelFamily::topk_fused, k, sorted, global);
+          const TopkOut exact = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
           CHECK(mismatches(exact, u, first, k) == 0);
         }
         dsa_indexer::detail::set_topk_fused_refresh(-1);
