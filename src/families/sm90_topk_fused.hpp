@@ -68,5 +68,14 @@ void set_topk_fused_stats(uint32_t* device_counters);
 // Measurements: the candidate buffers' bytes a block of rows aims for (topk_blocking's budget;
 // 0, the default: kTopkFusedBudget), e.g. to time a call in one block.
 void set_topk_fused_budget(uint64_t bytes);
+// The in-sweep selection (sampled sweeps, column-ordered calls): the selector warps select each
+// row of an item while the consumers sweep the CTA's next one and write its outputs themselves;
+// the candidates kernel then selects only the rows left (each CTA's last item, the redo's). It
+// runs in its own kernel of the sweep's module (its selectors take 104 registers, its consumers
+// 200 with packed weights). nullopt (the default): off until a GPU run has held it bitwise and
+// timed it; a width w: on for the blocks of at least w key columns (0: every block).
+inline constexpr int64_t kTopkFusedInlineOff = -1;
+int64_t topk_fused_inline_min_width();
+void set_topk_fused_inline(std::optional<int64_t> min_width);
 
 }  // namespace dsa_indexer::detail
