@@ -261,14 +261,14 @@ if [[ " $steps " == *" s16 "* ]]; then
     run topk_bench 150 $b/tools/dsa-indexer bench --op topk --topk-k 2048 --json "$out/topk_bench.json"
   fi
 fi
-# s16b (not in all): the in-sweep selection (set_topk_fused_inline) validated and timed: the
-# output digests against tests/gpu/golden_digests.txt, [topk_fused] (its cases run the fused
-# path with and without it), memcheck and racecheck over [topk_fused_small], [topk_perf].
+# s16b (not in all): the in-sweep selection (set_topk_fused_inline) validated and timed:
+# [topk_fused] (its cases run the fused path with and without it), memcheck and racecheck over
+# [topk_fused_small], [topk_perf], the output digests against tests/gpu/golden_digests.txt.
 if [[ " $steps " == *" s16b "* ]]; then
-  run digests 200 $b/tests/dsa_gpu_tests "[digests]"
-  run gpu_topk_fused 240 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
-  sanitize_fused 60 120
-  grep -q "All tests passed" "$out/gpu_topk_fused.log" && run topk_perf 150 $b/tests/dsa_gpu_tests "[topk_perf]"
+  run gpu_topk_fused 200 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  sanitize_fused 40 90
+  grep -q "All tests passed" "$out/gpu_topk_fused.log" && run topk_perf 100 $b/tests/dsa_gpu_tests "[topk_perf]"
+  run digests 100 $b/tests/dsa_gpu_tests "[digests]"
 fi
 # digests (not in all; needs build/baseline from tools/build_baseline.sh REV): the output bits of
 # tests/gpu/test_digests.cpp's fixed problems recorded by the baseline build, then the current
