@@ -2,8 +2,10 @@
 // outer family walks the unfused path's blocks of rows; per block the rows kernel writes each
 // row's window (TopkRow: the output index bias), the sweep family (dispatched per block, compiled
 // per block shape like the lean scores kernel it is) appends each row's candidates to its
-// buffer, and the candidates kernel writes the block's outputs. The workspace holds one block's
-// buffers: rows x entries x 8 bytes plus a count per row, independent of S_k past 4k entries.
+// buffer (and, with the in-sweep selection, writes the outputs of the rows it selected itself),
+// and the candidates kernel writes the block's other outputs. The workspace holds one block's
+// buffers: rows x entries x 8 bytes plus a count per row, independent of S_k past 4k entries,
+// and the in-sweep selection's scratch (per SM and selector warp) where a block may use it.
 #include "families/sm90_topk_fused.hpp"
 
 #include <algorithm>

@@ -3,7 +3,8 @@
 // unfused path's blocks, sm90_topk_unfused.hpp): the rows kernel, then the lean sweep with a
 // selection epilogue (family sm90_topk_fused_sweep, Operation::topk_sweep, through the
 // dispatcher: templates/sm90_topk_fused_sweep.cuh) appends each row's candidates to a bounded
-// buffer, and the candidates kernel (sm90_topk_candidates.cuh) selects each row's top-k.
+// buffer, and the candidates kernel (sm90_topk_candidates.cuh) selects each row's top-k (with
+// the in-sweep selection, set_topk_fused_inline, only the rows the sweep left).
 // Bitwise equal to sm90_topk_unfused (indices, values, softmax); BSHD blocks the lean family
 // serves, without lse (the unfused path serves the rest).
 #include <cstdint>
