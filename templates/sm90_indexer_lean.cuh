@@ -287,7 +287,8 @@ __device__ __forceinline__ void lean_fp8_weights(const LeanArgs& a, const DsaSca
 // asm, which the compiler cannot redo at every use, so the per-tile epilogue has none left:
 // 64 of about 550 instructions per KV tile and warp, session 16); kMode 0 keeps them as 32
 // registers of packed pairs, widened exactly at use, for the variants where 64 spill
-// (lean_wide_weights). fp32 weights are read from the item's shared-memory copy per tile.
+// (lean_weight_regs_mode). fp32 weights come from the item's shared-memory copy: once per item
+// (kMode 4) or per tile (kMode 1).
 template <class Cfg, int kMode = LeanTraits<Cfg>::kWMode>
 struct LeanWeights;
 
@@ -337,7 +338,8 @@ struct LeanWeights<Cfg, 3> : LeanWeightsWide<Cfg, false> {};
 // How a variant's consumers hold their weights (LeanWeights' kMode): as fp32 in registers,
 // loaded once per item (bf16 W widened: 3; fp32 W and FP8 from the shared copy: 4), where two
 // consumers (four have 104 registers), BSHD, not the split variant at H 16, and an epilogue
-// that keeps no registers of its own beside them (kNarrowWeights: the fused top-k's exact sweep); the
+// that keeps no registers of its own beside them (kNarrowWeights: the fused top-k's exact and
+// in-sweep-selection sweeps, whose consumers get 208 and 200); the
 // others spilled 8-64 bytes with them (session 16; the NVRTC tests hold every variant of the
 // manifest to no spills) and keep lean_weight_mode's (0: packed bf16 pairs widened at use; 1, 2:
 // the shared copy read per KV tile).
