@@ -329,20 +329,6 @@ struct LeanTopkKeeper {
   }
 };
 
-// In-sweep selection of one row by one warp (every lane calls; LeanTopkArgs::sel_*): the
-// outputs the candidates kernel writes for the row's list of n composites, bit for bit, in
-// column order (sort_by_score is the host's gate). `tk`: every composite of the row's top-k has a
-// key >= tk (the sampled cut; 0 where the row was not cut), so only those take part in the
-// search. `hist`: 128 words of shared memory (a packed 256-bin histogram), `scratch`: the warp's
-// lean_topk_inline_words(width) words of global memory.
-// 1. the largest key (pass over the list); 2. when n > k, the k-th largest composite by radix
-// levels of 8 bits over v = (key - tk) << 32 | ~column, from v's top bit down, stopping at the
-// first bin taken whole: the selection is every composite with key >= tk and v >= the prefix;
-// 3. a bitmap of the selected columns and its words' prefix popcounts give each selected cell
-// its slot (ascending column), where its index, value and key are written; 4. the softmax, its
-// fp64 sum in the candidates kernel's order for block size T (a virtual thread t sums slots t,
-// t + T, ...; a shuffle tree per virtual warp; the tree over the warp sums), replayed by the one
-// warp. Every read of what the warp wrote goes through L2 (ld.global.cg).
 // f(c, in) for every entry c of a list of n in global memory (L2), 2 entries per lane in flight
 // (4 spilled 4 bytes at the selectors' 104 registers); `in` false for the padding past n: every
 // lane walks the same trip count (the warp-wide counts and ballots in f).
@@ -361,6 +347,20 @@ __device__ __forceinline__ void lean_topk_each(const u64* g, u32 n, int lane, co
   }
 }
 
+// In-sweep selection of one row by one warp (every lane calls; LeanTopkArgs::sel_*): the
+// outputs the candidates kernel writes for the row's list of n composites, bit for bit, in
+// column order (sort_by_score is the host's gate). `tk`: every composite of the row's top-k has a
+// key >= tk (the sampled cut; 0 where the row was not cut), so only those take part in the
+// search. `hist`: 128 words of shared memory (a packed 256-bin histogram), `scratch`: the warp's
+// lean_topk_inline_words(width) words of global memory.
+// 1. the largest key (pass over the list); 2. when n > k, the k-th largest composite by radix
+// levels of 8 bits over v = (key - tk) << 32 | ~column, from v's top bit down, stopping at the
+// first bin taken whole: the selection is every composite with key >= tk and v >= the prefix;
+// 3. a bitmap of the selected columns and its words' prefix popcounts give each selected cell
+// its slot (ascending column), where its index, value and key are written; 4. the softmax, its
+// fp64 sum in the candidates kernel's order for block size T (a virtual thread t sums slots t,
+// t + T, ...; a shuffle tree per virtual warp; the tree over the warp sums), replayed by the one
+// warp. Every read of what the warp wrote goes through L2 (ld.global.cg).
 __device__ __forceinline__ void lean_topk_select_row(const LeanTopkArgs& ta, i64 row, u32 n, u32 tk, u32* hist,
                                                      u32* scratch, int lane) {
   const u64* g = reinterpret_cast<const u64*>(ta.cand) + row * ta.cand_ld;
