@@ -365,6 +365,8 @@ __device__ __forceinline__ void lean_topk_select_row(const LeanTopkArgs& ta, i64
                                                      u32* scratch, int lane) {
   const u64* g = reinterpret_cast<const u64*>(ta.cand) + row * ta.cand_ld;
   const u32 k = static_cast<u32>(ta.k);
+  // the search's order of an entry whose key is at least lo: (key - lo, ~column)
+  auto rel = [](u64 c, u32 lo) { return (static_cast<u64>(static_cast<u32>(c >> 32) - lo) << 32) | (c & 0xffffffffull); };
   // 1. the largest key (the softmax's max; the search's range)
   u32 mx = 0u;
   lean_topk_each(g, n, lane, [&](u64 c, bool in) {
@@ -387,7 +389,7 @@ __device__ __forceinline__ void lean_topk_select_row(const LeanTopkArgs& ta, i64
       __syncwarp();
       lean_topk_each(g, n, lane, [&](u64 c, bool in) {
         const u32 key = static_cast<u32>(c >> 32);
-        const u64 v = (static_cast<u64>(key - tk) << 32) | (c & 0xffffffffull);
+        const u64 v = rel(c, tk);
         const bool on = in && key >= tk && (bits + w >= 64 ? 0ull : v >> (bits + w)) == prefix;
         lean_topk_count_warp(hist, static_cast<u32>(v >> bits) & ((1u << w) - 1u), on, lane);
       });
@@ -402,10 +404,7 @@ __device__ __forceinline__ void lean_topk_select_row(const LeanTopkArgs& ta, i64
     vthr = prefix << bits;
   }
   const u32 n_sel = n < k ? n : k;
-  auto selected = [&](u64 c) {
-    const u32 key = static_cast<u32>(c >> 32);
-    return key >= lo_key && ((static_cast<u64>(key - lo_key) << 32) | (c & 0xffffffffull)) >= vthr;
-  };
+  auto selected = [&](u64 c) { return static_cast<u32>(c >> 32) >= lo_key && rel(c, lo_key) >= vthr; };
   // 3. slots by column rank
   const u32 nw = static_cast<u32>((ta.sel_width + 31) / 32);
   u32* bits_w = scratch;

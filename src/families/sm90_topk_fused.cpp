@@ -253,7 +253,7 @@ class TopkFusedFamily final : public Family {
       Problem s = sweep_problem(p, b, buf, rb.offset);
       dsa::TopkCandArgs ca{};
       set_topk_outputs(ca, p, b, rb.rows);
-      if (s.sweep.mode == dsa::kLeanTopkSampled && lay.scratch_offset != 0 && inline_block(p, b.width)) {
+      if (lay.scratch_offset != 0 && inline_block(p, b.width)) {  // (inline_block: a sampled sweep)
         s.sweep.sel_rows = rb.rows;
         s.sweep.sel_indices = ca.indices;
         s.sweep.sel_values = ca.values;

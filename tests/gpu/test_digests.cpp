@@ -47,16 +47,13 @@ DigestCase scores_case(std::string name, HostProblem p, KernelFamily family, uin
   return {std::move(name), [p, family, seed, consumers]() mutable {
             ds::fill_random(p, seed);
             auto dp = ds::upload(p);
-            const int saved = dsa_indexer::detail::lean_consumers();
-            dsa_indexer::detail::set_lean_consumers(consumers);
-            ds::GpuResult r;
-            try {
-              r = ds::run(p, dp, family);
-            } catch (...) {
-              dsa_indexer::detail::set_lean_consumers(saved);
-              throw;
-            }
-            dsa_indexer::detail::set_lean_consumers(saved);
+            // lean's consumer warpgroups for this case, the process-wide setting restored after
+            struct Consumers {
+              int saved = dsa_indexer::detail::lean_consumers();
+              explicit Consumers(int c) { dsa_indexer::detail::set_lean_consumers(c); }
+              ~Consumers() { dsa_indexer::detail::set_lean_consumers(saved); }
+            } scoped(consumers);
+            const ds::GpuResult r = ds::run(p, dp, family);
             dsa_indexer::detail::Sha256 h;
             hash_vec(h, r.scores);
             hash_vec(h, r.lse);
@@ -68,7 +65,7 @@ DigestCase topk_case(std::string name, HostProblem p, KernelFamily family, int k
   return {std::move(name), [p, family, k, sorted, seed]() mutable {
             ds::fill_random(p, seed);
             auto dp = ds::upload(p);
-            const TopkOut r = run_topk(p, dp, family, k, sorted, /*global=*/false);
+            const TopkOut r = run_topk(p, dp, k, {family, sorted});
             dsa_indexer::detail::Sha256 h;
             hash_vec(h, r.indices);
             hash_vec(h, r.values);

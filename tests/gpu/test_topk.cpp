@@ -18,64 +18,13 @@
 #include "cuda/driver.hpp"
 #include "gpu_cases.hpp"
 #include "gpu_runner.hpp"
+#include "topk_run.hpp"
 #include "../support/topk_reference.hpp"
 
 using namespace dsa_gpu_test;
 namespace ds = dsa_support;
 
 namespace {
-
-struct TopkRun {
-  std::vector<int32_t> indices;
-  std::vector<float> values, softmax, lse;
-};
-
-TopkRun run_topk(const HostProblem& p, ds::DeviceProblem& dp, int k, bool sorted, bool global, bool with_ws) {
-  const int64_t rows = p.rows();
-  const size_t n = static_cast<size_t>(rows * k);
-  ds::DeviceBuffer ind(n * 4 + 4), val(n * 4 + 4), sm(n * 4 + 4), lse(static_cast<size_t>(rows) * 4 + 4);
-  ind.fill_u32(ds::kPoison);
-  val.fill_u32(ds::kPoison);
-  sm.fill_u32(ds::kPoison);
-  lse.fill_u32(ds::kPoison);
-  using dsa_indexer::DType;
-  using dsa_indexer::TensorDesc;
-  auto shaped = [&](void* ptr, DType dt) {
-    return p.thd() ? TensorDesc::contiguous(ptr, dt, {rows, k}) : TensorDesc::contiguous(ptr, dt, {p.batch, p.s_q, k});
-  };
-  dsa_indexer::TopkOptions t;
-  t.k = k;
-  t.sort_by_score = sorted;
-  t.indices = global ? dsa_indexer::TopkIndices::global : dsa_indexer::TopkIndices::local;
-  t.values = shaped(val.get(), DType::f32);
-  t.softmax = shaped(sm.get(), DType::f32);
-  dsa_indexer::IndexerOptions o = dp.opt;
-  o.family = KernelFamily::automatic;
-  o.thd_columns = dsa_indexer::ThdColumns::local;
-  o.lse = p.thd() ? TensorDesc::contiguous(lse.get(), DType::f32, {rows}) : TensorDesc::contiguous(lse.get(), DType::f32, {p.batch, p.s_q});
-  const TensorDesc ti = shaped(ind.get(), DType::i32);
-  ds::DeviceBuffer ws;
-  if (with_ws) {
-    const size_t bytes = dsa_indexer::indexer_topk_workspace_size(dp.tq, dp.tk, dp.tw, ti, o, t);
-    REQUIRE(bytes > 0);
-    ws = ds::DeviceBuffer(bytes);
-    ws.fill_u32(ds::kPoison);
-    t.workspace = ws.get();
-    t.workspace_bytes = bytes;
-  }
-  dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
-  ds::sync_device();
-  TopkRun r;
-  r.indices.resize(n);
-  r.values.resize(n);
-  r.softmax.resize(n);
-  r.lse.resize(static_cast<size_t>(rows));
-  ind.download(r.indices.data(), n * 4);
-  val.download(r.values.data(), n * 4);
-  sm.download(r.softmax.data(), n * 4);
-  lse.download(r.lse.data(), r.lse.size() * 4);
-  return r;
-}
 
 // The scores (local columns) through the generic family, then every row's reference selection.
 void check_topk(HostProblem p, uint64_t seed, const std::vector<int>& ks, bool mutate_ties = false) {
@@ -104,7 +53,7 @@ void check_topk(HostProblem p, uint64_t seed, const std::vector<int>& ks, bool m
     for (bool sorted : {false, true})
       for (bool global : {false, true}) {
         INFO("k " << k << " sorted " << sorted << " global " << global);
-        const TopkRun g = run_topk(p, dp, k, sorted, global, /*with_ws=*/global);
+        const TopkOut g = run_topk(p, dp, k, {KernelFamily::automatic, sorted, global, /*workspace=*/global, /*lse=*/true});
         int64_t bad_idx = 0, bad_val = 0, bad_sm = 0, bad_lse = 0;
         std::string first;
         for (int64_t r = 0; r < p.rows(); ++r) {
@@ -140,7 +89,7 @@ void check_topk(HostProblem p, uint64_t seed, const std::vector<int>& ks, bool m
         CHECK(bad_sm == 0);
         CHECK(bad_lse == 0);
         // Run to run, and with or without a caller-owned workspace: the same bits.
-        const TopkRun again = run_topk(p, dp, k, sorted, global, !global);
+        const TopkOut again = run_topk(p, dp, k, {KernelFamily::automatic, sorted, global, /*workspace=*/!global, /*lse=*/true});
         CHECK(again.indices == g.indices);
         CHECK(std::memcmp(again.values.data(), g.values.data(), g.values.size() * 4) == 0);
         CHECK(std::memcmp(again.softmax.data(), g.softmax.data(), g.softmax.size() * 4) == 0);

@@ -67,30 +67,30 @@ void check_fused(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties 
     for (bool sorted : {false, true})
       for (bool global : {false, true}) {
         INFO("k " << k << " sorted " << sorted << " global " << global);
-        const TopkOut u = run_topk(p, dp, KernelFamily::topk_unfused, k, sorted, global);
-        const TopkOut f = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        const TopkOut u = run_topk(p, dp, k, {KernelFamily::topk_unfused, sorted, global});
+        const TopkOut f = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, global});
         std::string first;
         const int64_t bad = mismatches(f, u, first, k);
         INFO(first);
         CHECK(bad == 0);
-        const TopkOut again = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        const TopkOut again = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, global});
         CHECK(mismatches(again, f, first, k) == 0);
         // The in-sweep selection (every block; column order only: sorted calls keep the
         // candidates kernel): the rows the selectors wrote and those left to the kernel.
         dsa_indexer::detail::set_topk_fused_inline(0);
-        const TopkOut in_sweep = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        const TopkOut in_sweep = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, global});
         dsa_indexer::detail::set_topk_fused_inline(std::nullopt);
         CHECK(mismatches(in_sweep, u, first, k) == 0);
         // The sampled sweep's redo launch: at margin -4 nearly every cut row keeps fewer than k
         // entries and its q-tile is swept again (without the redo its count stays negative).
         dsa_indexer::detail::set_topk_fused_margin(-4.0f);
-        const TopkOut redo = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
+        const TopkOut redo = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, global});
         CHECK(mismatches(redo, u, first, k) == 0);
         // The exact sweep, in both threshold modes: compactions only (refresh 0), histograms (32)
         dsa_indexer::detail::set_topk_fused_margin(std::nanf(""));
         for (const int32_t refresh : {0, 32}) {
           dsa_indexer::detail::set_topk_fused_refresh(refresh);
-          const TopkOut exact = run_topk(p, dp, KernelFamily::topk_fused, k, sorted, global);
+          const TopkOut exact = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, global});
           CHECK(mismatches(exact, u, first, k) == 0);
         }
         dsa_indexer::detail::set_topk_fused_refresh(-1);
