@@ -59,6 +59,21 @@ sanitize_fused() {  # memcheck timeout, racecheck timeout
   run sanitize_memcheck_fused "$1" "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
   run sanitize_racecheck_fused "$2" "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
 }
+# racecheck_cases TAGS TIMEOUT [DEADLINE]: every GPU test case of TAGS under compute-sanitizer
+# racecheck, one process per case (tools/racecheck_case.sh), RACECHECK_JOBS (4) at a time, each
+# limited to TIMEOUT seconds and all to the epoch-seconds DEADLINE; results in OUTDIR/racecheck.
+racecheck_cases() {
+  local t0=$SECONDS
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  rdir="$out/racecheck"
+  mkdir -p "$rdir"
+  $b/tests/dsa_gpu_tests --list-test-names-only "$1" | sed '/^$/d' >"$rdir/names.txt"
+  export cs b rdir RACECHECK_TIMEOUT=$2 RACECHECK_DEADLINE=${3:-}
+  nl -nrz -w2 "$rdir/names.txt" | xargs -P "${RACECHECK_JOBS:-4}" -d '\n' -n1 tools/racecheck_case.sh
+  sort "$rdir/results.txt" -o "$rdir/results.txt"
+  echo "== racecheck: $(grep -c " rc=0 " "$rdir/results.txt")/$(wc -l <"$rdir/names.txt") test cases clean (rc 0) in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+  cat "$rdir/results.txt"
+}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv; } >"$out/summary.txt" 2>&1
 cat "$out/summary.txt"
 if want tests; then
@@ -270,6 +285,14 @@ if [[ " $steps " == *" s16b "* ]]; then
   grep -q "All tests passed" "$out/gpu_topk_fused.log" && run topk_perf 100 $b/tests/dsa_gpu_tests "[topk_perf]"
   run digests 100 $b/tests/dsa_gpu_tests "[digests]"
 fi
+# s17a (not in all): issue 23's sanitizers on lean's newer variants: memcheck over the split
+# variant and H 32 / 16 ([lean_split], [lean_heads]), then racecheck over their cases, one
+# process per case (the racecheck step's script), all within about 9 minutes.
+if [[ " $steps " == *" s17a "* ]]; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  run sanitize_memcheck_lean 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean_split],[lean_heads]"
+  racecheck_cases "[lean_split],[lean_heads]" 300 $(($(date +%s) + 330))
+fi
 # digests (not in all; needs build/baseline from tools/build_baseline.sh REV): the output bits of
 # tests/gpu/test_digests.cpp's fixed problems recorded by the baseline build, then the current
 # build held to them (OUTDIR/golden_digests.txt: commit it as tests/gpu/golden_digests.txt once
@@ -376,17 +399,7 @@ if want sanitize; then
     "reference: explicit windows,generic: partly visible block left of the last one is masked,generic: THD segment boundaries inside a q-tile"
 fi
 if [[ " $steps " == *" racecheck "* ]]; then
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  rdir="$out/racecheck"
-  mkdir -p "$rdir"
-  t0=$SECONDS
-  # One process per test case; commas in a name are escaped for Catch2's test spec.
-  $b/tests/dsa_gpu_tests --list-test-names-only "${RACECHECK_TAGS:-[reference],[generic],[lean]}" | sed '/^$/d' >"$rdir/names.txt"
-  export cs b rdir RACECHECK_TIMEOUT=${RACECHECK_TIMEOUT:-540} RACECHECK_DEADLINE=${RACECHECK_DEADLINE:-}
-  nl -nrz -w2 "$rdir/names.txt" | xargs -P "${RACECHECK_JOBS:-4}" -d '\n' -n1 tools/racecheck_case.sh
-  sort "$rdir/results.txt" -o "$rdir/results.txt"
-  echo "== racecheck: $(grep -c " rc=0 " "$rdir/results.txt")/$(wc -l <"$rdir/names.txt") test cases clean (rc 0) in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  cat "$rdir/results.txt"
+  racecheck_cases "${RACECHECK_TAGS:-[reference],[generic],[lean]}" "${RACECHECK_TIMEOUT:-540}" "${RACECHECK_DEADLINE:-}"
 fi
 if want profile; then
   for fam in lean generic; do
