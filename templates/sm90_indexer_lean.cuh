@@ -338,11 +338,10 @@ struct LeanWeights<Cfg, 3> : LeanWeightsWide<Cfg, false> {};
 // How a variant's consumers hold their weights (LeanWeights' kMode): as fp32 in registers,
 // loaded once per item (bf16 W widened: 3; fp32 W and FP8 from the shared copy: 4), where two
 // consumers (four have 104 registers), BSHD, not the split variant at H 16, and an epilogue
-// that keeps no registers of its own beside them (kNarrowWeights: the fused top-k's exact and
-// in-sweep-selection sweeps, whose consumers get 208 and 200); the
-// others spilled 8-64 bytes with them (session 16; the NVRTC tests hold every variant of the
-// manifest to no spills) and keep lean_weight_mode's (0: packed bf16 pairs widened at use; 1, 2:
-// the shared copy read per KV tile).
+// that keeps no registers of its own beside them (kNarrowWeights: the fused top-k's exact sweep,
+// whose consumers get 208); the others spilled 8-64 bytes with them (session 16; the NVRTC
+// tests hold every variant of the manifest to no spills) and keep lean_weight_mode's (0: packed
+// bf16 pairs widened at use; 1, 2: the shared copy read per KV tile).
 template <class Cfg, class Epi>
 __device__ __forceinline__ constexpr int lean_weight_regs_mode() {
   using T = LeanTraits<Cfg>;

@@ -58,7 +58,6 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_candidates(const __grid
   const int tid = threadIdx.x;
 
   for (i64 row = blockIdx.x; row < a.n_rows; row += gridDim.x) {
-    if (a.count[row] == kTopkCandDone) continue;  // selected in the sweep (uniform: every thread reads it)
     const i64 len = min(static_cast<i64>(a.count[row]), a.cand_ld);
     const u32 n = len > 0 ? static_cast<u32>(len) : 0u;
     const u64* const g = a.cand + row * a.cand_ld;

@@ -18,11 +18,8 @@ constexpr i32 kTopkCandMaxLd = 8192;
 constexpr i32 kTopkCandFixedSmemBytes = (kTopkBins + 2 * kTopkMaxK) * 4;
 constexpr i32 kTopkCandSmemBytes = kTopkCandFixedSmemBytes + kTopkCandMaxLd * 8;
 
-// A row's count when the sweep selected it itself (its outputs are written): the kernel skips it.
-constexpr i32 kTopkCandDone = 0x7fffffff;
-
 // Row r's candidates are cand[r * cand_ld + i] for i < min(count[r], cand_ld) (count <= 0: an
-// empty row; kTopkCandDone: already written, skipped), in no particular order, each the composite
+// empty row), in no particular order, each the composite
 //   (u64(topk_key(score)) << 32) | u64(0xffffffff - u32(col))
 // of one cell of the row (col >= 0: its workspace column, output index col + rows[r].bias).
 // Composites are unique within a row, and the list holds at least the row's top-k cells, so the

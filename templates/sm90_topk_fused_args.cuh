@@ -2,7 +2,6 @@
 // Launch arguments of the fused top-k's score sweep (sm90_topk_fused.cuh): the lean kernel with
 // a selection epilogue. Host and device see the same layout (fixed-width scalars only).
 #include "dsa_types.cuh"
-#include "sm90_topk_candidates_args.cuh"
 
 namespace dsa {
 
@@ -18,27 +17,7 @@ struct LeanTopkArgs {
   i32 mode;      // kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
   float margin;   // kLeanTopkSampled: the cut's margin in standard deviations (z)
   u64 stats;     // optional (0), sampled launches: u32 [kLeanTopkStats] counters the sweep adds to
-  // In-sweep selection (sampled launches; sel_indices 0: off). A row whose set holds its top-k is
-  // selected by its selector warp while the consumers sweep the CTA's next item (the last item's
-  // rows are left to the candidates kernel): its outputs are written as the candidates kernel
-  // writes them (column order only) and its count becomes kTopkCandDone, which the candidates
-  // kernel skips.
-  u64 sel_rows;      // const TopkRow* [rows]: only .bias is read
-  u64 sel_indices;   // i32 [rows][k]
-  u64 sel_values;    // f32 [rows][k], optional (0)
-  u64 sel_softmax;   // f32 [rows][k], optional (0)
-  u64 sel_scratch;   // u32 [sel_ctas][kLeanTopkSelectors][lean_topk_inline_words(sel_width)], global
-  i64 sel_width;     // every row's columns are < sel_width (the bitmap's bits)
-  i32 sel_threads;   // the candidates kernel's block size for this width (the softmax sums in its order)
-  i32 sel_ctas;      // CTAs the scratch covers (a CTA past them leaves its rows to the candidates kernel)
 };
-
-// The sweep's selector warps (warps 1..3 of the producer warpgroup).
-constexpr int kLeanTopkSelectors = 3;
-
-// Scratch words of one selector warp's in-sweep selection: the bitmap of the selected columns,
-// each bitmap word's exclusive prefix of popcounts, and the selected keys in slot order.
-DSA_HOST_DEVICE constexpr i64 lean_topk_inline_words(i64 width) { return 2 * ((width + 31) / 32) + kTopkMaxK; }
 
 // The sampled sweep's row counters (LeanTopkArgs::stats; measurements, not the operation): rows
 // with KV tiles by how they ended, and the entries their buffers kept.
@@ -49,7 +28,6 @@ enum LeanTopkStat : int {
   kLeanTopkStatBadSample = 3,  // failed: the sample did not fill [0, m) (or m > the buffer)
   kLeanTopkStatBelowK = 4,     // failed: fewer than k entries known above the threshold
   kLeanTopkStatEntries = 5,    // the entries kept, summed over the rows
-  kLeanTopkStatInline = 6,     // rows selected in the sweep (in-sweep selection)
   kLeanTopkStats = 8
 };
 
@@ -66,9 +44,6 @@ enum LeanTopkStat : int {
 constexpr i32 kLeanTopkExact = 0;
 constexpr i32 kLeanTopkSampled = 1;
 constexpr i32 kLeanTopkRedo = 2;
-// The sampled protocol with the in-sweep selection compiled in (a kernel of its own, not a
-// launch mode: sampled launches with LeanTopkArgs::sel_indices set run it).
-constexpr i32 kLeanTopkSampledInline = 3;
 // The sweep's tile order (lean's kSampleStride): tiles s/2, s/2 + s, s/2 + 2s, ... of a q-tile's
 // KV tiles first, s the stride of a sample of at most about 1024 cells per row (16 up to S_k
 // 16384, then S_k / 1024): the consumers' cut holds a row's sample keys in registers (32 per

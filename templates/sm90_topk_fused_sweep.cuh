@@ -329,168 +329,6 @@ struct LeanTopkKeeper {
   }
 };
 
-// f(c, in) for every entry c of a list of n in global memory (L2), 2 entries per lane in flight
-// (4 spilled 4 bytes at the selectors' 104 registers); `in` false for the padding past n: every
-// lane walks the same trip count (the warp-wide counts and ballots in f).
-template <class F>
-__device__ __forceinline__ void lean_topk_each(const u64* g, u32 n, int lane, const F& f) {
-  constexpr int kB = 2;
-  for (u32 i0 = 0; i0 < n; i0 += 32 * kB) {
-    u64 c[kB];
-#pragma unroll
-    for (int u = 0; u < kB; ++u) {
-      const u32 i = i0 + 32 * u + static_cast<u32>(lane);
-      c[u] = i < n ? __ldcg(g + i) : 0ull;
-    }
-#pragma unroll
-    for (int u = 0; u < kB; ++u) f(c[u], i0 + 32 * u + static_cast<u32>(lane) < n);
-  }
-}
-
-// In-sweep selection of one row by one warp (every lane calls; LeanTopkArgs::sel_*): the
-// outputs the candidates kernel writes for the row's list of n composites, bit for bit, in
-// column order (sort_by_score is the host's gate). `tk`: every composite of the row's top-k has a
-// key >= tk (the sampled cut; 0 where the row was not cut), so only those take part in the
-// search. `hist`: 128 words of shared memory (a packed 256-bin histogram), `scratch`: the warp's
-// lean_topk_inline_words(width) words of global memory.
-// 1. the largest key (pass over the list); 2. when n > k, the k-th largest composite by radix
-// levels of 8 bits over v = (key - tk) << 32 | ~column, from v's top bit down, stopping at the
-// first bin taken whole: the selection is every composite with key >= tk and v >= the prefix;
-// 3. a bitmap of the selected columns and its words' prefix popcounts give each selected cell
-// its slot (ascending column), where its index, value and key are written; 4. the softmax, its
-// fp64 sum in the candidates kernel's order for block size T (a virtual thread t sums slots t,
-// t + T, ...; a shuffle tree per virtual warp; the tree over the warp sums), replayed by the one
-// warp. Every read of what the warp wrote goes through L2 (ld.global.cg).
-__device__ __forceinline__ void lean_topk_select_row(const LeanTopkArgs& ta, i64 row, u32 n, u32 tk, u32* hist,
-                                                     u32* scratch, int lane) {
-  const u64* g = reinterpret_cast<const u64*>(ta.cand) + row * ta.cand_ld;
-  const u32 k = static_cast<u32>(ta.k);
-  // the search's order of an entry whose key is at least lo: (key - lo, ~column)
-  auto rel = [](u64 c, u32 lo) { return (static_cast<u64>(static_cast<u32>(c >> 32) - lo) << 32) | (c & 0xffffffffull); };
-  // 1. the largest key (the softmax's max; the search's range)
-  u32 mx = 0u;
-  lean_topk_each(g, n, lane, [&](u64 c, bool in) {
-    if (in) mx = max(mx, static_cast<u32>(c >> 32));
-  });
-  const u32 max_key = __reduce_max_sync(0xffffffffu, mx);
-  // 2. the threshold: selected = key >= lo_key && v >= vthr
-  u32 lo_key = 0u;
-  u64 vthr = 0ull;
-  if (n > k) {
-    lo_key = tk;
-    const u32 range = max_key - tk;  // >= 0: at least k keys are >= tk
-    int bits = 32 + (range == 0u ? 0 : 32 - __clz(static_cast<int>(range)));  // v's bit length
-    u64 prefix = 0ull;
-    u32 need = k;
-    while (true) {
-      const int w = bits < 8 ? bits : 8;
-      bits -= w;
-      lean_topk_clear(hist, lane);
-      __syncwarp();
-      lean_topk_each(g, n, lane, [&](u64 c, bool in) {
-        const u32 key = static_cast<u32>(c >> 32);
-        const u64 v = rel(c, tk);
-        const bool on = in && key >= tk && (bits + w >= 64 ? 0ull : v >> (bits + w)) == prefix;
-        lean_topk_count_warp(hist, static_cast<u32>(v >> bits) & ((1u << w) - 1u), on, lane);
-      });
-      __syncwarp();
-      u32 bin, above, cnt;
-      lean_topk_suffix_bin(hist, need, lane, bin, above, cnt);
-      need -= above;
-      prefix = (prefix << w) | bin;
-      __syncwarp();  // every lane has read the histogram before the next level clears it
-      if (cnt == need || bits == 0) break;  // uniform: every lane holds the same counts
-    }
-    vthr = prefix << bits;
-  }
-  const u32 n_sel = n < k ? n : k;
-  auto selected = [&](u64 c) { return static_cast<u32>(c >> 32) >= lo_key && rel(c, lo_key) >= vthr; };
-  // 3. slots by column rank
-  const u32 nw = static_cast<u32>((ta.sel_width + 31) / 32);
-  u32* bits_w = scratch;
-  u32* pre = scratch + nw;
-  u32* skey = scratch + 2 * nw;
-  for (u32 w = static_cast<u32>(lane); w < nw; w += 32) bits_w[w] = 0u;
-  __syncwarp();
-  lean_topk_each(g, n, lane, [&](u64 c, bool in) {
-    if (in && selected(c)) {
-      const u32 col = static_cast<u32>(topk_composite_col(c));
-      atomicOr(&bits_w[col >> 5], 1u << (col & 31u));
-    }
-  });
-  __threadfence_block();
-  __syncwarp();
-  {
-    const u32 per = (nw + 31u) / 32u, w0 = min(static_cast<u32>(lane) * per, nw), w1 = min(w0 + per, nw);
-    u32 sum = 0u;
-    for (u32 w = w0; w < w1; ++w) sum += static_cast<u32>(__popc(__ldcg(bits_w + w)));
-    u32 incl = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const u32 x = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += x;
-    }
-    u32 run = incl - sum;
-    for (u32 w = w0; w < w1; ++w) {
-      pre[w] = run;
-      run += static_cast<u32>(__popc(__ldcg(bits_w + w)));
-    }
-  }
-  __threadfence_block();
-  __syncwarp();
-  const i64 out0 = row * static_cast<i64>(k);
-  i32* indices = reinterpret_cast<i32*>(ta.sel_indices) + out0;
-  float* values = ta.sel_values != 0ull ? reinterpret_cast<float*>(ta.sel_values) + out0 : nullptr;
-  float* softmax = ta.sel_softmax != 0ull ? reinterpret_cast<float*>(ta.sel_softmax) + out0 : nullptr;
-  const i32 bias = reinterpret_cast<const TopkRow*>(ta.sel_rows)[row].bias;
-  lean_topk_each(g, n, lane, [&](u64 c, bool in) {
-    if (in && selected(c)) {
-      const u32 col = static_cast<u32>(topk_composite_col(c)), w = col >> 5;
-      const u32 r = __ldcg(pre + w) + static_cast<u32>(__popc(__ldcg(bits_w + w) & ((1u << (col & 31u)) - 1u)));
-      const u32 key = static_cast<u32>(c >> 32);
-      indices[r] = static_cast<i32>(col) + bias;
-      if (values != nullptr) values[r] = topk_key_value(key);
-      if (softmax != nullptr) skey[r] = key;
-    }
-  });
-  for (u32 i = n_sel + static_cast<u32>(lane); i < k; i += 32) {  // padding slots
-    indices[i] = -1;
-    if (values != nullptr) values[i] = __uint_as_float(0xff800000u);
-    if (softmax != nullptr) softmax[i] = 0.0f;
-  }
-  // 4. the softmax (topk_write_row's modes and order)
-  if (softmax != nullptr && n_sel > 0u) {
-    __threadfence_block();
-    __syncwarp();
-    const float m = topk_key_value(max_key);
-    const int mode = max_key == kTopkNanKey || max_key == kTopkPosInfKey ? 1 : max_key == kTopkNegInfKey ? 2 : 0;
-    double total = 0.0;
-    if (mode == 0) {
-      const int T = ta.sel_threads;
-      double mine = 0.0;  // lane w: virtual warp w's sum
-      for (int vw = 0; vw < T / 32; ++vw) {
-        double acc = 0.0;
-        for (u32 i = static_cast<u32>(32 * vw + lane); i < n_sel; i += static_cast<u32>(T))
-          acc += static_cast<double>(topk_exp_diff(topk_key_value(__ldcg(skey + i)), m));
-#pragma unroll
-        for (int d = 16; d > 0; d >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, d);
-        const double ws = __shfl_sync(0xffffffffu, acc, 0);
-        if (lane == vw) mine = ws;
-      }
-#pragma unroll
-      for (int d = 16; d > 0; d >>= 1) mine += __shfl_down_sync(0xffffffffu, mine, d);
-      total = __shfl_sync(0xffffffffu, mine, 0);
-    }
-    for (u32 i = static_cast<u32>(lane); i < n_sel; i += 32) {
-      float sm = 0.0f;
-      if (mode == 1) sm = topk_canonical_nan();
-      else if (mode == 0) sm = static_cast<float>(static_cast<double>(topk_exp_diff(topk_key_value(__ldcg(skey + i)), m)) / total);
-      softmax[i] = sm;
-    }
-  }
-  __syncwarp();  // the scratch's next row starts after every lane's reads of this one
-}
-
 // A row's state in the sampled sweep (one per row and item parity, so that the selectors set up
 // the next item's while the consumers sweep this one). The sample cells go to positions [0, m),
 // the others from m on; the consumers take positions with shared atomics.
@@ -539,9 +377,8 @@ constexpr u32 kLeanTopkBadSample = 0xffffffffu;
 // Either way the candidates kernel selects exactly from the set, so the order of the entries
 // (which differs run to run in the sampled sweep) does not reach the outputs.
 // kProto: the protocol compiled in (a kernel each: the sampled one's selectors do little, so
-// its consumers get the registers the exact one's selectors need): kLeanTopkSampled, its
-// variant with the in-sweep selection kLeanTopkSampledInline (sampled launches with
-// LeanTopkArgs::sel_indices set), or kLeanTopkExact for the exact and redo launches.
+// its consumers get the registers the exact one's selectors need): kLeanTopkSampled, or
+// kLeanTopkExact for the exact and redo launches.
 template <class Cfg, int kProto>
 struct LeanTopkEpilogue {
   using T = LeanTraits<Cfg>;
@@ -566,18 +403,16 @@ struct LeanTopkEpilogue {
   static_assert(kOffItemDone + T::kConsumers * 8 <= kOffFull, "sm90_topk_fused_sweep: the sampled state must fit the slots");
   static constexpr bool kFillsScores = false;  // there is no score matrix
   static constexpr bool kSelects = true;
-  static constexpr bool kInline = kProto == kLeanTopkSampledInline;
-  static constexpr bool kSampled = kProto == kLeanTopkSampled || kInline;
+  static constexpr bool kSampled = kProto == kLeanTopkSampled;
   static_assert(kSampled || kProto == kLeanTopkExact, "sm90_topk_fused_sweep: the protocol is sampled or exact");
   // The selectors' registers: the exact protocol's keep rows (80 spilled 4 bytes, 72 48 bytes;
   // the consumers get 208); the sampled protocol's set rows up and write counts (lean's own
-  // producer budget: the consumers get lean's); with the in-sweep selection they select rows
-  // (88 spilled 32 bytes, 96 16; the consumers get 200).
-  static constexpr int kProducerRegs = kInline ? 104 : kSampled ? 0 : 88;
-  // Consumers below 232 registers keep the weights packed (widened at use): as fp32 in registers
-  // they spilled 64 bytes at 208; the plain sampled protocol's (232) hold them widened.
-  static constexpr bool kNarrowWeights = !kSampled || kInline;
-  static constexpr int kSelectors = kLeanTopkSelectors;
+  // producer budget: the consumers get lean's).
+  static constexpr int kProducerRegs = kSampled ? 0 : 88;
+  // The exact protocol's consumers (208 registers) keep the weights packed (widened at use): as
+  // fp32 in registers they spilled 64 bytes; the sampled protocol's (232) hold them widened.
+  static constexpr bool kNarrowWeights = !kSampled;
+  static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
   static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
   static_assert(kSmemBytes == kLeanTopkSweepSmemBytes, "sm90_topk_fused_sweep: host and template disagree on shared memory");
@@ -793,18 +628,14 @@ struct LeanTopkEpilogue {
       const bool have_n = next_item(kn, tile_n, b_n);
       if (have_n) set_up(tile_n, b_n, p ^ 1u);
       for (int g = 0; g < T::kConsumers; ++g) mbarrier_wait(&item_done[g], p);
-      // In-sweep selection of this item's rows while the consumers sweep the next one (the
-      // CTA's last item is left to the candidates kernel: nothing would hide its selection).
-      const bool sel = have_n && static_cast<i32>(blockIdx.x) < ta.sel_ctas;
-      for (int r = s; r < kTileRows; r += kSelectors) {
-        const LeanTopkLive& L = live[p * kTileRows + r];
-        const u32 n = L.cnt, rr = L.r;
-        const bool bad = rr == kLeanTopkBadSample, over = n > static_cast<u32>(ta.cand_ld);
-        const bool below = rr != 0u && (n - L.m) + rr < k;  // every cell after the cut is >= tk
-        const i32 kept = static_cast<i32>(over ? static_cast<u32>(ta.cand_ld) : n);
-        const bool failed = bad || over || below;
-        if (lane == 0) {
-          count[row0 + r] = failed ? -1 - kept : kept;
+      if (lane == 0)
+        for (int r = s; r < kTileRows; r += kSelectors) {
+          const LeanTopkLive& L = live[p * kTileRows + r];
+          const u32 n = L.cnt, rr = L.r;
+          const bool bad = rr == kLeanTopkBadSample, over = n > static_cast<u32>(ta.cand_ld);
+          const bool below = rr != 0u && (n - L.m) + rr < k;  // every cell after the cut is >= tk
+          const i32 kept = static_cast<i32>(over ? static_cast<u32>(ta.cand_ld) : n);
+          count[row0 + r] = bad || over || below ? -1 - kept : kept;
           if (ta.stats != 0ull) {
             u32* st = reinterpret_cast<u32*>(ta.stats);
             atomicAdd(&st[bad    ? kLeanTopkStatBadSample
@@ -816,20 +647,6 @@ struct LeanTopkEpilogue {
             atomicAdd(&st[kLeanTopkStatEntries], static_cast<u32>(kept));
           }
         }
-        if constexpr (kInline) {
-          if (sel && !failed && n > 0u) {
-            // (the exact protocol's row states are unused here: a histogram per selector warp)
-            u32* hist = reinterpret_cast<u32*>(smem) + s * 128;
-            u32* scratch = reinterpret_cast<u32*>(ta.sel_scratch) +
-                           (static_cast<i64>(blockIdx.x) * kSelectors + s) * lean_topk_inline_words(ta.sel_width);
-            lean_topk_select_row(ta, row0 + r, n, rr != 0u ? L.tk : 0u, hist, scratch, lane);
-            if (lane == 0) {
-              count[row0 + r] = kTopkCandDone;  // (after its plain count: the same thread, in order)
-              if (ta.stats != 0ull) atomicAdd(&reinterpret_cast<u32*>(ta.stats)[kLeanTopkStatInline], 1u);
-            }
-          }
-        }
-      }
       __syncwarp();
       kk = kn;
       tile = tile_n;

@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s16b]
+#                                [digests|ab_epilogue]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -275,15 +275,6 @@ if [[ " $steps " == *" s16 "* ]]; then
     run topk_perf 130 $b/tests/dsa_gpu_tests "[topk_perf]"
     run topk_bench 150 $b/tools/dsa-indexer bench --op topk --topk-k 2048 --json "$out/topk_bench.json"
   fi
-fi
-# s16b (not in all): the in-sweep selection (set_topk_fused_inline) validated and timed:
-# [topk_fused] (its cases run the fused path with and without it), memcheck and racecheck over
-# [topk_fused_small], [topk_perf], the output digests against tests/gpu/golden_digests.txt.
-if [[ " $steps " == *" s16b "* ]]; then
-  run gpu_topk_fused 200 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
-  sanitize_fused 40 90
-  grep -q "All tests passed" "$out/gpu_topk_fused.log" && run topk_perf 100 $b/tests/dsa_gpu_tests "[topk_perf]"
-  run digests 100 $b/tests/dsa_gpu_tests "[digests]"
 fi
 # s17a (not in all): issue 23's sanitizers on lean's newer variants: memcheck over the split
 # variant and H 32 / 16 ([lean_split], [lean_heads]), then racecheck over their cases, one

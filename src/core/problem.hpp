@@ -34,15 +34,6 @@ struct TopkSweepOutputs {
   int32_t refresh = 0;     // appends between threshold refreshes
   int32_t mode = 0;        // dsa::kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
   float margin = 0.0f;     // sampled: the cut's margin (standard deviations)
-  // In-sweep selection (sampled; sel_indices null: off): dsa::LeanTopkArgs' sel_* fields
-  const void* sel_rows = nullptr;
-  void* sel_indices = nullptr;
-  void* sel_values = nullptr;
-  void* sel_softmax = nullptr;
-  void* sel_scratch = nullptr;
-  int64_t sel_width = 0;
-  int32_t sel_threads = 0;
-  int32_t sel_ctas = 0;
 };
 
 struct Problem {

@@ -2,10 +2,8 @@
 // outer family walks the unfused path's blocks of rows; per block the rows kernel writes each
 // row's window (TopkRow: the output index bias), the sweep family (dispatched per block, compiled
 // per block shape like the lean scores kernel it is) appends each row's candidates to its
-// buffer (and, with the in-sweep selection, writes the outputs of the rows it selected itself),
-// and the candidates kernel writes the block's other outputs. The workspace holds one block's
-// buffers: rows x entries x 8 bytes plus a count per row, independent of S_k past 4k entries,
-// and the in-sweep selection's scratch (per SM and selector warp) where a block may use it.
+// buffer, and the candidates kernel writes the block's outputs. The workspace holds one block's
+// buffers: rows x entries x 8 bytes plus a count per row, independent of S_k past 4k entries.
 #include "families/sm90_topk_fused.hpp"
 
 #include <algorithm>
@@ -41,39 +39,11 @@ std::atomic<bool> g_margin_set{false};
 std::atomic<float> g_margin{0.0f};
 std::atomic<uint32_t*> g_stats{nullptr};
 std::atomic<uint64_t> g_budget{0};
-std::atomic<int64_t> g_inline{kTopkFusedInlineOff};
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
   const uint64_t budget = g_budget.load(std::memory_order_relaxed);
   return topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4);
-}
-
-// Whether a block's sampled sweep selects its rows itself (set_topk_fused_inline): column order
-// only (the in-sweep writer has no score-order sort), sampled sweeps only.
-bool inline_block(const Problem& p, int64_t width) {
-  const int64_t min_width = topk_fused_inline_min_width();
-  return min_width >= 0 && width >= min_width && !p.topk.sort_by_score && !std::isnan(topk_fused_margin());
-}
-
-// The workspace: the blocking's (candidate buffers, counts, the rows kernel's arrays), then the
-// in-sweep selection's scratch when a block may use it: per (SM, selector warp) a bitmap of the
-// block's columns, its prefixes and k keys (dsa::lean_topk_inline_words).
-struct FusedLayout {
-  TopkBlocking bl;
-  uint64_t scratch_offset = 0;  // 0: no scratch
-  uint64_t total = 0;
-};
-FusedLayout fused_layout(const Problem& p, const DeviceInfo& dev) {
-  FusedLayout l;
-  l.bl = fused_blocking(p, dev);
-  l.total = l.bl.total_bytes;
-  if (inline_block(p, l.bl.width)) {
-    l.scratch_offset = (l.total + 255) / 256 * 256;
-    const uint64_t words = uint64_t(std::max(dev.sm_count, 1)) * dsa::kLeanTopkSelectors * uint64_t(dsa::lean_topk_inline_words(l.bl.width));
-    l.total = l.scratch_offset + words * 4;
-  }
-  return l;
 }
 
 struct Buffers {
@@ -116,9 +86,6 @@ std::vector<Problem> sweep_shapes(const Problem& p, const DeviceInfo& dev) {
 }
 
 class TopkFusedSweepFamily final : public Family {
-  // the sweep module's kernels, in render()'s order
-  enum Function { kSampledFn = 0, kExactFn = 1, kInlineFn = 2 };
-
  public:
   const char* name() const override { return "sm90_topk_fused_sweep"; }
   const char* option() const override { return "topk_fused_sweep"; }
@@ -141,10 +108,9 @@ class TopkFusedSweepFamily final : public Family {
   }
   void render(const KernelSpec& spec, GeneratedSource& g) const override {
     lean_render_schedule(spec, g);
-    // one kernel per protocol (launch(): LeanTopkArgs::mode and the in-sweep selection pick it)
+    // one kernel per protocol (launch(): LeanTopkArgs::mode picks it)
     g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkSampled>");
     g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkExact>");
-    g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkSampledInline>");
   }
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
     dsa::LeanTopkArgs t{};
@@ -156,19 +122,7 @@ class TopkFusedSweepFamily final : public Family {
     t.mode = p.sweep.mode;
     t.margin = p.sweep.margin;
     if (t.mode == dsa::kLeanTopkSampled) t.stats = reinterpret_cast<uintptr_t>(g_stats.load(std::memory_order_relaxed));
-    const bool sel = t.mode == dsa::kLeanTopkSampled && p.sweep.sel_indices != nullptr;
-    if (sel) {
-      t.sel_rows = reinterpret_cast<uintptr_t>(p.sweep.sel_rows);
-      t.sel_indices = reinterpret_cast<uintptr_t>(p.sweep.sel_indices);
-      t.sel_values = reinterpret_cast<uintptr_t>(p.sweep.sel_values);
-      t.sel_softmax = reinterpret_cast<uintptr_t>(p.sweep.sel_softmax);
-      t.sel_scratch = reinterpret_cast<uintptr_t>(p.sweep.sel_scratch);
-      t.sel_width = p.sweep.sel_width;
-      t.sel_threads = p.sweep.sel_threads;
-      t.sel_ctas = p.sweep.sel_ctas;
-    }
-    const int fn = t.mode != dsa::kLeanTopkSampled ? kExactFn : sel ? kInlineFn : kSampledFn;
-    lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)", fn);
+    lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)", t.mode == dsa::kLeanTopkSampled ? 0 : 1);
   }
 };
 
@@ -217,7 +171,7 @@ class TopkFusedFamily final : public Family {
     plan.spec.values[kLayout] = 0;
     plan.spec.dynamic_smem = static_cast<uint32_t>(dsa::kTopkCandSmemBytes);
     plan.empty = p.rows == 0;
-    plan.workspace_bytes = fused_layout(p, dev).total;
+    plan.workspace_bytes = fused_blocking(p, dev).total_bytes;
     KernelLaunch& rows = plan.launches[plan.n_launches++];
     rows.block[0] = kTopkRowsThreads;
     for (int threads : {256, 512}) {
@@ -241,8 +195,7 @@ class TopkFusedFamily final : public Family {
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
     const DeviceInfo& dev = device_info(p.device);
-    const FusedLayout lay = fused_layout(p, dev);
-    const TopkBlocking& bl = lay.bl;
+    const TopkBlocking bl = fused_blocking(p, dev);
     auto* ws = static_cast<unsigned char*>(p.topk.workspace);
     const Buffers buf = buffers(p, bl, ws);
     dsa::TopkBlockArgs rb = topk_rows_args(p, bl, ws);
@@ -251,18 +204,6 @@ class TopkFusedFamily final : public Family {
       // The sweep is asked for by name: the call's gate held for every block, and an
       // automatic request could be answered by the async mode's fallback, which has none.
       Problem s = sweep_problem(p, b, buf, rb.offset);
-      dsa::TopkCandArgs ca{};
-      set_topk_outputs(ca, p, b, rb.rows);
-      if (lay.scratch_offset != 0 && inline_block(p, b.width)) {  // (inline_block: a sampled sweep)
-        s.sweep.sel_rows = rb.rows;
-        s.sweep.sel_indices = ca.indices;
-        s.sweep.sel_values = ca.values;
-        s.sweep.sel_softmax = ca.softmax;
-        s.sweep.sel_scratch = ws + lay.scratch_offset;
-        s.sweep.sel_width = b.width;
-        s.sweep.sel_threads = topk_select_threads(b.width);
-        s.sweep.sel_ctas = std::max(dev.sm_count, 1);
-      }
       Plan sp = make_plan(s, dev, topk_fused_sweep_family());
       if (!sp.empty) {
         std::shared_ptr<LoadedKernel> sk = kernel_for_call(s, dev, KernelFamily::topk_fused_sweep, sp);
@@ -274,10 +215,12 @@ class TopkFusedFamily final : public Family {
           launch_forward(s, sp, *sk, stream);
         }
       }
+      dsa::TopkCandArgs ca{};
       ca.cand = buf.cand;
       ca.cand_ld = buf.ld;
       ca.count = buf.count;
       ca.width = b.width;  // the sweep's columns are the block's key rows: column order by bitmap
+      set_topk_outputs(ca, p, b, rb.rows);
       // The unfused selection's block size for this width: the softmax sums in its order.
       const int which = topk_select_threads(b.width) == 256 ? 1 : 2;
       KernelLaunch sel = plan.launches[which];
@@ -351,10 +294,5 @@ void set_topk_fused_margin(std::optional<float> margin) {
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
 void set_topk_fused_budget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }
-
-int64_t topk_fused_inline_min_width() { return g_inline.load(std::memory_order_relaxed); }
-void set_topk_fused_inline(std::optional<int64_t> min_width) {
-  g_inline.store(min_width.has_value() ? std::max<int64_t>(*min_width, 0) : kTopkFusedInlineOff, std::memory_order_relaxed);
-}
 
 }  // namespace dsa_indexer::detail

@@ -3,8 +3,7 @@
 // unfused path's blocks, sm90_topk_unfused.hpp): the rows kernel, then the lean sweep with a
 // selection epilogue (family sm90_topk_fused_sweep, Operation::topk_sweep, through the
 // dispatcher: templates/sm90_topk_fused_sweep.cuh) appends each row's candidates to a bounded
-// buffer, and the candidates kernel (sm90_topk_candidates.cuh) selects each row's top-k (with
-// the in-sweep selection, set_topk_fused_inline, only the rows the sweep left).
+// buffer, and the candidates kernel (sm90_topk_candidates.cuh) selects each row's top-k.
 // Bitwise equal to sm90_topk_unfused (indices, values, softmax); BSHD blocks the lean family
 // serves, without lse (the unfused path serves the rest).
 #include <cstdint>
@@ -69,14 +68,5 @@ void set_topk_fused_stats(uint32_t* device_counters);
 // Measurements: the candidate buffers' bytes a block of rows aims for (topk_blocking's budget;
 // 0, the default: kTopkFusedBudget), e.g. to time a call in one block.
 void set_topk_fused_budget(uint64_t bytes);
-// The in-sweep selection (sampled sweeps, column-ordered calls): the selector warps select each
-// row of an item while the consumers sweep the CTA's next one and write its outputs themselves;
-// the candidates kernel then selects only the rows left (each CTA's last item, the redo's). It
-// runs in its own kernel of the sweep's module (its selectors take 104 registers, its consumers
-// 200 with packed weights). nullopt (the default): off until a GPU run has held it bitwise and
-// timed it; a width w: on for the blocks of at least w key columns (0: every block).
-inline constexpr int64_t kTopkFusedInlineOff = -1;
-int64_t topk_fused_inline_min_width();
-void set_topk_fused_inline(std::optional<int64_t> min_width);
 
 }  // namespace dsa_indexer::detail

@@ -217,24 +217,6 @@ TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
                   rows > 0 ? st[dsa::kLeanTopkStatEntries] / calls / rows : 0.0,
                   static_cast<long long>(dsa_indexer::detail::topk_fused_candidates(k, s.sk)));
     }
-    {
-      // the in-sweep selection (set_topk_fused_inline): each item's rows selected by the selector
-      // warps under the sweep of the CTA's next item, the rest by the candidates kernel
-      ds::DeviceBuffer counters(dsa::kLeanTopkStats * 4);
-      counters.fill_u32(0u);
-      dsa_indexer::detail::set_topk_fused_stats(static_cast<uint32_t*>(counters.get()));
-      dsa_indexer::detail::set_topk_fused_inline(0);
-      size_t ws_in = 0;
-      const float t_in = path(KernelFamily::topk_fused, &ws_in);
-      dsa_indexer::detail::set_topk_fused_inline(std::nullopt);
-      dsa_indexer::detail::set_topk_fused_stats(nullptr);
-      uint32_t st[dsa::kLeanTopkStats] = {};
-      counters.download(st, sizeof st);
-      std::printf("topk_perf S_q %6lld S_k %6lld: fused with the in-sweep selection: %.3f ms (%.3fx scores, %.3fx unfused), "
-                  "rows selected in the sweep per call %.0f of %lld, workspace %.0f MiB\n",
-                  static_cast<long long>(s.sq), static_cast<long long>(s.sk), t_in, t_in / t_scores, t_in / t_topk,
-                  st[dsa::kLeanTopkStatInline] / 8.0, static_cast<long long>(s.sq), ws_in / 1048576.0);
-    }
     // one block of rows (one sweep launch: no tail per block), with the planned buffer and with
     // 12288 entries per row (past the candidates kernel's staging for the few rows that need it)
     for (const int64_t entries : {int64_t(0), int64_t(12288)}) {

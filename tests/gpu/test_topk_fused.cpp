@@ -3,8 +3,7 @@
 // key rows: equal scores across columns; zero weights: all-zero rows; two alternating key rows:
 // two distinct values per row), short and empty rows (negative offsets), offsets near
 // INT32_MAX, ratio 1/2/4, B 1-3, several row blocks, bf16/fp32 W, sm_scale != 1, every k of the
-// contract's list, both slot orders and both index conventions, with and without the in-sweep
-// selection; a tiny candidate buffer (k + 64
+// contract's list, both slot orders and both index conventions; a tiny candidate buffer (k + 64
 // entries) forces a compaction every tile; run to run bitwise; and the automatic dispatch takes
 // the fused path where it applies. The unfused path itself is held against the CPU reference
 // selection in test_topk.cpp.
@@ -75,12 +74,6 @@ void check_fused(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties 
         CHECK(bad == 0);
         const TopkOut again = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, global});
         CHECK(mismatches(again, f, first, k) == 0);
-        // The in-sweep selection (every block; column order only: sorted calls keep the
-        // candidates kernel): the rows the selectors wrote and those left to the kernel.
-        dsa_indexer::detail::set_topk_fused_inline(0);
-        const TopkOut in_sweep = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, global});
-        dsa_indexer::detail::set_topk_fused_inline(std::nullopt);
-        CHECK(mismatches(in_sweep, u, first, k) == 0);
         // The sampled sweep's redo launch: at margin -4 nearly every cut row keeps fewer than k
         // entries and its q-tile is swept again (without the redo its count stays negative).
         dsa_indexer::detail::set_topk_fused_margin(-4.0f);
@@ -154,26 +147,10 @@ TEST_CASE("topk fused: S_k 65536, a sample stride of 64", "[topk_fused]") {
   check_fused(p, 251, {2048});
 }
 
-// The in-sweep selection writes the rows of every item but a CTA's last, so it needs several
-// items per CTA: S_q 4224 is 528 q-tiles, 4 per CTA on 132 SMs. Constructed ties, every k, a
-// tiny buffer (rows that overflow go to the redo and the candidates kernel beside rows the
-// selectors wrote), B 2 with offsets.
-TEST_CASE("topk fused: the in-sweep selection over several items per CTA", "[topk_fused]") {
-  HostProblem a = bshd(1, 4224, 8192, 64, 1);
-  a.offsets = {8192 - 4224 - 1};
-  check_fused(a, 271, {1, 7, 512, 2048});
-  check_fused(a, 272, {64, 2048}, Ties::two_values);
-  check_fused(a, 273, {7, 512}, Ties::repeated_keys_and_zero_rows, /*entries=*/512);
-  HostProblem b = bshd(2, 2112, 5000, 64, 2);
-  b.offsets = {5000 - 2 * 2112, 100};
-  check_fused(b, 274, {64, 2048});
-}
-
 // One small call of every fused launch kind (the sampled sweep with cuts, its redo at margin
-// -4, the exact sweep, the in-sweep selection, the candidates kernel), for the sanitizers
-// (tools/gpu_session.sh s14c): S_q 2112 is two items per CTA on 132 SMs.
+// -4, the exact sweep, the candidates kernel), for the sanitizers (tools/gpu_session.sh s14c).
 TEST_CASE("topk fused: small, for the sanitizers", "[topk_fused_small]") {
-  HostProblem p = bshd(1, 2112, 2560, 64, 1);
-  p.offsets = {2560 - 2112 - 1};
+  HostProblem p = bshd(1, 1056, 1536, 64, 1);
+  p.offsets = {1536 - 1056 - 1};
   check_fused(p, 261, {64});
 }

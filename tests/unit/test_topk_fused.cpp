@@ -126,26 +126,6 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
   for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
     for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20})
       CHECK(make_plan(topk_problem(1, sq, sk, 2048), dev, topk_fused_family()).workspace_bytes <= cap);
-  // The in-sweep selection adds its scratch after the blocks' buffers (256-byte aligned): per
-  // SM and selector warp a bitmap of the block's columns, its prefixes and kTopkMaxK keys;
-  // only for blocks at least its minimum width and column-ordered calls.
-  CHECK(dsa::lean_topk_inline_words(16384) == 2 * 512 + dsa::kTopkMaxK);
-  CHECK(dsa::lean_topk_inline_words(16385) == 2 * 513 + dsa::kTopkMaxK);
-  CHECK(topk_fused_inline_min_width() == kTopkFusedInlineOff);  // off by default
-  const uint64_t scratch = uint64_t(dev.sm_count) * dsa::kLeanTopkSelectors * dsa::lean_topk_inline_words(16384) * 4;
-  set_topk_fused_inline(0);
-  const uint64_t with = make_plan(topk_problem(1, 8192, 16384, 2048), dev, topk_fused_family()).workspace_bytes;
-  CHECK(with >= one + scratch);
-  CHECK(with <= (one + 255) / 256 * 256 + scratch);
-  Problem sorted = topk_problem(1, 8192, 16384, 2048);
-  sorted.topk.sort_by_score = true;  // score order: the candidates kernel writes every row
-  CHECK(make_plan(sorted, dev, topk_fused_family()).workspace_bytes == one);
-  set_topk_fused_inline(16385);  // blocks narrower than the minimum: none
-  CHECK(make_plan(topk_problem(1, 8192, 16384, 2048), dev, topk_fused_family()).workspace_bytes == one);
-  set_topk_fused_inline(-5);  // a negative width is 0: every block
-  CHECK(topk_fused_inline_min_width() == 0);
-  set_topk_fused_inline(std::nullopt);
-  CHECK(make_plan(topk_problem(1, 8192, 16384, 2048), dev, topk_fused_family()).workspace_bytes == one);
 }
 
 TEST_CASE("topk fused: every variant of the default manifest's top-k shapes compiles without spills", "[topk][nvrtc]") {
