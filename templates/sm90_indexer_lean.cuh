@@ -730,18 +730,6 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
       kv_begin = sp.kv_begin;
     }
     if (n_kv == 0) continue;
-    // The CTA's next item's Q rows into L2 while this one runs, so that its consumers load them
-    // from L2 at the item's start instead of waiting on DRAM (which short THD items, about 3 KV
-    // tiles against 128 KB of Q, otherwise do at every item). The same q-tile again (the split
-    // variant's next chunk) is in L2 already.
-    if (lane == 0) {
-      i64 k2 = k + 1;
-      i32 tile2 = 0, b2 = 0, part2 = 0;
-      while (k2 < rounds && !work.item(k2, tile2, b2, part2)) ++k2;
-      if (k2 < rounds && (tile2 != tile || b2 != b))
-        for (int g = 0; g < T::kConsumers; ++g)
-          prefetch_q_rows<kBshd, T::kFp8>(q_map, tile2 * T::kTokensPerTile + g * T::kTokensPerConsumer, b2);
-    }
     const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
     if (lane == 0)
       for (i32 it = 0; it < pre; ++it)

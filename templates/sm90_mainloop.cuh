@@ -70,20 +70,6 @@ __device__ __forceinline__ void load_q_rows(const TmaDesc& q_map, u8* dst, u64* 
   }
 }
 
-// Producer: the same boxes as load_q_rows, prefetched into L2 only (a later load_q_rows of them
-// then reads L2 instead of DRAM).
-template <bool kBshd, bool kFp8 = false>
-__device__ __forceinline__ void prefetch_q_rows(const TmaDesc& q_map, i32 tok0, i32 batch) {
-  using I = InputTiles<kFp8>;
-#pragma unroll
-  for (int hd = 0; hd < I::kBoxes; ++hd) {
-    if (kBshd)
-      tma_prefetch_l2_4d(&q_map, hd * I::kBoxCols, 0, tok0, batch);
-    else
-      tma_prefetch_l2_3d(&q_map, hd * I::kBoxCols, 0, tok0);
-  }
-}
-
 // One k-step's wgmma against 2R packed Q rows (R accumulators per thread): m64n256 for the
 // families' 256 rows per consumer, m64n128 for lean's four consumers of 128. Every element of an
 // m64n128 product has the bits of the m64n256 one (both sum the same k-steps in the same order).

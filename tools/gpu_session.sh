@@ -284,29 +284,6 @@ if [[ " $steps " == *" s17a "* ]]; then
   run sanitize_memcheck_lean 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean_split],[lean_heads]"
   racecheck_cases "[lean_split],[lean_heads]" 300 $(($(date +%s) + 330))
 fi
-# ab_prefetch (not in all; needs build/baseline): session 17's L2 prefetch of the next item's Q
-# (lean's producer) against the baseline's CLI on the same machine, interleaved A B B A: the THD
-# rows (lean and generic) and the lean headline; FP8's headline A B; then this build's output
-# digests against tests/gpu/golden_digests.txt and [lean].
-if [[ " $steps " == *" ab_prefetch "* ]]; then
-  bl=$b/baseline
-  echo "baseline: $(cat $bl/REV 2>/dev/null || echo none)" | tee -a "$out/summary.txt"
-  for v in A B B A; do
-    cli=$b/tools/dsa-indexer
-    [[ $v == A ]] && cli=$bl/dsa-indexer
-    n=$(ls "$out" | grep -c "^ab_thd_$v") || true
-    run ab_thd_${v}$n 100 $cli bench --match thd --family lean,generic --reps 10
-    run ab_head_${v}$n 50 $cli bench --match "bshd H64 r2 S_q 8192" --family lean --reps 10
-  done
-  for v in A B; do
-    cli=$b/tools/dsa-indexer
-    [[ $v == A ]] && cli=$bl/dsa-indexer
-    run ab_fp8_$v 50 $cli bench --in e4m3 --quick --reps 10
-  done
-  run digests 100 $b/tests/dsa_gpu_tests "[digests]"
-  run gpu_lean 120 $b/tests/dsa_gpu_tests "[lean]" --durations yes
-  tar -C "$out" -czf "$out/ab_logs.tgz" $(cd "$out" && ls ab_*.log) && rm -f "$out"/ab_*.log
-fi
 # digests (not in all; needs build/baseline from tools/build_baseline.sh REV): the output bits of
 # tests/gpu/test_digests.cpp's fixed problems recorded by the baseline build, then the current
 # build held to them (OUTDIR/golden_digests.txt: commit it as tests/gpu/golden_digests.txt once

@@ -47,18 +47,4 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaDesc* desc, u64*
       : "memory");
 }
 
-// 3-D/4-D tiled prefetches global -> L2 (no shared memory, no barrier): the box at the
-// coordinates is fetched into L2 for a later load of it (PTX cp.async.bulk.prefetch.tensor).
-__device__ __forceinline__ void tma_prefetch_l2_3d(const TmaDesc* desc, i32 c0, i32 c1, i32 c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n"
-               ::"l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-}
-
-__device__ __forceinline__ void tma_prefetch_l2_4d(const TmaDesc* desc, i32 c0, i32 c1, i32 c2, i32 c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
-               ::"l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
 }  // namespace dsa
