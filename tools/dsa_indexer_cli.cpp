@@ -718,7 +718,8 @@ void build_cli(Cli& cli) {
                                                   "(--in e4m3: FP8 rows, % of a cuBLASLt FP8 GEMM)");
   cli.value(bench, "json", "also write the results to this JSON file");
   cli.value(bench, "family", fmt::format("comma list of auto, lean4 (lean with four consumer warpgroups), lean4f (lean4 with "
-                                         "free-running consumers), {} (default lean,generic)",
+                                         "free-running consumers), leanf (lean's two consumers free-running), {} "
+                                         "(default lean,generic)",
                                          dd::family_options()))->check(family_list);
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
   bench->add_flag_callback("--lse", [&cli] { cli.args.opt["lse"] = "1"; },

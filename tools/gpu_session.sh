@@ -284,6 +284,12 @@ if [[ " $steps " == *" s17a "* ]]; then
   run sanitize_memcheck_lean 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean_split],[lean_heads]"
   racecheck_cases "[lean_split],[lean_heads]" 300 $(($(date +%s) + 330))
 fi
+# s17b (not in all): lean's two consumers free-running (bench family leanf) beside the ring (lean),
+# lean4f and generic on the THD rows, and lean / leanf on the H 64 headline rows, in about 3 minutes.
+if [[ " $steps " == *" s17b "* ]]; then
+  run bench_thd 140 $b/tools/dsa-indexer bench --match thd --family lean,leanf,lean4f,generic --reps 10 --json "$out/bench_thd.json"
+  run bench_head 50 $b/tools/dsa-indexer bench --match "bshd H64 r2 S_q 8192" --family lean,leanf --reps 10
+fi
 # digests (not in all; needs build/baseline from tools/build_baseline.sh REV): the output bits of
 # tests/gpu/test_digests.cpp's fixed problems recorded by the baseline build, then the current
 # build held to them (OUTDIR/golden_digests.txt: commit it as tests/gpu/golden_digests.txt once
