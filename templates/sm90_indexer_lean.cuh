@@ -44,6 +44,44 @@ DSA_CONFIG_OR(HeadsOf, kHeads, int, 64)
 DSA_CONFIG_OR(ConsumersOf, kConsumers, int, 2)
 DSA_CONFIG_OR(LseOf, kWithLse, bool, false)
 DSA_CONFIG_OR(FreeOf, kFreeConsumers, bool, false)
+// Measurements: the roles stamp their phases into LeanArgs::trace (kTrace; LeanTrace).
+DSA_CONFIG_OR(TraceOf, kTrace, bool, false)
+
+// A role's phase stamps (sm90_indexer_lean_args.cuh, kLeanTraceWords): one recording thread per
+// role (lane 0 of the producer warp, lane 0 of a consumer's first warp); each stamp is stored as
+// it is taken, so that no register stays live across the loop's waits for it. Empty unless kOn.
+template <bool kOn>
+struct LeanTrace {
+  __device__ __forceinline__ LeanTrace(const LeanArgs&, int, bool) {}
+  __device__ __forceinline__ void open(u32, i32, i64) {}
+  __device__ __forceinline__ void stamp(int) {}
+  __device__ __forceinline__ void close() {}
+};
+template <>
+struct LeanTrace<true> {
+  u32* p = nullptr;  // the role's region (nullptr: this thread does not record)
+  u32 n = 0;         // records written
+  __device__ __forceinline__ LeanTrace(const LeanArgs& a, int role, bool recorder) {
+    if (recorder && a.trace != 0)
+      p = reinterpret_cast<u32*>(a.trace) + (static_cast<u64>(blockIdx.x) * kLeanTraceRoles + role) * kLeanTraceWords;
+  }
+  __device__ __forceinline__ bool room() const { return p != nullptr && 1 + (n + 1) * kLeanTraceRecord <= kLeanTraceWords; }
+  __device__ __forceinline__ void open(u32 kind, i32 i, i64 round) {
+    if (!room()) return;
+    p[1 + n * kLeanTraceRecord] = kind | (static_cast<u32>(i) << 8);
+    p[1 + n * kLeanTraceRecord + 7] = static_cast<u32>(round);
+  }
+  __device__ __forceinline__ void stamp(int f) {
+    if (!room()) return;
+    u32 c;
+    asm volatile("mov.u32 %0, %%clock;" : "=r"(c)::"memory");
+    p[1 + n * kLeanTraceRecord + f] = c;
+  }
+  __device__ __forceinline__ void close() {
+    if (!room()) return;
+    p[0] = ++n;
+  }
+};
 
 // The order in which a work item's KV tiles are swept. The scores kernels sweep in order; an
 // epilogue may ask for a sample-first order (its kSampleStride s > 1: the fused top-k's sweep)
@@ -714,6 +752,7 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     tma_prefetch_desc(&k_map);
   }
   u32 stage = 0, phase = 0, q_uses = 0;
+  LeanTrace<TraceOf<Cfg>::value> tr(a, kLeanTraceProducer, lane == 0);
   for (i64 k = 0; k < rounds; ++k) {
     i32 tile, b, part;
     if (!work.item(k, tile, b, part)) continue;
@@ -732,16 +771,25 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     if (n_kv == 0) continue;
     const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
     if (lane == 0)
-      for (i32 it = 0; it < pre; ++it)
+      for (i32 it = 0; it < pre; ++it) {
+        tr.open(kLeanTraceKv, it, k);
+        tr.stamp(1);
         load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin,
                                                   lean_tile_at<kS>(it, n_kv), b);
+        tr.stamp(2);
+        tr.close();
+      }
     for (int g = 0; g < T::kConsumers; ++g) {
+      tr.open(kLeanTraceQ, g, k);
+      tr.stamp(1);
       mbarrier_wait(&cta.q_empty[g], (q_uses & 1) ^ 1);
       const i32 t0 = tok0 + g * T::kTokensPerConsumer;
       if (lane == 0) {
         mbarrier_arrive_expect_tx(&cta.q_full[g], T::kQBytes);
         load_q_rows<kBshd, T::kFp8, T::kRows>(q_map, cta.smem + L::kOffQ + g * T::kQBytes, &cta.q_full[g], t0, b);
       }
+      tr.stamp(2);
+      tr.close();
       // The weight rows of the consumer's 4 tokens are contiguous (16-byte aligned: gate);
       // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
       const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
@@ -764,9 +812,14 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     }
     ++q_uses;
     if (lane == 0)
-      for (i32 it = pre; it < n_kv; ++it)
+      for (i32 it = pre; it < n_kv; ++it) {
+        tr.open(kLeanTraceKv, it, k);
+        tr.stamp(1);
         load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin,
                                                   lean_tile_at<kS>(it, n_kv), b);
+        tr.stamp(2);
+        tr.close();
+      }
   }
 }
 
@@ -848,6 +901,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   float acc[T::kAcc];
   LeanWeights<Cfg, lean_weight_regs_mode<Cfg, Epi>()> wreg;
   Epi epi(ea, cta.smem + L::kOffEpi, cg, warp_in_wg, lane);
+  LeanTrace<TraceOf<Cfg>::value> tr(a, cg, warp_in_wg == 0 && lane == 0);
   u32 stage = 0, phase = 0, q_uses = 0;
   // What this lane needs of item (tile, b). THD derives it from cu_seqlens (loads and warp
   // shuffles), so the consumers compute the next item's while their first product of the
@@ -966,15 +1020,24 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
     if (n_kv > 0) {
       KScales kscale;
       if constexpr (T::kFp8) kscale = k_scales(cur_tile, cur_b, cur_part);
+      tr.open(kLeanTraceItem, 0, k);
+      tr.stamp(1);
       mbarrier_wait(&cta.w_full[cg], q_uses & 1);
       mbarrier_wait(&cta.q_full[cg], q_uses & 1);
+      tr.stamp(2);
+      tr.close();
       wreg.load(w_smem + (q_uses & (T::kWBufs - 1)) * T::kWBytes, lane & 3);
       for (i32 it = 0; it < n_kv; ++it) {
         const i32 kt = lean_tile_at<SampleStrideOf<Epi>::value>(it, n_kv);  // the KV tile of this iteration
+        tr.open(kLeanTraceTile, it, k);
+        tr.stamp(1);
         mbarrier_wait(&cta.kv_full[stage], phase);
+        tr.stamp(2);
         if (kRing) named_barrier_sync(my_bar, 256);
+        tr.stamp(3);
         mma_tile<T::kFp8>(acc, warp_uniform(kv_base0 + stage * T::kKvBytes), q_base);
         if (kRing) named_barrier_arrive(other_bar, 256);
+        tr.stamp(4);
         // FP8: this lane's two k scales load while the product runs (1 where there are none)
         // (four consumers: one row per lane, row8 of lean_val_row8; its second load goes unused)
         KScalePair ksc;
@@ -989,6 +1052,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         }
         wgmma_wait_group<0>();
         wgmma_fence_operands(acc);
+        tr.stamp(5);
         // Q is done with; weights are in registers or the next item's go to the other buffer, so
         // the next item's Q and weights may load under this last epilogue. Every thread arrives
         // on q_empty: an arrival releases only its own reads.
@@ -1010,6 +1074,8 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         }
         epi.tile(part, kt, ln, warp_in_wg, lane, a.sm_scale, q_uses);
         epi.after_tile(ln);
+        tr.stamp(6);
+        tr.close();
       }
       ++q_uses;
     }

@@ -18,7 +18,26 @@ struct LeanArgs {
   i64 out_cols;          // THD: max_seqlen_k (local columns) or T_k (global)
   float sm_scale;        // read only when the variant is not the unit-scale one
   i32 has_offsets;
+  u64 trace;             // measurements: a kTrace variant's phase stamps (LeanTrace; 0 = none)
 };
+
+// A kTrace variant's stamps (set_lean_trace, measurements only): per CTA and role (consumer
+// warpgroup c at c, the producer warp at kLeanTraceProducer) a region of kLeanTraceWords u32:
+// word 0 the records written, then records of kLeanTraceRecord words: {kind | i << 8, up to six
+// SM clock stamps (%clock), the work item's round}. Kinds and stamps:
+//   kLeanTraceItem (consumer, per item): before its Q / weight waits, after them;
+//   kLeanTraceTile (consumer, per KV tile, i = iteration): before the KV stage wait, after it,
+//     after the ring's named barrier (its turn), after the product's issue, after the product
+//     (wgmma wait), after the epilogue's tile;
+//   kLeanTraceKv (producer, per KV tile, i = iteration): before the stage's empty wait, after the
+//     load's issue;
+//   kLeanTraceQ (producer, per consumer's Q, i = consumer): before its Q buffer's empty wait,
+//     after the load's issue.
+constexpr int kLeanTraceRoles = 5;
+constexpr int kLeanTraceProducer = 4;
+constexpr int kLeanTraceWords = 16384;
+constexpr int kLeanTraceRecord = 8;
+enum LeanTraceKind : u32 { kLeanTraceItem = 1, kLeanTraceTile = 2, kLeanTraceKv = 3, kLeanTraceQ = 4 };
 
 // The scores kernels' last launch parameter: the lse output of a kWithLse variant, fp32 (B, S_q)
 // at strides (batch, row) or THD (T_q) at stride row (0: none), and THD's T_q (its rows past T_q

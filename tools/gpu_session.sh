@@ -290,6 +290,16 @@ if [[ " $steps " == *" s17b "* ]]; then
   run bench_thd 140 $b/tools/dsa-indexer bench --match thd --family lean,leanf,lean4f,generic --reps 10 --json "$out/bench_thd.json"
   run bench_head 50 $b/tools/dsa-indexer bench --match "bshd H64 r2 S_q 8192" --family lean,leanf --reps 10
 fi
+# trace (not in all): the phases of lean's loop from its kTrace variants' clock stamps
+# ("[lean_trace]": the headline bf16 and FP8, THD ratio 4 with 8 short segments with the ring and
+# free-running; per consumer the mean cycles per KV tile waiting for the stage, for its turn,
+# issuing, waiting for the product, in the epilogue, between tiles), the raw stamps in
+# OUTDIR/lean_trace.tgz (tests/gpu/test_lean_trace.cpp says their layout).
+if [[ " $steps " == *" trace "* ]]; then
+  mkdir -p "$out/trace"
+  DSA_TEST_TRACE_OUT="$out/trace" run lean_trace 150 $b/tests/dsa_gpu_tests "[lean_trace]" --durations yes
+  tar -C "$out" -czf "$out/lean_trace.tgz" trace && rm -rf "$out/trace"
+fi
 # digests (not in all; needs build/baseline from tools/build_baseline.sh REV): the output bits of
 # tests/gpu/test_digests.cpp's fixed problems recorded by the baseline build, then the current
 # build held to them (OUTDIR/golden_digests.txt: commit it as tests/gpu/golden_digests.txt once

@@ -38,6 +38,8 @@ inline ParamDesc lean_lse_param() { return omitted_when_zero(lse_param()); }
 // Lean's consumers issuing their products without the ring of named barriers (session 12's
 // experiment).
 inline ParamDesc lean_free_param() { return omitted_when_zero({"kFreeConsumers", ParamDesc::boolean, "bool", "free"}); }
+// Lean's phase stamps (measurements: set_lean_trace).
+inline ParamDesc lean_trace_param() { return omitted_when_zero({"kTrace", ParamDesc::boolean, "bool", "trace"}); }
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }

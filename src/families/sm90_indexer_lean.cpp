@@ -17,7 +17,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot, kLseSlot, kFreeSlot };
+enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot, kLseSlot, kFreeSlot, kTraceSlot };
 constexpr const char* kScaleChoices[] = {"any", "1"};
 constexpr const char* kScaleLiterals[] = {"false", "true"};
 constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
@@ -56,6 +56,7 @@ bool has_host_seqlens(const Problem& p) {
 std::atomic<LeanThdOrder> g_thd_order{LeanThdOrder::balanced};
 std::atomic<int> g_consumers{2};
 std::atomic<bool> g_free{false};
+std::atomic<uint32_t*> g_trace{nullptr};
 
 // THD: the planned schedule of the packings met last (a training step calls every layer with
 // one packing), keyed by the exact host cu_seqlens and what else decides the order.
@@ -155,6 +156,7 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
     }
   }
   plan.spec.family = &family;
+  if (&family == &lean_family() && lean_trace() != nullptr) plan.spec.values[kTraceSlot] = 1;
   plan.spec.dynamic_smem += static_cast<uint32_t>(extra_smem);
   // An epilogue with shared memory of its own (the fused top-k's sweep with fp32 weights) gives
   // up KV stages until the CTA fits: the stages only pipeline the same products (same bits).
@@ -221,6 +223,7 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
   args.out_cols = p.out_cols;
   args.sm_scale = p.sm_scale;
   args.has_offsets = p.has_offsets ? 1 : 0;
+  args.trace = plan.spec.values[kTraceSlot] != 0 ? reinterpret_cast<uintptr_t>(lean_trace()) : 0;
   dsa::DsaScales scales = make_scales(p);
   thread_local TmaMemo q_memo, k_memo;
   const TmaDescBytes& qmap =
@@ -285,7 +288,8 @@ class LeanFamily final : public Family {
         lean_heads_param(),
         lean_consumers_param(),
         lean_lse_param(),
-        lean_free_param()};
+        lean_free_param(),
+        lean_trace_param()};
     return p;
   }
 
@@ -537,6 +541,8 @@ void set_lean_consumers(int consumers) {
 int lean_consumers() { return g_consumers.load(std::memory_order_relaxed); }
 void set_lean_free(bool free_running) { g_free.store(free_running, std::memory_order_relaxed); }
 bool lean_free() { return g_free.load(std::memory_order_relaxed); }
+void set_lean_trace(uint32_t* device_words) { g_trace.store(device_words, std::memory_order_relaxed); }
+uint32_t* lean_trace() { return g_trace.load(std::memory_order_relaxed); }
 int lean_spec_consumers(const KernelSpec& spec) { return spec.values[kConsumersSlot] ? static_cast<int>(spec.values[kConsumersSlot]) : 2; }
 
 const Family& lean_family() {

@@ -96,6 +96,12 @@ int lean_consumers();
 // the fused top-k's sweep keeps the ring. The bits are the same either way.
 void set_lean_free(bool free_running);
 bool lean_free();
+// Measurements: device memory of grid x dsa::kLeanTraceRoles x dsa::kLeanTraceWords u32 (the
+// grid: at most the SM count) into which every later lean scores launch stamps its roles' phases
+// (the kTrace variants, sm90_indexer_lean_args.cuh: LeanTrace); nullptr (the default): none.
+// Process-wide, as set_lean_free; tests/gpu/test_lean_trace.cpp and tools/lean_trace.py read it.
+void set_lean_trace(uint32_t* device_words);
+uint32_t* lean_trace();
 
 // The split variant (templates/sm90_indexer_lean.cuh, sm90_indexer_lean_split): BSHD calls whose
 // q-tiles x B are fewer than the SMs cut every q-tile's KV tiles into `parts` chunks of `chunk`

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/sha256.hpp"
+#include "dispatch/family.hpp"
 #include "jit/codegen.hpp"
 #include "golden_specs.hpp"
 #include "core/util.hpp"
@@ -83,4 +84,11 @@ TEST_CASE("hex_float literals round-trip exactly", "[codegen]") {
     CHECK(std::strtof(s.c_str(), nullptr) == v);
   }
   CHECK(hex_float(-INFINITY) == "__int_as_float(0xff800000)");
+}
+
+TEST_CASE("codegen: every family's parameters fit a KernelSpec", "[codegen]") {
+  for (const dsa_indexer::detail::Family* f : dsa_indexer::detail::families()) {
+    INFO(f->name());
+    CHECK(f->params().size() <= static_cast<std::size_t>(dsa_indexer::detail::kMaxSpecParams));
+  }
 }

@@ -41,6 +41,13 @@ struct Free {
   Free(const Free&) = delete;
   Free& operator=(const Free&) = delete;
 };
+// set_lean_trace for a scope (planning only: the address is never read here).
+struct Trace {
+  Trace() { set_lean_trace(reinterpret_cast<uint32_t*>(uintptr_t(0x100000))); }
+  ~Trace() { set_lean_trace(nullptr); }
+  Trace(const Trace&) = delete;
+  Trace& operator=(const Trace&) = delete;
+};
 }  // namespace
 
 TEST_CASE("lean consumers: every scores plan takes the process-wide count, the fused sweep keeps two", "[planner][lean_consumers]") {
@@ -176,4 +183,43 @@ TEST_CASE("lean free-running consumers: their own key token, no ring in the sour
   check_compiles_without_spills({lean_spec(8192, 4096, DType::bf16, true, Layout::bshd, DType::bf16, false, 64, 2, false, true),
                                  lean_spec(8192, 0, DType::bf16, false, Layout::thd_local, DType::bf16, false, 64, 2, false, true)},
                                 "sm90_indexer_lean");
+}
+
+TEST_CASE("lean phase stamps: their own key token while set_lean_trace holds, never the sweep's; no spills", "[nvrtc][lean_trace]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const Call c = bshd_call(1, 8192, 4096, 64);
+  const Plan plain = make_plan(problem(c), dev, lean_family());
+  CHECK(plain.spec.shape_key().find("trace") == std::string::npos);
+  CHECK(render(plain.spec).text.find("kTrace") == std::string::npos);
+  std::vector<KernelSpec> specs;
+  KernelSpec fp8;
+  Plan sweep;
+  {
+    Trace trace;
+    const Plan p = make_plan(problem(c), dev, lean_family());
+    CHECK(p.spec.shape_key() == plain.spec.shape_key() + ".trace1");
+    CHECK_THAT(render(p.spec).text, Contains("static constexpr bool kTrace = true;"));
+    sweep = lean_plan(problem(c), dev, PlanPurpose::launch, topk_fused_sweep_family(), 0, false);
+    specs.push_back(p.spec);
+    Problem f = problem(c);
+    f.w_dtype = DType::f32;  // fp32 W
+    specs.push_back(make_plan(f, dev, lean_family()).spec);
+    Problem e = problem(c);
+    e.qk_dtype = DType::e4m3;  // FP8
+    fp8 = make_plan(e, dev, lean_family()).spec;
+    specs.push_back(make_plan(problem(PackedCall({4096, 4096}, {1024, 1024})), dev, lean_family()).spec);  // THD
+    Free free_running;  // THD with free-running consumers (bench's leanf)
+    specs.push_back(make_plan(problem(PackedCall({4096, 4096}, {1024, 1024})), dev, lean_family()).spec);
+  }
+  CHECK(lean_trace() == nullptr);
+  CHECK(sweep.spec.shape_key().find("trace") == std::string::npos);
+  for (const KernelSpec& s : specs) CHECK_THAT(s.shape_key(), Contains(".trace1"));
+  check_compiles_without_spills(specs, "sm90_indexer_lean");
+  // FP8's consumers (fp32 weights in registers beside the accumulators) spill 36 bytes with
+  // the stamps: it compiles, and its timeline carries that cost (docs/PERF_NOTES.md)
+  CHECK_THAT(fp8.shape_key(), Contains(".trace1"));
+  const GeneratedSource g = render(fp8);
+  const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(fp8.arch), nullptr});
+  CHECK_FALSE(out.cubin.empty());
+  CHECK(out.log.find("Performance Loss") == std::string::npos);
 }
