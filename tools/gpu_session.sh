@@ -284,6 +284,13 @@ if [[ " $steps " == *" s17a "* ]]; then
   run sanitize_memcheck_lean 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean_split],[lean_heads]"
   racecheck_cases "[lean_split],[lean_heads]" 300 $(($(date +%s) + 330))
 fi
+# s18 (not in all): session 17's leftovers in one call of about 8 minutes: the output digests
+# against tests/gpu/golden_digests.txt first (LeanArgs grew a field: every lean kernel's bits must
+# hold), then the phase timeline (trace) and the free-running THD rows (s17b).
+if [[ " $steps " == *" s18 "* ]]; then
+  run digests 110 $b/tests/dsa_gpu_tests "[digests]"
+  steps="$steps trace s17b"  # (their blocks follow)
+fi
 # s17b (not in all): lean's two consumers free-running (bench family leanf) beside the ring (lean),
 # lean4f and generic on the THD rows, and lean / leanf on the H 64 headline rows, in about 3 minutes.
 if [[ " $steps " == *" s17b "* ]]; then
