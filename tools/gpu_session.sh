@@ -300,11 +300,12 @@ fi
 # trace (not in all): the phases of lean's loop from its kTrace variants' clock stamps
 # ("[lean_trace]": the headline bf16 and FP8, THD ratio 4 with 8 short segments with the ring and
 # free-running; per consumer the mean cycles per KV tile waiting for the stage, for its turn,
-# issuing, waiting for the product, in the epilogue, between tiles), the raw stamps in
-# OUTDIR/lean_trace.tgz (tests/gpu/test_lean_trace.cpp says their layout).
+# issuing, waiting for the product, in the epilogue, between tiles), tools/lean_trace.py's
+# timelines and tensor-pipe bound, the raw stamps and the plots in OUTDIR/lean_trace.tgz.
 if [[ " $steps " == *" trace "* ]]; then
   mkdir -p "$out/trace"
   DSA_TEST_TRACE_OUT="$out/trace" run lean_trace 150 $b/tests/dsa_gpu_tests "[lean_trace]" --durations yes
+  run lean_trace_plots 60 python3 tools/lean_trace.py "$out/trace"
   tar -C "$out" -czf "$out/lean_trace.tgz" trace && rm -rf "$out/trace"
 fi
 # digests (not in all; needs build/baseline from tools/build_baseline.sh REV): the output bits of
