@@ -143,8 +143,8 @@ def indexer_forward(
     relu(q_scale[h] * k_scale[j] * (q8[h,:] . k8[j,:]))``. Scales must be finite and > 0 (the
     caller's duty: not checked on the device). The library validates them (dtype, shape,
     device; scales with bf16 q/k, mixed q/k dtypes and ``torch.float8_e5m2`` are refused with
-    its message naming the parameter). No kernel family computes from e4m3 yet: a valid FP8
-    call raises UnsupportedConfig until the FP8 families land.
+    its message naming the parameter). The generic family serves every FP8 call, lean the
+    ones its gates pass (as for bf16; lean FP8 gives generic FP8's bits).
 
     Differences from cuDNN-frontend: without ``return_lse`` the scores tensor itself is
     returned (cuDNN returns a TupleDict holding it); ``ratio`` defaults to 4 as there, the C

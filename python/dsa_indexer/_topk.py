@@ -84,7 +84,7 @@ def indexer_topk(
       synchronizing device-to-host read of the device arrays per call.
     - FP8: q and k ``torch.float8_e4m3fn`` with the optional fp32 ``q_scale`` / ``k_scale`` of
       `indexer_forward` (same shapes, same contract); the scores ranked are those FP8 scores. No
-      top-k family computes from e4m3 yet (UnsupportedConfig until the FP8 families land).
+      top-k family computes from e4m3 yet (UnsupportedConfig).
 
     NaN scores (only from non-finite inputs) rank above +inf; +0.0 ranks above -0.0. Raises as
     `indexer_forward` does (ValueError / NotImplementedError / RuntimeError subclasses with the

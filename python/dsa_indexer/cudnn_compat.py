@@ -38,9 +38,8 @@ depends on w's dtype, as in cuDNN-frontend:
   ``sm_scale`` is applied (``q_scale`` must still be given): ``scores = k_scale[j] * sum_h w[h]
   * relu(q8[h] . k8[j])``.
 
-The H gate is the library's (cuDNN-frontend's SM90 FP8 path asserts H in {32, 64}). No family
-of this library computes from e4m3 yet: such a call currently ends in
-``dsa_indexer.UnsupportedConfig`` (NotImplementedError and ValueError) from the library.
+The H gate is the library's (cuDNN-frontend's SM90 FP8 path asserts H in {32, 64}); the
+library's generic and lean families serve the FP8 call as they serve bf16.
 
 Everything else (shapes, dtypes, THD local columns, offsets, ``out``) goes to
 `dsa_indexer.indexer_forward`, which raises ValueError where cuDNN-frontend's SM90 interface

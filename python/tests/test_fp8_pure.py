@@ -4,8 +4,9 @@ A stand-in `torch` (fake_torch.py) stands for the tensors, so the binding's real
 run: the ctypes path's descriptors are checked by replacing `_lib`'s raw calls with recorders
 (which dtype codes, which q_scale / k_scale descriptors a call would pass), and, in a
 subprocess with the stand-in CUDA driver (tests/stub, built by CMake), the real library
-validates and dispatches those calls: a valid FP8 call ends in its UnsupportedConfig (no family
-computes from e4m3 yet), raised as the binding's exception class. The GPU tests against the
+validates and dispatches those calls: a valid FP8 scores call is served, a valid FP8 top-k call
+ends in its UnsupportedConfig (no top-k family computes from e4m3), raised as the binding's
+exception class. The GPU tests against the
 fp64 oracle are in test_gpu.py, test_topk_gpu.py, test_torch_op_gpu.py and
 test_cudnn_compat_gpu.py.
 """
