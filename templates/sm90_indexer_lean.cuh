@@ -66,16 +66,17 @@ struct LeanTrace<true> {
       p = reinterpret_cast<u32*>(a.trace) + (static_cast<u64>(blockIdx.x) * kLeanTraceRoles + role) * kLeanTraceWords;
   }
   __device__ __forceinline__ bool room() const { return p != nullptr && 1 + (n + 1) * kLeanTraceRecord <= kLeanTraceWords; }
+  __device__ __forceinline__ u32* record() const { return p + 1 + n * kLeanTraceRecord; }
   __device__ __forceinline__ void open(u32 kind, i32 i, i64 round) {
     if (!room()) return;
-    p[1 + n * kLeanTraceRecord] = kind | (static_cast<u32>(i) << 8);
-    p[1 + n * kLeanTraceRecord + 7] = static_cast<u32>(round);
+    record()[0] = kind | (static_cast<u32>(i) << 8);
+    record()[7] = static_cast<u32>(round);
   }
   __device__ __forceinline__ void stamp(int f) {
     if (!room()) return;
     u32 c;
     asm volatile("mov.u32 %0, %%clock;" : "=r"(c)::"memory");
-    p[1 + n * kLeanTraceRecord + f] = c;
+    record()[f] = c;
   }
   __device__ __forceinline__ void close() {
     if (!room()) return;
@@ -770,8 +771,9 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
     }
     if (n_kv == 0) continue;
     const i32 pre = n_kv < T::kStages ? n_kv : T::kStages;
-    if (lane == 0)
-      for (i32 it = 0; it < pre; ++it) {
+    // lane 0: the item's KV tiles [from, to) into the ring (each waits for its stage)
+    auto load_kv = [&](i32 from, i32 to) {
+      for (i32 it = from; it < to; ++it) {
         tr.open(kLeanTraceKv, it, k);
         tr.stamp(1);
         load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin,
@@ -779,6 +781,8 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
         tr.stamp(2);
         tr.close();
       }
+    };
+    if (lane == 0) load_kv(0, pre);
     for (int g = 0; g < T::kConsumers; ++g) {
       tr.open(kLeanTraceQ, g, k);
       tr.stamp(1);
@@ -811,15 +815,7 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
       mbarrier_arrive(&cta.w_full[g]);
     }
     ++q_uses;
-    if (lane == 0)
-      for (i32 it = pre; it < n_kv; ++it) {
-        tr.open(kLeanTraceKv, it, k);
-        tr.stamp(1);
-        load_kv_tile<T::kStages, kBshd, T::kFp8>(k_map, cta.smem + L::kOffKv, cta.kv_full, cta.kv_empty, stage, phase, kv_begin,
-                                                  lean_tile_at<kS>(it, n_kv), b);
-        tr.stamp(2);
-        tr.close();
-      }
+    if (lane == 0) load_kv(pre, n_kv);
   }
 }
 

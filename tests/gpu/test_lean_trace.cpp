@@ -34,7 +34,17 @@ struct Phase {
 struct Records {
   const uint32_t* base;
   uint32_t n;
+  Records(const std::vector<uint32_t>& words, int cta, int role)
+      : base(words.data() + (static_cast<size_t>(cta) * dsa::kLeanTraceRoles + role) * dsa::kLeanTraceWords), n(base[0]) {}
   const uint32_t* at(uint32_t r) const { return base + 1 + r * dsa::kLeanTraceRecord; }
+};
+
+// set_lean_trace for a scope; none again whatever a check throws.
+struct LeanTraceOn {
+  explicit LeanTraceOn(void* words) { dsa_indexer::detail::set_lean_trace(static_cast<uint32_t*>(words)); }
+  ~LeanTraceOn() { dsa_indexer::detail::set_lean_trace(nullptr); }
+  LeanTraceOn(const LeanTraceOn&) = delete;
+  LeanTraceOn& operator=(const LeanTraceOn&) = delete;
 };
 
 void summarize(const std::string& name, const std::vector<uint32_t>& words, int grid, int consumers) {
@@ -43,8 +53,7 @@ void summarize(const std::string& name, const std::vector<uint32_t>& words, int 
     Phase kv, ring, issue, product, epi, between, period, qwait;
     int64_t items = 0;
     for (int cta = 0; cta < grid; ++cta) {
-      const uint32_t* region = words.data() + (static_cast<size_t>(cta) * dsa::kLeanTraceRoles + c) * dsa::kLeanTraceWords;
-      const Records rec{region, region[0]};
+      const Records rec(words, cta, c);
       const uint32_t* last_tile = nullptr;
       for (uint32_t r = 0; r < rec.n; ++r) {
         const uint32_t* x = rec.at(r);
@@ -75,9 +84,7 @@ void summarize(const std::string& name, const std::vector<uint32_t>& words, int 
   }
   Phase kv_load, q_load;
   for (int cta = 0; cta < grid; ++cta) {
-    const uint32_t* region =
-        words.data() + (static_cast<size_t>(cta) * dsa::kLeanTraceRoles + dsa::kLeanTraceProducer) * dsa::kLeanTraceWords;
-    const Records rec{region, region[0]};
+    const Records rec(words, cta, dsa::kLeanTraceProducer);
     for (uint32_t r = 0; r < rec.n; ++r) {
       const uint32_t* x = rec.at(r);
       const uint32_t kind = x[0] & 0xffu;
@@ -89,23 +96,24 @@ void summarize(const std::string& name, const std::vector<uint32_t>& words, int 
               static_cast<long long>(kv_load.n), kv_load.mean(), static_cast<long long>(q_load.n), q_load.mean());
 }
 
-// The lean call of p twice (compile, then the plain kernel timed by the test's caller's eye: the
-// second call), then once more with the stamps.
+// The lean call of p without stamps, then twice with them (the first compiles the kTrace variant;
+// the second's stamps are kept), every output bitwise the unstamped call's.
 void trace_case(const std::string& name, HostProblem p, uint64_t seed) {
   namespace dd = dsa_indexer::detail;
   ds::fill_random(p, seed);
   auto dp = ds::upload(p);
   dp.opt.family = KernelFamily::lean;
-  const int grid = std::min<int>(dd::device_info(0).sm_count, 1 << 20);
+  const int grid = dd::device_info(0).sm_count;  // (lean's grid: at most one CTA per SM)
   const size_t words = static_cast<size_t>(grid) * dsa::kLeanTraceRoles * dsa::kLeanTraceWords;
   ds::DeviceBuffer buf(words * 4);
-  buf.fill_u32(0u);
   const auto plain = ds::run(p, dp, KernelFamily::lean);
-  dd::set_lean_trace(static_cast<uint32_t*>(buf.get()));
-  const auto traced = ds::run(p, dp, KernelFamily::lean);  // (compiles the kTrace variant)
-  buf.fill_u32(0u);
-  const auto again = ds::run(p, dp, KernelFamily::lean);
-  dd::set_lean_trace(nullptr);
+  ds::GpuResult traced, again;
+  {
+    LeanTraceOn on(buf.get());
+    traced = ds::run(p, dp, KernelFamily::lean);
+    buf.fill_u32(0u);
+    again = ds::run(p, dp, KernelFamily::lean);
+  }
   // the stamps change no output bit
   CHECK(differing_cells(plain.scores, traced.scores) == 0);
   CHECK(differing_cells(plain.scores, again.scores) == 0);
