@@ -37,6 +37,7 @@ run() {  # name timeout command...
   return 0
 }
 ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 # ncu (full set, source counters) of the first fused sweep launch of [topk_perf] (S_q 8192, S_k
 # 16384): its per-instruction page as CSV and its details page, the report itself removed.
 ncu_sweep() {  # timeout
@@ -55,7 +56,6 @@ ncu_times() {  # timeout
 # memcheck and racecheck over one small call of every fused launch kind ("[topk_fused_small]").
 sanitize_fused() {  # memcheck timeout, racecheck timeout
   local cs
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   run sanitize_memcheck_fused "$1" "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
   run sanitize_racecheck_fused "$2" "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
 }
@@ -64,7 +64,6 @@ sanitize_fused() {  # memcheck timeout, racecheck timeout
 # limited to TIMEOUT seconds and all to the epoch-seconds DEADLINE; results in OUTDIR/racecheck.
 racecheck_cases() {
   local t0=$SECONDS
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   rdir="$out/racecheck"
   mkdir -p "$rdir"
   $b/tests/dsa_gpu_tests --list-test-names-only "$1" | sed '/^$/d' >"$rdir/names.txt"
@@ -106,7 +105,6 @@ fi
 # the FP8 cases lean serves (lean == generic on 11 shapes, THD), and the CLI's FP8 rows with the
 # FP8 GEMM ceiling (fixed in session 10).
 if [[ " $steps " == *" validate10 "* ]]; then
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   run gpu_fp8 200 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
   run sanitize_memcheck_fp8 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[fp8]"
   run sanitize_racecheck_fp8 150 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
@@ -126,7 +124,6 @@ if [[ " $steps " == *" validate11a "* ]]; then
   run gpu_fp8 110 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
 fi
 if [[ " $steps " == *" validate11b "* ]]; then
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   run sanitize_memcheck_lean4 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean4],[lean_lse]"
   run sanitize_racecheck_lean4 150 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
     "lean4: run to run bitwise*,lean4: FP8 == generic FP8 bitwise*,lean lse: THD packings*"
@@ -280,7 +277,6 @@ fi
 # variant and H 32 / 16 ([lean_split], [lean_heads]), then racecheck over their cases, one
 # process per case (the racecheck step's script), all within about 9 minutes.
 if [[ " $steps " == *" s17a "* ]]; then
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   run sanitize_memcheck_lean 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean_split],[lean_heads]"
   racecheck_cases "[lean_split],[lean_heads]" 300 $(($(date +%s) + 330))
 fi
@@ -404,7 +400,6 @@ want bench && run bench 280 $b/tools/dsa-indexer bench --json "$out/bench.json"
 want jitcost && run jitcost 120 $b/tools/dsa-indexer jitcost --json "$out/jitcost.json"
 want hostcost && run hostcost 200 $b/tools/dsa-indexer-hostcost
 if want sanitize; then
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   # memcheck and synccheck over the whole GPU suite of both families; racecheck (slow with
   # 220 KB of shared memory per CTA) over a representative subset of each family.
   run sanitize_memcheck 240 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[reference],[generic],[lean]"
