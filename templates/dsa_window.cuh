@@ -56,8 +56,15 @@ __device__ __forceinline__ ThdRow thd_row(u64 cu_q, u64 cu_k, i64 n_seg, i64 t_k
   return t;
 }
 
-template <int kLayout>
+// The variant's kWindowStart (explicit windows' columns from the window start), rendered only
+// when set.
+DSA_CONFIG_OR(WindowStartOf, kWindowStart, bool, false)
+
+// kFromStart (BSHD explicit windows only): column c of a row is key ks + c (DeepGEMM's
+// compressed logits), so base = ks and the window keeps its first out_cols keys.
+template <int kLayout, bool kFromStart = false>
 __device__ __forceinline__ RowWindow row_window(const DsaArgs& a, i64 b_or_row, i64 i_bshd) {
+  static_assert(!kFromStart || kLayout == kLayoutBshd, "row_window: window-start columns are BSHD's");
   RowWindow w;
   w.lo = w.hi = 0;
   w.base = 0;
@@ -88,7 +95,7 @@ __device__ __forceinline__ RowWindow row_window(const DsaArgs& a, i64 b_or_row, 
   w.valid = 1;
   w.batch = static_cast<i32>(b);
   // the window in the segment's local key index
-  i64 lo = 0, hi;
+  i64 lo = 0, hi, start = 0;
   if (a.has_windows) {
     const i64 wi = (kLayout == kLayoutBshd) ? (b * a.win_stride[0] + i * a.win_stride[1]) : (b_or_row * a.win_stride[1]);
     i64 ks = load_i32(a.ks, wi), ke = load_i32(a.ke, wi);
@@ -98,6 +105,10 @@ __device__ __forceinline__ RowWindow row_window(const DsaArgs& a, i64 b_or_row, 
     }
     lo = clamp64(ks, 0, s_k_b);
     hi = clamp64(ke, 0, s_k_b);
+    if (kFromStart) {
+      start = ks;
+      if (hi > ks + a.out_cols) hi = ks + a.out_cols;
+    }
   } else {
     const i64 off = a.has_offsets ? static_cast<i64>(load_i32(a.offsets, b * a.offsets_stride)) : 0;
     hi = causal_limit(off, i, a.ratio, s_k_b);
@@ -109,7 +120,7 @@ __device__ __forceinline__ RowWindow row_window(const DsaArgs& a, i64 b_or_row, 
   }
   w.lo = seg_k0 + lo;
   w.hi = seg_k0 + hi;
-  w.base = (kLayout == kLayoutThdLocal) ? seg_k0 : 0;
+  w.base = kFromStart ? start : ((kLayout == kLayoutThdLocal) ? seg_k0 : 0);
   return w;
 }
 

@@ -93,7 +93,7 @@ __device__ __forceinline__ void compute_tile_info(const DsaArgs& a, TileInfo& ti
   w.valid = 0;
   w.lo = w.hi = w.base = w.out_off = w.lse_off = 0;
   if (lane < T::kTokensPerTile) {
-    if (Cfg::kLayout == kLayoutBshd) w = row_window<kLayoutBshd>(a, batch, tok0 + lane);
+    if (Cfg::kLayout == kLayoutBshd) w = row_window<kLayoutBshd, WindowStartOf<Cfg>::value>(a, batch, tok0 + lane);
     else w = row_window<Cfg::kLayout>(a, static_cast<i64>(tok0) + lane, 0);
     TileRow& r = ti.rows[lane];
     r.lo = w.lo;

@@ -16,7 +16,7 @@ constexpr int kRefLseThreads = 256;
 
 template <class Cfg>
 __device__ __forceinline__ RowWindow reference_row(const DsaArgs& a, i64 row) {
-  if (Cfg::kLayout == kLayoutBshd) return row_window<kLayoutBshd>(a, row / a.s_q, row % a.s_q);
+  if (Cfg::kLayout == kLayoutBshd) return row_window<kLayoutBshd, WindowStartOf<Cfg>::value>(a, row / a.s_q, row % a.s_q);
   return row_window<Cfg::kLayout>(a, row, 0);
 }
 

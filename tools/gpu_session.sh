@@ -23,7 +23,7 @@ out=${1:?usage: gpu_session.sh OUTDIR [steps]}
 shift
 steps=${*:-all}
 mkdir -p "$out"
-b=build
+b=${DSA_BUILD_DIR:-build}  # the build directory (carried)
 export DSA_INDEXER_CACHE_DIR=${DSA_INDEXER_CACHE_DIR:-/tmp/dsa_indexer_cache}
 want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
 run() {  # name timeout command...
@@ -55,7 +55,6 @@ ncu_times() {  # timeout
 }
 # memcheck and racecheck over one small call of every fused launch kind ("[topk_fused_small]").
 sanitize_fused() {  # memcheck timeout, racecheck timeout
-  local cs
   run sanitize_memcheck_fused "$1" "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
   run sanitize_racecheck_fused "$2" "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
 }
@@ -280,13 +279,21 @@ if [[ " $steps " == *" s17a "* ]]; then
   run sanitize_memcheck_lean 200 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[lean_split],[lean_heads]"
   racecheck_cases "[lean_split],[lean_heads]" 300 $(($(date +%s) + 330))
 fi
-# s18 (not in all): session 17's leftovers in one call of about 8 minutes: the output digests
-# against tests/gpu/golden_digests.txt first (LeanArgs grew a field: every lean kernel's bits must
-# hold), then the phase timeline (trace) and the free-running THD rows (s17b).
+# s18 (not in all): the output digests against tests/gpu/golden_digests.txt first (LeanArgs grew
+# a field, dsa_window.cuh a template parameter: every kernel's bits must hold), then the
+# window_start columns (issue 22's DeepGEMM layout): [window_start], the PyTorch operator built
+# against this machine's torch with its tests (python/tests/gpu_torch_run.sh, step op) and the
+# binding's window / DeepGEMM / FP8 tests through it, in about 6 minutes.
 if [[ " $steps " == *" s18 "* ]]; then
   run digests 110 $b/tests/dsa_gpu_tests "[digests]"
-  steps="$steps trace s17b"  # (their blocks follow)
+  run gpu_window_start 120 $b/tests/dsa_gpu_tests "[window_start]" --durations yes
+  GPU_TORCH_STEPS=op T_OP_TESTS=120 run torch_op 170 bash python/tests/gpu_torch_run.sh "$out/torch"
+  DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) DSA_INDEXER_TORCH_OP=$b/libdsa_indexer_torch.so run python_window 120 \
+    python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm or fp8" python/tests/test_gpu.py
+  tar -C "$out" -czf "$out/torch.tgz" torch && rm -rf "$out/torch"
 fi
+# s18b (not in all): the phase timeline (trace) and the free-running THD rows (s17b), about 6 minutes.
+[[ " $steps " == *" s18b "* ]] && steps="$steps trace s17b"  # (their blocks follow)
 # s17b (not in all): lean's two consumers free-running (bench family leanf) beside the ring (lean),
 # lean4f and generic on the THD rows, and lean / leanf on the H 64 headline rows, in about 3 minutes.
 if [[ " $steps " == *" s17b "* ]]; then

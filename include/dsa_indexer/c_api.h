@@ -65,7 +65,13 @@ typedef struct dsa_options {
    * struct_size ends before q_scale) gets them as not given. */
   dsa_tensor q_scale;
   dsa_tensor k_scale;
+  /* Appended in 0.1.2: DSA_WINDOW_COLUMNS_KEY (column j is key j) or DSA_WINDOW_COLUMNS_START
+   * (with ks / ke, BSHD: column c of row (b, i) is key ks[b, i] + c; scores (B, S_q, N) for any
+   * N >= 1: DeepGEMM's compressed logits), as the C++ IndexerOptions::window_columns. A caller
+   * built against an older, smaller struct gets DSA_WINDOW_COLUMNS_KEY. */
+  int32_t window_columns;
 } dsa_options;
+enum { DSA_WINDOW_COLUMNS_KEY = 0, DSA_WINDOW_COLUMNS_START = 1 };
 
 /* The top-k operation (dsa_indexer/topk.hpp): per query row, the k best keys of the scores
  * dsa_indexer_forward would compute, without the score matrix. */

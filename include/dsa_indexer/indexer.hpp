@@ -24,6 +24,12 @@ namespace dsa_indexer {
 // `global` -> (T_q, T_k), column = packed key row, finite only inside the row's own segment.
 enum class ThdColumns : int32_t { local = 0, global = 1 };
 
+// Output columns of explicit windows (IndexerOptions::ks / ke): `key` -> column j is key j (the
+// layouts above); `window_start` -> column c of row (b, i) is key ks(b,i) + c: DeepGEMM's
+// compressed logits, scores (B, S_q, N) for any N >= 1 (BSHD only), a window longer than N keeping
+// its first N keys, every cell past a row's window -inf.
+enum class WindowColumns : int32_t { key = 0, window_start = 1 };
+
 // Which kernel family serves the call. `automatic` picks the fastest family whose gate the
 // call passes (lean, else generic); naming a family forces it and raises UnsupportedConfig
 // naming the failed gate when it cannot serve the call. `generic` serves the whole contract;
@@ -75,6 +81,9 @@ struct IndexerOptions {
   // are intersected with the row's valid columns. Both or neither; exclusive with offsets.
   TensorDesc ks;
   TensorDesc ke;
+  // Which key an output column holds (WindowColumns): `window_start` needs ks / ke and BSHD, and
+  // takes the width N from scores (B, S_q, N); the generic and reference families serve it.
+  WindowColumns window_columns = WindowColumns::key;
 
   // Optional fp32 (B, S_q) or (T_q,): lse = log sum_{visible j} exp(scores), -inf if empty.
   TensorDesc lse;

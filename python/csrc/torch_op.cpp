@@ -39,6 +39,13 @@ dsa::ThdColumns columns_of(const std::string& s) {
                            "'local', 'global', got '", s, "'");
 }
 
+dsa::WindowColumns window_columns_of(const std::string& s) {
+  if (s == "key") return dsa::WindowColumns::key;
+  if (s == "window_start") return dsa::WindowColumns::window_start;
+  TORCH_CHECK_VALUE(false, "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: window_columns: expected one of "
+                           "'key', 'window_start', got '", s, "'");
+}
+
 struct Shapes {
   Shape scores;
   Shape rows;  // lse
@@ -46,7 +53,7 @@ struct Shapes {
 
 // The Python fake kernel (dsa_indexer._torch_op.result_shapes) computes the same shapes.
 Shapes result_shapes(const at::Tensor& q, const at::Tensor& k, bool thd, std::optional<int64_t> max_k,
-                     dsa::ThdColumns columns) {
+                     dsa::ThdColumns columns, dsa::WindowColumns window_columns) {
   if (thd) {
     TORCH_CHECK_VALUE(q.dim() == 3 && k.dim() == 3,
                       "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: q / k: expected rank 3 ((T_q, H, D), "
@@ -60,6 +67,13 @@ Shapes result_shapes(const at::Tensor& q, const at::Tensor& k, bool thd, std::op
                     "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: q / k: expected rank 4 ((B, S_q, H, D), "
                     "(B, S_k, 1, D)) for BSHD (THD needs cu_seqlens_q/k), got shapes ", q.sizes(), " / ",
                     k.sizes());
+  if (window_columns == dsa::WindowColumns::window_start) {
+    TORCH_CHECK_VALUE(max_k.has_value() && *max_k >= 1,
+                      "[DSA_STATUS_INVALID_ARGUMENT] indexer_forward: max_seqlen_k: expected the width N >= 1 of "
+                      "the scores (B, S_q, N) with window_columns='window_start', got ",
+                      max_k.has_value() ? std::to_string(*max_k) : std::string("None"));
+    return {{{q.size(0), q.size(1), *max_k}, 3}, {{q.size(0), q.size(1)}, 2}};
+  }
   return {{{q.size(0), q.size(1), k.size(1)}, 3}, {{q.size(0), q.size(1)}, 2}};
 }
 
@@ -73,6 +87,7 @@ struct Call {
   dsa::KernelFamily family;
   OptTensor ks, ke, cu_q_host, cu_k_host;
   OptTensor q_scale, k_scale;  // FP8: fp32 per-row scales (not given: 1)
+  dsa::WindowColumns window_columns = dsa::WindowColumns::key;
 };
 
 // Validates what the library cannot see (devices, THD argument pairs), then runs the forward
@@ -87,6 +102,7 @@ void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
   opt.ratio = c.ratio;
   opt.sm_scale = static_cast<float>(c.sm_scale);
   opt.thd_columns = c.columns;
+  opt.window_columns = c.window_columns;
   opt.family = c.family;
   // Tensors checked above to be CUDA tensors, and by the library to be of q's device: their data
   // pointers are that device's memory, so the driver is not asked again.
@@ -134,7 +150,7 @@ void run(Call c, const at::Tensor& scores, const at::Tensor& lse) {
 // directly: at::empty would go through the dispatcher once more per tensor.
 std::tuple<at::Tensor, at::Tensor> allocate(const Call& c, bool with_lse) {
   const bool thd = is_thd(c.cu_q, c.cu_k, c.max_q, c.max_k);
-  const Shapes s = result_shapes(c.q, c.k, thd, c.max_k, c.columns);
+  const Shapes s = result_shapes(c.q, c.k, thd, c.max_k, c.columns, c.window_columns);
   auto empty = [&](const Shape& shape) {
     return at::Tensor(at::detail::empty_cuda(shape.ref(), at::kFloat, c.q.device(), std::nullopt));
   };
@@ -145,9 +161,10 @@ Call make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, in
                const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k,
                std::optional<int64_t> max_q, std::optional<int64_t> max_k, const std::string& columns,
                const std::string& family, const OptTensor& ks, const OptTensor& ke, const OptTensor& cu_q_host,
-               const OptTensor& cu_k_host, const OptTensor& q_scale, const OptTensor& k_scale) {
+               const OptTensor& cu_k_host, const OptTensor& q_scale, const OptTensor& k_scale,
+               const std::string& window_columns) {
   return Call{q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns_of(columns), family_of(family),
-              ks, ke, cu_q_host, cu_k_host, q_scale, k_scale};
+              ks, ke, cu_q_host, cu_k_host, q_scale, k_scale, window_columns_of(window_columns)};
 }
 
 // Allocates the results on q's device and runs the call: scores (kLse false) or scores and lse.
@@ -171,9 +188,9 @@ std::conditional_t<kLse, std::tuple<at::Tensor, at::Tensor>, at::Tensor> forward
     const OptTensor& offsets, const OptTensor& cu_q, const OptTensor& cu_k, std::optional<int64_t> max_q,
     std::optional<int64_t> max_k, const std::string& columns, const std::string& family, const OptTensor& ks,
     const OptTensor& ke, const OptTensor& cu_q_host, const OptTensor& cu_k_host, const OptTensor& q_scale,
-    const OptTensor& k_scale) {
+    const OptTensor& k_scale, const std::string& window_columns) {
   return forward_call<kLse>(make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks,
-                                      ke, cu_q_host, cu_k_host, q_scale, k_scale));
+                                      ke, cu_q_host, cu_k_host, q_scale, k_scale, window_columns));
 }
 
 // The short forms of indexer_forward for the common calls (local columns, automatic family, no
@@ -184,7 +201,8 @@ at::Tensor forward_bshd_cuda(const at::Tensor& q, const at::Tensor& k, const at:
                              double sm_scale, const OptTensor& offsets) {
   return forward_call<false>(Call{q, k, w, ratio, sm_scale, offsets, std::nullopt, std::nullopt, std::nullopt,
                                   std::nullopt, dsa::ThdColumns::local, dsa::KernelFamily::automatic, std::nullopt,
-                                  std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
+                                  std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                  dsa::WindowColumns::key});
 }
 
 at::Tensor forward_thd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
@@ -192,7 +210,7 @@ at::Tensor forward_thd_cuda(const at::Tensor& q, const at::Tensor& k, const at::
                             int64_t max_q, int64_t max_k, const OptTensor& cu_q_host, const OptTensor& cu_k_host) {
   return forward_call<false>(Call{q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, dsa::ThdColumns::local,
                                   dsa::KernelFamily::automatic, std::nullopt, std::nullopt, cu_q_host, cu_k_host,
-                                  std::nullopt, std::nullopt});
+                                  std::nullopt, std::nullopt, dsa::WindowColumns::key});
 }
 
 void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& w, int64_t ratio,
@@ -200,13 +218,14 @@ void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       std::optional<int64_t> max_q, std::optional<int64_t> max_k, const std::string& columns,
                       const at::Tensor& out, const OptTensor& lse_out, const std::string& family,
                       const OptTensor& ks, const OptTensor& ke, const OptTensor& cu_q_host,
-                      const OptTensor& cu_k_host, const OptTensor& q_scale, const OptTensor& k_scale) {
+                      const OptTensor& cu_k_host, const OptTensor& q_scale, const OptTensor& k_scale,
+                      const std::string& window_columns) {
   require_cuda(q, "q");
   require_cuda(out, "out");
   if (lse_out.has_value()) require_cuda(*lse_out, "lse_out");
   const c10::cuda::CUDAGuard guard(q.device());
   run(make_call(q, k, w, ratio, sm_scale, offsets, cu_q, cu_k, max_q, max_k, columns, family, ks, ke, cu_q_host,
-                cu_k_host, q_scale, k_scale),
+                cu_k_host, q_scale, k_scale, window_columns),
       out, lse_out.has_value() ? *lse_out : at::Tensor());
 }
 
@@ -220,11 +239,11 @@ void forward_out_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   "Tensor q, Tensor k, Tensor w, int ratio=4, float sm_scale=1.0, Tensor? q_causal_offsets=None, "         \
   "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int? max_seqlen_q=None, int? max_seqlen_k=None, " \
   "str thd_columns=\"local\""
-// q_scale / k_scale (FP8 inputs) came after the others and stay last: keyword-only with defaults,
-// so that every call written against the earlier schema still binds.
+// q_scale / k_scale (FP8 inputs) and then window_columns came after the others and stay last:
+// keyword-only with defaults, so that every call written against the earlier schema still binds.
 #define DSA_OP_EXTENSIONS                                                                                          \
   "str family=\"auto\", Tensor? ks=None, Tensor? ke=None, Tensor? cu_seqlens_q_host=None, Tensor? cu_seqlens_k_host=None, " \
-  "Tensor? q_scale=None, Tensor? k_scale=None"
+  "Tensor? q_scale=None, Tensor? k_scale=None, str window_columns=\"key\""
 TORCH_LIBRARY(dsa_indexer, m) {
   // The fake (meta) kernels are Python's (dsa_indexer._torch_op registers them when it loads
   // this library): a C++ Meta kernel would make FakeTensor propagate one device over all

@@ -115,6 +115,7 @@ def indexer_forward(
     stream=None,
     q_scale=None,
     k_scale=None,
+    window_columns: str = "key",
 ):
     """DSA lightning-indexer forward scores on the current CUDA stream.
 
@@ -153,8 +154,12 @@ def indexer_forward(
 
     Extensions (keyword-only): ``family`` ("auto" or a name of ``dsa_indexer.kernel_families()``:
     the C API's kernel-family choice; a named family raises when its gate fails), explicit per-row windows ``ks``/``ke`` (int32 (B, S_q) / (T_q,),
-    absolute output columns, instead of the ratio-causal window), ``stream`` (a CUstream
-    handle as int or a torch.cuda.Stream; default ``torch.cuda.current_stream(q.device)``).
+    absolute output columns, instead of the ratio-causal window), ``window_columns``
+    ("key", the default: column j holds key j; "window_start", BSHD with ``ks``/``ke``: column c
+    of row (b, i) holds key ``ks[b, i] + c`` and the scores are (B, S_q, N), N = ``max_seqlen_k``
+    (or ``out``'s last dimension), a window longer than N keeping its first N keys: DeepGEMM's
+    compressed logits), ``stream`` (a CUstream handle as int or a torch.cuda.Stream; default
+    ``torch.cuda.current_stream(q.device)``).
 
     THD metadata: the library validates cu_seqlens on the host. With CUDA cu_seqlens and no
     host mirrors it reads them with one synchronizing device-to-host copy per call. To avoid
@@ -178,7 +183,8 @@ def indexer_forward(
         # short operators, whose schemas have the fewest arguments: the host cost of a call.
         try:
             if (out is None and lse_out is None and stream is None and not return_lse and family == "auto" and ks is None
-                    and ke is None and thd_columns == "local" and q_scale is None and k_scale is None):
+                    and ke is None and thd_columns == "local" and q_scale is None and k_scale is None
+                    and window_columns == "key"):
                 if cu_seqlens_q is None and cu_seqlens_k is None:
                     if cu_seqlens_q_host is None and cu_seqlens_k_host is None:
                         return (o.forward_bshd if o.dynamo_tracing() else o.bshd_entry)(q, k, w, ratio, sm_scale, q_causal_offsets)
@@ -190,24 +196,27 @@ def indexer_forward(
                         cu_seqlens_q_host, cu_seqlens_k_host)
             return _torch_op.forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                      max_seqlen_k, thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host,
-                                     cu_seqlens_k_host, stream, q_scale, k_scale)
+                                     cu_seqlens_k_host, stream, q_scale, k_scale, window_columns)
         except Exception as e:
-            _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+            _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             window_columns)
             translated = _torch_op.translate(e)
             if translated is e:
                 raise
             raise translated from None
     thd_code, family_code, ratio, sm_scale, thd, max_seqlen_q, max_seqlen_k = _check_arguments(
-        thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window_columns)
     return _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream,
-                           q_scale, k_scale)
+                           q_scale, k_scale, window_columns)
 
 
-def _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+def _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     window_columns="key"):
     """The checks that need neither torch nor the library; returns the normalized values
     (thd_columns code, family code, ratio, sm_scale, thd, max_seqlen_q, max_seqlen_k)."""
     thd_code = _parse_choice(thd_columns, _lib.THD_COLUMNS, "thd_columns")
+    _parse_choice(window_columns, _lib.WINDOW_COLUMNS, "window_columns")
     family_code = _parse_choice(family, _lib.families("scores"), "family")
     ratio = operator.index(ratio)
     sm_scale = float(sm_scale)
@@ -223,12 +232,14 @@ def _check_arguments(thd_columns, family, ratio, sm_scale, cu_seqlens_q, cu_seql
         max_seqlen_k = operator.index(max_seqlen_k)
     elif thd_code != _lib.THD_COLUMNS["local"]:
         raise ValueError("indexer_forward: thd_columns: expected 'local' (the default) for a BSHD call, got 'global'")
+    elif window_columns == "window_start" and max_seqlen_k is not None:
+        max_seqlen_k = operator.index(max_seqlen_k)  # the width of the scores allocated (out= sets its own)
     return thd_code, family_code, ratio, sm_scale, thd, max_seqlen_q, max_seqlen_k
 
 
 def _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     thd_code, family_code, thd, return_lse, out, lse_out, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream,
-                    q_scale=None, k_scale=None):
+                    q_scale=None, k_scale=None, window_columns="key"):
     """`indexer_forward` through the ctypes binding of the C API, after the checks above."""
     import torch
 
@@ -272,7 +283,8 @@ def _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu
             f"(THD needs cu_seqlens_q/k), got shapes {tuple(q.shape)} / {tuple(k.shape)}"
         )
     columns = "local" if thd_code == _lib.THD_COLUMNS["local"] else "global"
-    scores_shape, rows_shape = _torch_op.result_shapes(q, k, thd, max_seqlen_k, columns)
+    # (out= given: its width is the call's; the rows' shape does not depend on the columns)
+    scores_shape, rows_shape = _torch_op.result_shapes(q, k, thd, max_seqlen_k, columns, window_columns if out is None else "key")
     if out is None:
         out = torch.empty(scores_shape, dtype=torch.float32, device=device)
     lse = lse_out
@@ -284,6 +296,7 @@ def _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu
     opt.ratio = ratio
     opt.sm_scale = sm_scale
     opt.thd_columns = thd_code
+    opt.window_columns = _lib.WINDOW_COLUMNS[window_columns]
     opt.family = family_code
     opt.q_causal_offsets = _desc(q_causal_offsets, "q_causal_offsets")
     opt.ks = _desc(ks, "ks")

@@ -48,6 +48,7 @@ DTYPE_NAMES = {DSA_BF16: "bf16", DSA_F16: "f16", DSA_F32: "f32", DSA_I32: "i32",
                DSA_E4M3: "e4m3", DSA_E5M2: "e5m2"}
 
 THD_COLUMNS = {"local": 0, "global": 1}
+WINDOW_COLUMNS = {"key": 0, "window_start": 1}
 
 # top-k (DSA_TOPK_* in c_api.h)
 TOPK_MAX_K = 2048
@@ -91,6 +92,7 @@ class DsaOptions(ctypes.Structure):
         ("family", ctypes.c_int32),
         ("q_scale", DsaTensor),  # FP8 (0.1.1): optional fp32 per-row scales
         ("k_scale", DsaTensor),
+        ("window_columns", ctypes.c_int32),  # 0.1.2: WINDOW_COLUMNS
     ]
 
 

@@ -192,15 +192,16 @@ def _stream_context(stream, device):
 
 def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, stream,
-            q_scale=None, k_scale=None):
+            q_scale=None, k_scale=None, window_columns="key"):
     """`indexer_forward` through the registered operators (same arguments and results), for
-    the calls with out=, lse_out=, stream= or FP8 scales (the others call the operator directly).
+    the calls with out=, lse_out=, stream=, FP8 scales or window columns (the others call the
+    operator directly).
     Errors are the operator's (see `translate`)."""
     if stream is not None:
         with _stream_context(stream, q.device):
             return forward(o, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            thd_columns, return_lse, out, lse_out, family, ks, ke, cu_seqlens_q_host, cu_seqlens_k_host, None,
-                           q_scale, k_scale)
+                           q_scale, k_scale, window_columns)
     extra = {}
     if family != "auto" or ks is not None or ke is not None or cu_seqlens_q_host is not None or cu_seqlens_k_host is not None:
         extra = dict(family=family, ks=ks, ke=ke, cu_seqlens_q_host=host_mirror_tensor(cu_seqlens_q_host),
@@ -210,6 +211,8 @@ def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, c
         extra["q_scale"] = q_scale
     if k_scale is not None:
         extra["k_scale"] = k_scale
+    if window_columns != "key":
+        extra["window_columns"] = window_columns
     args = (q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
     if out is None and lse_out is None:
         if return_lse:
@@ -217,7 +220,8 @@ def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, c
             return {"scores": scores, "lse": lse}
         return o.forward(*args, **extra)
     if out is None or (lse_out is None and return_lse):
-        scores_shape, rows_shape = result_shapes(q, k, cu_seqlens_q is not None, max_seqlen_k, thd_columns)
+        scores_shape, rows_shape = result_shapes(q, k, cu_seqlens_q is not None, max_seqlen_k, thd_columns,
+                                                 window_columns if out is None else "key")
         if out is None:
             out = q.new_empty(scores_shape, dtype=_float32())
         if lse_out is None:
@@ -289,29 +293,33 @@ def _register_fakes(torch) -> None:
     if _fakes_registered:
         return
 
-    def shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns):
+    def shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns, window_columns="key"):
         thd = cu_seqlens_q is not None or cu_seqlens_k is not None
         if thd and (cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None):
             raise ValueError("indexer_forward: THD needs cu_seqlens_q, cu_seqlens_k, max_seqlen_q and max_seqlen_k")
         if thd_columns not in ("local", "global") or (not thd and thd_columns != "local"):
             raise ValueError(f"indexer_forward: thd_columns: expected 'local' (or 'global' for THD), got {thd_columns!r}")
+        if window_columns not in ("key", "window_start"):
+            raise ValueError(f"indexer_forward: window_columns: expected 'key' or 'window_start', got {window_columns!r}")
         rank = 3 if thd else 4
         if q.dim() != rank or k.dim() != rank:
             raise ValueError(f"indexer_forward: q / k: expected rank {rank} for {'THD' if thd else 'BSHD'}, got shapes {tuple(q.shape)} / {tuple(k.shape)}")
-        return result_shapes(q, k, thd, max_seqlen_k, thd_columns)
+        return result_shapes(q, k, thd, max_seqlen_k, thd_columns, window_columns)
 
     @torch.library.register_fake("dsa_indexer::indexer_forward")
     def _fake_forward(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
                       max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, family="auto",
-                      ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None):
-        scores, _ = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
+                      ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None,
+                      window_columns="key"):
+        scores, _ = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns, window_columns)
         return q.new_empty(scores, dtype=torch.float32)
 
     @torch.library.register_fake("dsa_indexer::indexer_forward_lse")
     def _fake_forward_lse(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
                           max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, family="auto",
-                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None):
-        scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
+                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None,
+                          window_columns="key"):
+        scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns, window_columns)
         return q.new_empty(scores, dtype=torch.float32), q.new_empty(rows, dtype=torch.float32)
 
     @torch.library.register_fake("dsa_indexer::indexer_forward_bshd")
@@ -328,8 +336,11 @@ def _register_fakes(torch) -> None:
     @torch.library.register_fake("dsa_indexer::indexer_forward_out")
     def _fake_forward_out(q, k, w, ratio=4, sm_scale=1.0, q_causal_offsets=None, cu_seqlens_q=None, cu_seqlens_k=None,
                           max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, out, lse_out=None, family="auto",
-                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None):
-        scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, thd_columns)
+                          ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None,
+                          window_columns="key"):
+        # window_start columns: out's width is the call's (max_seqlen_k is not needed)
+        width = out.shape[-1] if window_columns == "window_start" and cu_seqlens_q is None and out.dim() == 3 else max_seqlen_k
+        scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, width, thd_columns, window_columns)
         for name, t, want in (("out", out, scores), ("lse_out", lse_out, rows)):
             if t is not None and (tuple(t.shape) != tuple(want) or t.dtype != torch.float32):
                 raise ValueError(f"indexer_forward: {name}: expected f32{list(want)}, got {t.dtype}{list(t.shape)}")
@@ -377,11 +388,17 @@ def _register_fakes(torch) -> None:
     _fakes_registered = True
 
 
-def result_shapes(q, k, thd: bool, max_seqlen_k, thd_columns: str):
-    """(scores shape, lse shape) of a call: BSHD (B, S_q, S_k) / (B, S_q); THD (T_q,
-    max_seqlen_k) with local columns or (T_q, T_k) with global ones / (T_q,)."""
+def result_shapes(q, k, thd: bool, max_seqlen_k, thd_columns: str, window_columns: str = "key"):
+    """(scores shape, lse shape) of a call: BSHD (B, S_q, S_k) / (B, S_q), with
+    ``window_columns="window_start"`` (B, S_q, max_seqlen_k); THD (T_q, max_seqlen_k) with local
+    columns or (T_q, T_k) with global ones / (T_q,)."""
     if thd:
         return (q.shape[0], max_seqlen_k if thd_columns == "local" else k.shape[0]), (q.shape[0],)
+    if window_columns == "window_start":
+        if max_seqlen_k is None or max_seqlen_k < 1:
+            raise ValueError("indexer_forward: max_seqlen_k: expected the width N >= 1 of the scores (B, S_q, N) with "
+                             f"window_columns='window_start', got {max_seqlen_k}")
+        return (q.shape[0], q.shape[1], max_seqlen_k), (q.shape[0], q.shape[1])
     return (q.shape[0], q.shape[1], k.shape[1]), (q.shape[0], q.shape[1])
 
 

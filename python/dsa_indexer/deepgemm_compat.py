@@ -21,7 +21,7 @@ Arguments, as DeepGEMM takes them for FP8 on SM90:
 
 Result: ``logits[i, j] = kv_scale[j] * sum_h weights[i, h] * relu(q_fp8[i, h, :] . kv_fp8[j, :])``
 for j in row i's window (products accumulated in fp32; kv_scale > 0 and finite is the caller's
-duty, as there), fp32 (S, S_kv), contiguous.
+duty, as there), fp32 (S, S_kv), contiguous; (S, max_seqlen_k) with ``max_seqlen_k > 0``.
 
 **Cells outside a row's window hold -inf, always.** DeepGEMM leaves them unwritten (whatever its
 tile computed, or stale memory) unless ``clean_logits=True``, which fills them with -inf in a
@@ -29,11 +29,13 @@ second kernel. Here every cell is written by the one call, so ``clean_logits`` i
 read: both values give what DeepGEMM gives with ``clean_logits=True``. Unlike DeepGEMM's, the
 result is not a strided view of a padded buffer.
 
-``max_seqlen_k > 0`` asks DeepGEMM for its compressed (S, max_seqlen_k) layout, row i's window
-starting at column 0. dsa-indexer has no such column mode yet: it raises
-``dsa_indexer.UnsupportedConfig`` (a NotImplementedError and a ValueError) naming
-``max_seqlen_k`` rather than emulate it through the full matrix. ``logits_dtype``
-(`fp8_fp4_mqa_logits`) other than fp32 is refused the same way.
+``max_seqlen_k > 0`` asks for DeepGEMM's compressed layout: the result is (S, max_seqlen_k), column
+c of row i holding key ``ks[i] + c``, so row i's window starts at column 0. Cells past the window
+(c >= ke[i] - ks[i]) hold -inf, and a window longer than max_seqlen_k keeps its first
+max_seqlen_k keys (DeepGEMM expects max_seqlen_k to cover every window). It is computed directly
+in that layout (`indexer_forward`'s ``window_columns="window_start"``), never through the full
+matrix. ``logits_dtype`` (`fp8_fp4_mqa_logits`) other than fp32 raises
+``dsa_indexer.UnsupportedConfig`` (a NotImplementedError and a ValueError).
 
 How the call is served: `dsa_indexer.indexer_forward` with B = 1 and the explicit windows, q
 ``(1, S, H, D)``, k = kv_fp8 viewed ``(1, S_kv, 1, D)``, k_scale = kv_scale viewed ``(1, S_kv)``,
@@ -97,11 +99,8 @@ def _mqa_logits(where, q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max
     windows), see the module docstring."""
     max_seqlen_k = operator.index(max_seqlen_k)
     if max_seqlen_k < 0:
-        raise ValueError(f"{where}: max_seqlen_k: expected >= 0 (0: the full (S, S_kv) logits), got {max_seqlen_k}")
-    if max_seqlen_k > 0:
-        raise UnsupportedConfig(
-            f"{where}: max_seqlen_k: expected 0 (the full (S, S_kv) logits), got {max_seqlen_k}: DeepGEMM's compressed "
-            "(S, max_seqlen_k) layout (row i's window from column 0) has no column mode in dsa-indexer yet")
+        raise ValueError(f"{where}: max_seqlen_k: expected >= 0 (0: the full (S, S_kv) logits; > 0: the compressed "
+                         f"(S, max_seqlen_k) ones), got {max_seqlen_k}")
     q_fp8, q_sf = _pair(q, "q", where)
     if q_sf is not None:
         raise UnsupportedConfig(
@@ -125,5 +124,6 @@ def _mqa_logits(where, q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max
         ks=cu_seq_len_k_start.unsqueeze(0),
         ke=cu_seq_len_k_end.unsqueeze(0),
         k_scale=None if kv_sf is None else kv_sf.unsqueeze(0),
+        **({"window_columns": "window_start", "max_seqlen_k": max_seqlen_k} if max_seqlen_k > 0 else {}),
     )
     return scores[0]

@@ -48,12 +48,14 @@ def indexer_forward_reference(
     chunk_bytes: int = 256 << 20,
     q_scale=None,
     k_scale=None,
+    window_columns: str = "key",
 ):
     """Scores as the contract defines them, in `dtype` (default float64), on q's device.
 
     Same arguments as `dsa_indexer.indexer_forward` (BSHD or THD local/global columns,
     offsets, explicit ks/ke windows intersected with each row's valid columns, FP8 q/k with
-    their ``q_scale`` / ``k_scale``). Returns the scores tensor; use `reference_lse` for the LSE.
+    their ``q_scale`` / ``k_scale``, ``window_columns="window_start"`` with ``max_seqlen_k`` columns
+    for BSHD). Returns the scores tensor; use `reference_lse` for the LSE.
 
     FP8: the scores of the dequantized inputs, ``q8 * q_scale`` and ``k8 * k_scale`` in `dtype`
     (the contract's relu(q_scale * k_scale * dot) with exact products), so the oracle does not
@@ -81,6 +83,10 @@ def indexer_forward_reference(
             else:
                 vis = col < _windows_end(offs[bi] if offs else 0, s_q, ratio, s_k, q.device)[:, None]
             out[bi] = torch.where(vis, block, torch.full_like(block, neg_inf))
+        if window_columns == "window_start":  # column c of row (b, i) is key ks[b, i] + c
+            key = ks.to(torch.int64)[..., None] + torch.arange(max_seqlen_k, device=q.device)
+            inside = (key >= 0) & (key < s_k)
+            out = torch.where(inside, out.gather(-1, key.clamp(0, s_k - 1)), torch.full_like(key, neg_inf, dtype=dtype))
         return out
     cu_q = [int(v) for v in cu_seqlens_q.tolist()]
     cu_k = [int(v) for v in cu_seqlens_k.tolist()]

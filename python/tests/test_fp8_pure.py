@@ -283,6 +283,39 @@ def test_deepgemm_maps_to_b1_explicit_windows(ft, raw, entry):
     assert described(a["out"])[2] == (1, 8, 40) and a["opt"].sm_scale == 1.0
 
 
+@pytest.mark.parametrize("entry", ["fp8_mqa_logits", "fp8_fp4_mqa_logits"])
+def test_deepgemm_compressed_logits_are_window_start_columns(ft, raw, entry):
+    """max_seqlen_k > 0: the library's window_start columns, scores (1, S, max_seqlen_k), the
+    same operands as the full layout."""
+    q, kv, kv_scale, weights, ks, ke = deepgemm_inputs(ft)
+    full = getattr(deepgemm_compat, entry)((q, None), (kv, kv_scale), weights, ks, ke)
+    logits = getattr(deepgemm_compat, entry)((q, None), (kv, kv_scale), weights, ks, ke, max_seqlen_k=24)
+    assert full.shape == (8, 40) and logits.shape == (8, 24) and logits.dtype is ft.float32 and logits.stride() == (24, 1)
+    a, b = raw
+    assert a["opt"].window_columns == _lib.WINDOW_COLUMNS["key"] == 0
+    assert b["opt"].window_columns == _lib.WINDOW_COLUMNS["window_start"] == 1
+    assert described(b["out"])[1:] == (_lib.DSA_F32, (1, 8, 24), (8 * 24, 24, 1))
+    for n in ("q", "k", "w"):
+        assert described(a[n]) == described(b[n])
+    for n in ("ks", "ke", "k_scale"):
+        assert described(getattr(a["opt"], n)) == described(getattr(b["opt"], n))
+    assert b["opt"].max_seqlen_k == -1  # BSHD: the width is the scores' last dimension
+
+
+def test_window_columns_argument_checks(ft, raw):
+    q, kv, kv_scale, weights, ks, ke = deepgemm_inputs(ft)
+    qb, kb, wb = q.unsqueeze(0), kv.unsqueeze(0).unsqueeze(2), weights.unsqueeze(0)
+    with pytest.raises(ValueError, match=r"window_columns: expected one of 'key', 'window_start', got 'start'"):
+        dsa_indexer.indexer_forward(qb, kb, wb, ks=ks.unsqueeze(0), ke=ke.unsqueeze(0), window_columns="start")
+    with pytest.raises(ValueError, match=r"max_seqlen_k: expected the width N >= 1 .* got None"):
+        dsa_indexer.indexer_forward(qb, kb, wb, ks=ks.unsqueeze(0), ke=ke.unsqueeze(0), window_columns="window_start")
+    assert raw == []
+    out = ft.empty(1, 8, 5, dtype=ft.float32, device="cuda")  # out= sets the width itself
+    assert dsa_indexer.indexer_forward(qb, kb, wb, ks=ks.unsqueeze(0), ke=ke.unsqueeze(0), window_columns="window_start",
+                                       out=out) is out
+    assert raw[0]["opt"].window_columns == 1 and described(raw[0]["out"])[2] == (1, 8, 5)
+
+
 def test_deepgemm_strided_kv_rows_kept(ft, raw):
     """A KV cache whose rows are wider than D (e.g. values and scales packed in one row) is
     described with its row stride, not copied."""
@@ -296,9 +329,6 @@ def test_deepgemm_strided_kv_rows_kept(ft, raw):
 def test_deepgemm_refusals(ft, raw):
     q, kv, kv_scale, weights, ks, ke = deepgemm_inputs(ft)
     args = ((q, None), (kv, kv_scale), weights, ks, ke)
-    with pytest.raises(NotImplementedError, match=r"fp8_mqa_logits: max_seqlen_k: expected 0 .* got 64: .*compressed") as ei:
-        deepgemm_compat.fp8_mqa_logits(*args, max_seqlen_k=64)
-    assert isinstance(ei.value, errors.UnsupportedConfig)
     with pytest.raises(ValueError, match="max_seqlen_k: expected >= 0"):
         deepgemm_compat.fp8_mqa_logits(*args, max_seqlen_k=-1)
     with pytest.raises(errors.UnsupportedConfig, match=r"fp8_fp4_mqa_logits: q\[1\]: expected None"):
@@ -319,9 +349,9 @@ def test_deepgemm_refusals(ft, raw):
     assert described(raw[1]["opt"].k_scale) is None and len(raw) == 2
 
 
-def test_max_seqlen_k_refused_before_any_tensor_is_read():
-    with pytest.raises(NotImplementedError, match="max_seqlen_k"):
-        deepgemm_compat.fp8_mqa_logits(None, None, None, None, None, max_seqlen_k=128)
+def test_negative_max_seqlen_k_refused_before_any_tensor_is_read():
+    with pytest.raises(ValueError, match="max_seqlen_k"):
+        deepgemm_compat.fp8_mqa_logits(None, None, None, None, None, max_seqlen_k=-128)
 
 
 def test_compat_modules_import_without_torch():

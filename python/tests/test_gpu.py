@@ -423,5 +423,43 @@ def test_deepgemm_fp8_mqa_logits_layout():
     check_fp8_scores(logits, ref)
     again = fp8_fp4_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke, clean_logits=False, logits_dtype=torch.float32)
     assert torch.equal(again.view(torch.int32), logits.view(torch.int32))
-    with pytest.raises(NotImplementedError, match="max_seqlen_k"):
-        fp8_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke, max_seqlen_k=128)
+    # the compressed layout: column c of row i is key ks[i] + c; the full matrix's cells bit for bit
+    for width in (1, 64, 130):
+        packed = fp8_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke, max_seqlen_k=width)
+        assert packed.shape == (S, width) and packed.dtype == torch.float32 and packed.is_contiguous()
+        key = ks[:, None].long() + torch.arange(width, device=DEV)[None, :]
+        inside = (key >= 0) & (key < S_kv)
+        want = torch.where(inside, logits.gather(1, key.clamp(0, S_kv - 1)), torch.full_like(packed, float("-inf")))
+        assert torch.equal(packed.view(torch.int32), want.view(torch.int32)), width
+        vis = (key >= ks[:, None].long().clamp(min=0)) & (key < ke[:, None].long().clamp(max=S_kv))
+        assert torch.equal(~torch.isneginf(packed), vis)
+
+
+@pytest.mark.parametrize("torch_op", [False, True])
+def test_window_start_columns_bf16_and_lse(torch_op, monkeypatch):
+    """indexer_forward(window_columns="window_start"): BSHD bf16 through both backends (when the
+    operator is built), against the fp64 reference in that layout, LSE of the compressed rows,
+    the generic family and the reference kernel; out= takes its own width."""
+    from dsa_indexer import _torch_op
+
+    if torch_op and _torch_op.ops() is None:
+        pytest.skip("the PyTorch operator is not built")
+    if not torch_op:
+        monkeypatch.setattr(_torch_op, "_state", (None, _torch_op.Backend(_torch_op.CTYPES, "", "test: ctypes")))
+    B, S_q, S_k, H, N = 2, 77, 300, 64, 96
+    q, k, w = bshd_inputs(B, S_q, S_k, H, 5150, torch.float32)
+    g = _gen(5151)
+    ks = torch.randint(-20, S_k + 10, (B, S_q), generator=g, device=DEV, dtype=torch.int32)
+    ke = ks + torch.randint(0, 160, (B, S_q), generator=g, device=DEV, dtype=torch.int32)  # some longer than N
+    ref = indexer_forward_reference(q, k, w, sm_scale=0.5, ks=ks, ke=ke, max_seqlen_k=N, window_columns="window_start")
+    for family in ("auto", "generic", "reference"):
+        res = dsa_indexer.indexer_forward(q, k, w, sm_scale=0.5, ks=ks, ke=ke, family=family, return_lse=True,
+                                          window_columns="window_start", max_seqlen_k=N)
+        assert res["scores"].shape == (B, S_q, N)
+        check_scores(res["scores"], ref)
+        check_lse(res["lse"], ref)
+    out = torch.full((B, S_q, 40), float("nan"), device=DEV)
+    assert dsa_indexer.indexer_forward(q, k, w, sm_scale=0.5, ks=ks, ke=ke, window_columns="window_start", out=out) is out
+    check_scores(out, ref[..., :40])
+    with pytest.raises(ValueError, match="window_columns"):
+        dsa_indexer.indexer_forward(q, k, w, window_columns="window_start", max_seqlen_k=N)  # no ks / ke

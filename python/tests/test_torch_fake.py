@@ -499,3 +499,6 @@ def test_deepgemm_entry_on_fake_tensors():
         ks = torch.empty(S, device="cuda", dtype=torch.int32)
         logits = fp8_mqa_logits((q, None), (kv, torch.empty(S_kv, device="cuda")), torch.empty(S, 64, device="cuda"), ks, ks)
         assert logits.shape == (S, S_kv) and logits.dtype == torch.float32
+        packed = fp8_mqa_logits((q, None), (kv, torch.empty(S_kv, device="cuda")), torch.empty(S, 64, device="cuda"), ks, ks,
+                                max_seqlen_k=16)
+        assert packed.shape == (S, 16) and packed.dtype == torch.float32

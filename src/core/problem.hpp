@@ -45,7 +45,7 @@ struct Problem {
   int64_t s_k = 0;        // BSHD S_k; THD max_seqlen_k
   int64_t t_q = 0;        // THD packed rows (BSHD: S_q)
   int64_t t_k = 0;        // THD packed key rows (BSHD: S_k)
-  int64_t out_cols = 0;   // S_k | max_seqlen_k | T_k
+  int64_t out_cols = 0;   // S_k | max_seqlen_k | T_k | window_start: scores' N
   int32_t heads = 0;
   int32_t head_dim = 0;
   DType qk_dtype = DType::bf16;   // the input precision of q and k (a family gates on it)
@@ -54,6 +54,7 @@ struct Problem {
   float sm_scale = 1.0f;
   bool has_offsets = false;
   bool has_windows = false;
+  bool window_start = false;  // explicit windows, column c = key ks + c (WindowColumns::window_start)
   bool has_lse = false;
   bool has_q_scale = false;  // FP8: q_scale given (else 1)
   bool has_k_scale = false;  // FP8: k_scale given (else 1)

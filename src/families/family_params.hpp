@@ -40,6 +40,9 @@ inline ParamDesc lean_lse_param() { return omitted_when_zero(lse_param()); }
 inline ParamDesc lean_free_param() { return omitted_when_zero({"kFreeConsumers", ParamDesc::boolean, "bool", "free"}); }
 // Lean's phase stamps (measurements: set_lean_trace).
 inline ParamDesc lean_trace_param() { return omitted_when_zero({"kTrace", ParamDesc::boolean, "bool", "trace"}); }
+// Explicit windows' output columns counted from the window's start (WindowColumns::window_start,
+// DeepGEMM's compressed logits); 0 (column = key) omitted.
+inline ParamDesc window_start_param() { return omitted_when_zero({"kWindowStart", ParamDesc::boolean, "bool", "ws"}); }
 inline ParamDesc layout_param() { return {"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 3}; }
 
 inline int64_t weights_value(DType w) { return w == DType::f32 ? 1 : 0; }

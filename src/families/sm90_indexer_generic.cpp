@@ -14,7 +14,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kHeads, kWeights, kLse, kLayout, kStages, kInput };
+enum Slot { kHeads, kWeights, kLse, kLayout, kStages, kInput, kWindowStart };
 
 class GenericFamily final : public Family {
  public:
@@ -27,7 +27,8 @@ class GenericFamily final : public Family {
   int auto_priority() const override { return 1; }
   const std::vector<ParamDesc>& params() const override {
     static const std::vector<ParamDesc> p = {heads_param(), weights_param(), lse_param(), layout_param(),
-                                             {"kKvStages", ParamDesc::integer, "int", "s"}, input_param()};
+                                             {"kKvStages", ParamDesc::integer, "int", "s"}, input_param(),
+                                             window_start_param()};
     return p;
   }
   // validate() admits exactly what this family serves.
@@ -36,7 +37,8 @@ class GenericFamily final : public Family {
 
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose) const override {
     Plan plan;
-    plan.spec = generic_spec(p.heads, p.w_dtype, p.has_lse, p.layout, GenericGeometry::kDefaultKvStages, p.qk_dtype);
+    plan.spec = generic_spec(p.heads, p.w_dtype, p.has_lse, p.layout, GenericGeometry::kDefaultKvStages, p.qk_dtype,
+                             p.window_start);
     plan.tokens_per_tile = GenericGeometry::tokens_per_cta(p.heads);
     const int64_t rows = p.layout == Layout::bshd ? p.s_q : p.t_q;
     plan.tiles_per_batch = (rows + plan.tokens_per_tile - 1) / plan.tokens_per_tile;
@@ -91,7 +93,7 @@ const Family& generic_family() {
   return f;
 }
 
-KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stages, DType qk) {
+KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stages, DType qk, bool window_start) {
   KernelSpec s;
   s.family = &generic_family();
   s.values[kHeads] = heads;
@@ -100,6 +102,7 @@ KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stag
   s.values[kLayout] = layout_value(layout);
   s.values[kStages] = kv_stages;
   s.values[kInput] = input_value(qk);
+  s.values[kWindowStart] = window_start ? 1 : 0;
   s.dynamic_smem = static_cast<uint32_t>(GenericGeometry::smem_bytes(heads, kv_stages, qk));
   return s;
 }

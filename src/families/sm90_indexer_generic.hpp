@@ -20,7 +20,7 @@ struct GenericGeometry {
 
 const Family& generic_family();
 KernelSpec generic_spec(int heads, DType w, bool lse, Layout layout, int kv_stages = GenericGeometry::kDefaultKvStages,
-                        DType qk = DType::bf16);
+                        DType qk = DType::bf16, bool window_start = false);
 // Tiles CTA `cta` of a generic plan runs, in order (the same arithmetic as the kernel): linear
 // ids cta, cta + G, ...; linear id L runs tile num_tiles - 1 - L.
 std::vector<int64_t> generic_cta_tiles(const Plan& plan, int64_t cta);

@@ -14,7 +14,7 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kHeads, kWeights, kLse, kLayout };
+enum Slot { kHeads, kWeights, kLse, kLayout, kWindowStart };
 constexpr uint32_t kScoreThreads = 128;
 constexpr uint32_t kLseThreads = 256;  // kRefLseThreads in the template
 
@@ -27,7 +27,7 @@ class ReferenceFamily final : public Family {
   DType input_dtype() const override { return DType::bf16; }
   int auto_priority() const override { return 0; }
   const std::vector<ParamDesc>& params() const override {
-    static const std::vector<ParamDesc> p = {heads_param(), weights_param(), lse_param(), layout_param()};
+    static const std::vector<ParamDesc> p = {heads_param(), weights_param(), lse_param(), layout_param(), window_start_param()};
     return p;
   }
   Gate check(const Problem&, const DeviceInfo&) const override { return Gate::pass(); }
@@ -35,7 +35,7 @@ class ReferenceFamily final : public Family {
 
   Plan plan(const Problem& p, const DeviceInfo&, PlanPurpose) const override {
     Plan plan;
-    plan.spec = reference_spec(p.heads, p.w_dtype, p.has_lse, p.layout);
+    plan.spec = reference_spec(p.heads, p.w_dtype, p.has_lse, p.layout, p.window_start);
     plan.empty = p.rows == 0 || p.out_cols == 0;
     const int64_t col_blocks = (p.out_cols + kScoreThreads - 1) / kScoreThreads;
     if (col_blocks > 65535)
@@ -73,13 +73,14 @@ const Family& reference_family() {
   return f;
 }
 
-KernelSpec reference_spec(int heads, DType w, bool lse, Layout layout) {
+KernelSpec reference_spec(int heads, DType w, bool lse, Layout layout, bool window_start) {
   KernelSpec s;
   s.family = &reference_family();
   s.values[kHeads] = heads;
   s.values[kWeights] = weights_value(w);
   s.values[kLse] = lse ? 1 : 0;
   s.values[kLayout] = layout_value(layout);
+  s.values[kWindowStart] = window_start ? 1 : 0;
   return s;
 }
 

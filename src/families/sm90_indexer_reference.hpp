@@ -5,6 +5,6 @@
 namespace dsa_indexer::detail {
 
 const Family& reference_family();
-KernelSpec reference_spec(int heads, DType w, bool lse, Layout layout);
+KernelSpec reference_spec(int heads, DType w, bool lse, Layout layout, bool window_start = false);
 
 }  // namespace dsa_indexer::detail

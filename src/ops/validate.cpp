@@ -179,6 +179,16 @@ Problem validate_call(const char* where, const TensorDesc& q, const TensorDesc& 
     bad("thd_columns", "local (0) or global (1)", std::to_string(static_cast<int>(opt.thd_columns)));
   if (!thd && opt.thd_columns != ThdColumns::local)
     bad("thd_columns", "local (the default) for a BSHD call", "global");
+  if (opt.window_columns != WindowColumns::key && opt.window_columns != WindowColumns::window_start)
+    bad("window_columns", "key (0) or window_start (1)", std::to_string(static_cast<int>(opt.window_columns)));
+  if (opt.window_columns == WindowColumns::window_start) {
+    if (!opt.ks.present() || !opt.ke.present())
+      bad("window_columns", "key (the default) unless explicit windows ks / ke are given", "window_start without them");
+    if (thd)
+      unsupported("window_columns", "key for THD (window_start columns, DeepGEMM's compressed logits, are BSHD's)",
+                  "window_start");
+    p.window_start = true;
+  }
   if (opt.family != KernelFamily::automatic && !family_known(opt.family))
     bad("family", fmt::format("automatic (0), {}", family_options()), std::to_string(static_cast<int>(opt.family)));
 
@@ -412,10 +422,16 @@ Problem validate(const TensorDesc& q, const TensorDesc& k, const TensorDesc& w, 
       nested_strides(scores, "scores", os, 1);
       p.out_stride[0] = 0; p.out_stride[1] = os[0];
     } else {
-      check_rank(scores, "scores", 3, "(B, S_q, S_k)");
+      check_rank(scores, "scores", 3, p.window_start ? "(B, S_q, N) for window_start columns" : "(B, S_q, S_k)");
       check_dim(scores, "scores", 0, p.batch, "B");
       check_dim(scores, "scores", 1, p.s_q, "S_q");
-      check_dim(scores, "scores", 2, p.s_k, "S_k");
+      if (p.window_start) {  // any width: a row's window keeps its first N keys
+        if (scores.shape[2] < 1) bad("scores.shape[2] (N)", ">= 1", std::to_string(scores.shape[2]));
+        if (scores.shape[2] > kInt32Max) bad("scores.shape[2] (N)", fmt::format("<= {}", kInt32Max), std::to_string(scores.shape[2]));
+        p.out_cols = scores.shape[2];
+      } else {
+        check_dim(scores, "scores", 2, p.s_k, "S_k");
+      }
       nested_strides(scores, "scores", os, 1);
       p.out_stride[0] = os[0]; p.out_stride[1] = os[1];
     }

@@ -42,6 +42,7 @@ struct ManifestProblem {
   DType w = DType::bf16;
   DType qk = DType::bf16;  // in=e4m3: FP8 q and k
   bool lse = false;
+  bool window_start = false;  // columns=window_start: explicit windows, columns from their start (BSHD, scores)
   ManifestScale scale = ManifestScale::any;
   KernelFamily family = KernelFamily::automatic;
 };

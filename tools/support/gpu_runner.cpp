@@ -122,7 +122,7 @@ void describe_problem(const HostProblem& p, const ProblemPointers& ptr, DevicePr
     d.tq = TensorDesc::contiguous(ptr.q, qk, {p.batch, p.s_q, H, D}, device);
     d.tk = TensorDesc::contiguous(ptr.k, qk, {p.batch, p.s_k, 1, D}, device);
     d.tw = TensorDesc::contiguous(ptr.w, wt, {p.batch, p.s_q, H}, device);
-    d.tout = TensorDesc::contiguous(ptr.out, DType::f32, {p.batch, p.s_q, p.s_k}, device);
+    d.tout = TensorDesc::contiguous(ptr.out, DType::f32, {p.batch, p.s_q, cols}, device);
   } else {
     d.tq = TensorDesc::contiguous(ptr.q, qk, {p.t_q(), H, D}, device);
     d.tk = TensorDesc::contiguous(ptr.k, qk, {p.t_k(), 1, D}, device);
@@ -143,6 +143,7 @@ void describe_problem(const HostProblem& p, const ProblemPointers& ptr, DevicePr
   }
   d.opt.ratio = p.ratio;
   d.opt.sm_scale = p.sm_scale;
+  if (p.window_width > 0) d.opt.window_columns = dsa_indexer::WindowColumns::window_start;
   if (!p.offsets.empty()) d.opt.q_causal_offsets = vec_i32(ptr.offsets, static_cast<int64_t>(p.offsets.size()));
   if (!p.ks.empty()) {
     if (p.thd()) {

@@ -59,7 +59,7 @@ float e4m3_decode(uint8_t c) {
 }
 
 int64_t HostProblem::cols() const {
-  if (layout == Layout::bshd) return s_k;
+  if (layout == Layout::bshd) return window_width > 0 ? window_width : s_k;
   if (layout == Layout::thd_global) return t_k();
   return max_k;
 }
@@ -85,6 +85,7 @@ std::string HostProblem::describe() const {
     s += "]";
   } else {
     s += fmt::format(" B={} S_q={} S_k={}", batch, s_q, s_k);
+    if (window_width > 0) s += fmt::format(" window_start N={}", window_width);
   }
   if (!offsets.empty()) s += fmt::format(" off0={}", offsets[0]);
   if (fp8) {
@@ -185,6 +186,13 @@ void row_window(const HostProblem& p, int64_t r, int64_t* lo, int64_t* hi) {
     }
     l = std::clamp<int64_t>(s, 0, s_k_b);
     h = std::clamp<int64_t>(e, 0, s_k_b);
+    if (p.window_width > 0) {  // columns from the window's start: its first window_width keys
+      h = std::min(h, s + p.window_width);
+      if (h <= l) l = h = s;
+      *lo = l - s;
+      *hi = h - s;
+      return;
+    }
   } else {
     const int64_t off = p.offsets.empty() ? 0 : p.offsets[b];
     h = dsa_indexer::detail::Problem::causal_limit(off, i, p.ratio, s_k_b);
@@ -221,7 +229,7 @@ void score_row(const HostProblem& p, int64_t r, double* out, double* mag = nullp
   for (int64_t h = 0; h < H; ++h) wd[h] = p.w_f32 ? p.w_f32v[r * H + h] : bf16_to_float(p.w_bf16[r * H + h]);
   for (int64_t c = lo; c < hi; ++c) {
     int64_t krow;
-    if (!p.thd()) krow = b * p.s_k + c;
+    if (!p.thd()) krow = b * p.s_k + c + (p.window_width > 0 ? p.ks[r] : 0);
     else if (p.layout == Layout::thd_global) krow = c;
     else krow = p.cu_k[seg] + c;
     double kd[128];

@@ -22,6 +22,9 @@ struct HostProblem {
   float sm_scale = 1.0f;
   std::vector<int32_t> offsets;     // empty: not given
   std::vector<int32_t> ks, ke;      // empty: not given (rows of the output)
+  // BSHD explicit windows only: > 0 asks for WindowColumns::window_start with scores of this
+  // width (column c of row r is key ks[r] + c); 0: columns are keys.
+  int64_t window_width = 0;
   bool w_f32 = false;
   bool lse = false;
 
@@ -45,7 +48,7 @@ struct HostProblem {
   int64_t t_q() const { return thd() ? cu_q.back() : batch * s_q; }
   int64_t t_k() const { return thd() ? cu_k.back() : batch * s_k; }
   int64_t rows() const { return t_q(); }
-  int64_t cols() const;  // S_k | max_seqlen_k | T_k
+  int64_t cols() const;  // S_k | max_seqlen_k | T_k | window_width
   void finalize_thd_defaults();
   std::string describe() const;
 };
