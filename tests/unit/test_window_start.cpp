@@ -1,6 +1,7 @@
 // Explicit windows whose output columns start at each window (WindowColumns::window_start,
 // DeepGEMM's compressed logits): validation, the families that serve it and their variants, the
-// manifest key, the C API's appended field. The GPU results are tests/gpu/test_window_start.cpp's.
+// manifest key, the host oracle (the C API's appended field: test_c_api.cpp; the GPU results:
+// tests/gpu/test_window_start.cpp).
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -13,7 +14,6 @@
 #include "host_problem.hpp"
 #include "dispatch/family.hpp"
 #include "dispatch/planner.hpp"
-#include "dsa_indexer/c_api.h"
 #include "dsa_indexer/errors.hpp"
 #include "families/sm90_indexer_generic.hpp"
 #include "families/sm90_indexer_lean.hpp"
@@ -141,38 +141,6 @@ TEST_CASE("manifest: columns=window_start warms the generic variant of such call
   const std::string line = manifest_line(p, h200, spec, h200);
   CHECK_THAT(line, Contains(" columns=window_start") && Contains(" in=e4m3"));
   CHECK(manifest_specs(parse_manifest(line + "\n", "recorded"), h200) == std::vector<KernelSpec>{spec});
-}
-
-TEST_CASE("c api: window_columns is read from structs that have it", "[c_api][window_start]") {
-  dsa_options o;
-  dsa_options_init(&o);
-  CHECK(o.window_columns == DSA_WINDOW_COLUMNS_KEY);
-  dsa_tensor q{}, k{}, w{}, out{};
-  auto fill = [](dsa_tensor& t, uintptr_t a, int32_t dt, std::initializer_list<int64_t> dims) {
-    t.data = reinterpret_cast<void*>(a);
-    t.dtype = dt;
-    t.rank = static_cast<int32_t>(dims.size());
-    int i = 0;
-    for (int64_t d : dims) t.shape[i++] = d;
-    int64_t s = 1;
-    for (int j = t.rank - 1; j >= 0; --j) {
-      t.strides[j] = s;
-      s *= t.shape[j];
-    }
-  };
-  fill(q, 0x100000, DSA_BF16, {1, 64, 64, 128});
-  fill(k, 0x200000, DSA_BF16, {1, 32, 1, 128});
-  fill(w, 0x300000, DSA_BF16, {1, 64, 64});
-  fill(out, 0x400000, DSA_F32, {1, 64, 32});
-  // window_start without ks / ke: refused, so the field was read ...
-  o.window_columns = DSA_WINDOW_COLUMNS_START;
-  CHECK(dsa_indexer_forward(&q, &k, &w, &out, &o, nullptr) == DSA_STATUS_INVALID_ARGUMENT);
-  CHECK_THAT(std::string(dsa_last_error()), Contains("window_columns"));
-  // ... and a caller of 0.1.1's header (the struct ending before it) gets key columns: the call
-  // gets past validation to the driver, which this machine lacks
-  o.struct_size = static_cast<uint32_t>(offsetof(dsa_options, window_columns));
-  CHECK(dsa_indexer_forward(&q, &k, &w, &out, &o, nullptr) != DSA_STATUS_OK);
-  CHECK_THAT(std::string(dsa_last_error()), !Contains("window_columns") && !Contains("struct_size"));
 }
 
 TEST_CASE("window_start: the host oracle's columns are the key columns' cells from ks", "[window_start][oracle]") {
