@@ -294,10 +294,10 @@ if [[ " $steps " == *" s18 "* ]]; then
 fi
 # s18b (not in all): the phase timeline (trace) and the free-running THD rows (s17b), about 6 minutes.
 [[ " $steps " == *" s18b "* ]] && steps="$steps trace s17b"  # (their blocks follow)
-# s17b (not in all): lean's two consumers free-running (bench family leanf) beside the ring (lean),
-# lean4f and generic on the THD rows, and lean / leanf on the H 64 headline rows, in about 3 minutes.
+# s17b (not in all): lean's two consumers free-running (bench family leanf) beside the ring (lean)
+# and generic on the THD rows, and lean / leanf on the H 64 headline rows, in about 3 minutes.
 if [[ " $steps " == *" s17b "* ]]; then
-  run bench_thd 140 $b/tools/dsa-indexer bench --match thd --family lean,leanf,lean4f,generic --reps 10 --json "$out/bench_thd.json"
+  run bench_thd 140 $b/tools/dsa-indexer bench --match thd --family lean,leanf,generic --reps 10 --json "$out/bench_thd.json"
   run bench_head 50 $b/tools/dsa-indexer bench --match "bshd H64 r2 S_q 8192" --family lean,leanf --reps 10
 fi
 # trace (not in all): the phases of lean's loop from its kTrace variants' clock stamps

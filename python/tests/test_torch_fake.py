@@ -425,17 +425,24 @@ def fp8_bshd(device, B=2, S_q=64, S_k=32, H=64):
 
 
 def test_scale_arguments_keyword_only_and_last():
-    """q_scale / k_scale came after the other arguments: keyword-only, defaulting to None, at the
-    end of every general schema, so that calls written against the earlier schemas still bind; the
-    short operators have none (a scaled call takes the general ones)."""
+    """q_scale / k_scale came after the other arguments, and the scores operators' window_columns
+    after them: keyword-only, with defaults (None, "key"), at the end of every general schema, so
+    that calls written against the earlier schemas still bind; the short operators have none (such
+    a call takes the general ones)."""
     for op in (OPS.indexer_forward, OPS.indexer_forward_lse, OPS.indexer_forward_out, OPS.indexer_topk, OPS.indexer_topk_out):
         args = op.default._schema.arguments
-        assert [a.name for a in args[-2:]] == ["q_scale", "k_scale"], op
-        for a in args[-2:]:
+        scores_op = op in (OPS.indexer_forward, OPS.indexer_forward_lse, OPS.indexer_forward_out)
+        scales = args[-3:-1] if scores_op else args[-2:]
+        assert [a.name for a in scales] == ["q_scale", "k_scale"], op
+        for a in scales:
             assert a.kwarg_only and str(a.type) == "Optional[Tensor]" and a.has_default_value() and a.default_value is None
             assert a.alias_info is None
+        if scores_op:
+            last = args[-1]
+            assert last.name == "window_columns" and last.kwarg_only and str(last.type) == "str", op
+            assert last.has_default_value() and last.default_value == "key"
     for op in (OPS.indexer_forward_bshd, OPS.indexer_forward_thd):
-        assert not {"q_scale", "k_scale"} & {a.name for a in op.default._schema.arguments}
+        assert not {"q_scale", "k_scale", "window_columns"} & {a.name for a in op.default._schema.arguments}
 
 
 def test_fp8_calls_take_the_general_ops_when_scaled():
