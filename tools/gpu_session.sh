@@ -282,15 +282,22 @@ fi
 # s18 (not in all): the output digests against tests/gpu/golden_digests.txt first (LeanArgs grew
 # a field, dsa_window.cuh a template parameter: every kernel's bits must hold), then the
 # window_start columns (issue 22's DeepGEMM layout): [window_start], the PyTorch operator built
-# against this machine's torch with its tests (python/tests/gpu_torch_run.sh, step op) and the
-# binding's window / DeepGEMM / FP8 tests through it, in about 6 minutes.
+# against this machine's torch (python/tests/gpu_torch_run.sh with no test step) and the binding's
+# window / DeepGEMM tests through it and through ctypes, in about 4 minutes.
 if [[ " $steps " == *" s18 "* ]]; then
-  run digests 110 $b/tests/dsa_gpu_tests "[digests]"
-  run gpu_window_start 120 $b/tests/dsa_gpu_tests "[window_start]" --durations yes
-  GPU_TORCH_STEPS=op T_OP_TESTS=120 run torch_op 170 bash python/tests/gpu_torch_run.sh "$out/torch"
-  DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) DSA_INDEXER_TORCH_OP=$b/libdsa_indexer_torch.so run python_window 120 \
-    python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm or fp8" python/tests/test_gpu.py
+  run digests 100 $b/tests/dsa_gpu_tests "[digests]"
+  run gpu_window_start 100 $b/tests/dsa_gpu_tests "[window_start]" --durations yes
+  GPU_TORCH_STEPS=none run torch_op 60 bash python/tests/gpu_torch_run.sh "$out/torch"
+  DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) DSA_INDEXER_TORCH_OP=$b/libdsa_indexer_torch.so run python_window 90 \
+    python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm" python/tests/test_gpu.py
   tar -C "$out" -czf "$out/torch.tgz" torch && rm -rf "$out/torch"
+fi
+# s18min (not in all): s18 without the operator, for a call of at most 4 minutes.
+if [[ " $steps " == *" s18min "* ]]; then
+  run digests 80 $b/tests/dsa_gpu_tests "[digests]"
+  run gpu_window_start 80 $b/tests/dsa_gpu_tests "[window_start]" --durations yes
+  DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) run python_window 60 \
+    python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm" python/tests/test_gpu.py
 fi
 # s18b (not in all): the phase timeline (trace) and the free-running THD rows (s17b), about 6 minutes.
 [[ " $steps " == *" s18b "* ]] && steps="$steps trace s17b"  # (their blocks follow)
