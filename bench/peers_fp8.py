@@ -2,7 +2,7 @@
 against cuDNN-frontend's SM90 FP8 indexer and our own BF16 lean, in the same run on the same
 inputs, with the FP8 GEMM ceiling measured in that run.
 
-Columns (in this order; --families picks ours, --skip cudnn,bf16,warm leaves some out):
+Columns (in this order; --families picks ours, --skip cudnn,deepgemm,bf16,warm leaves some out):
 
 - ``fp8_<family>``: ``dsa_indexer.indexer_forward(q8, k8, w, ..., family=<family>, q_scale=,
   k_scale=)`` for each of --families (default lean, generic, auto). While the automatic choice does
@@ -13,6 +13,12 @@ Columns (in this order; --families picks ours, --skip cudnn,bf16,warm leaves som
   which is the same formula), from the wheels of bench/requirements-peers.txt; whatever it
   raises (an import, a missing piece of the wheels, a refused argument) is the column's status,
   never the end of the run;
+- ``deepgemm_fp8``: DeepGEMM's ``fp8_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke,
+  clean_logits=True)`` when ``deep_gemm`` imports (bench/deepgemm_peer.sh builds DeepGEMM 2.8.2
+  from its source distribution on the GPU machine): B 1, weights = w * q_scale * sm_scale in fp32
+  (DeepGEMM folds the per-token q scale into them), windows [0, row end) per row, made once per
+  input set outside the timing; ``clean_logits=True`` because the check holds every cell to the
+  contract's -inf (its second kernel is in the time);
 - ``bf16_lean``: our BF16 lean on the unquantized bf16 inputs of the same draw (the 1.6x target).
 
 Ceilings, same run: ``torch._scaled_mm`` E4M3 x E4M3 -> bf16 8192^3 with unit tensor-wise
@@ -64,7 +70,7 @@ MOONSHOT_TFLOPS = 1250.0
 TARGET_PCT_CEILING = 80.0
 TARGET_VS_CUDNN = 1.5
 TARGET_VS_BF16 = 1.6
-CUDNN, BF16_LEAN = "cudnn_fp8", "bf16_lean"
+CUDNN, BF16_LEAN, DEEPGEMM = "cudnn_fp8", "bf16_lean", "deepgemm_fp8"
 
 
 @dataclass
@@ -213,6 +219,38 @@ def load_cudnn_fp8(wheel_dirs, site_dir: Path):
     return call, notes, ""
 
 
+def load_deepgemm():
+    """(callable(c, x) or None, notes, reason): DeepGEMM's fp8_mqa_logits (see the module
+    docstring), or the import's failure as the reason."""
+    try:
+        import deep_gemm
+    except Exception as e:  # noqa: BLE001 (the reason shown)
+        return None, [], f"import failed: {type(e).__name__}: {e} (bench/deepgemm_peer.sh builds it on the GPU machine)"
+    fn = getattr(deep_gemm, "fp8_mqa_logits", None)
+    if fn is None:
+        return None, [], f"deep_gemm {getattr(deep_gemm, '__version__', '?')} has no fp8_mqa_logits"
+    notes = [f"deep_gemm {getattr(deep_gemm, '__version__', '?')} from {getattr(deep_gemm, '__file__', '?')}, "
+             "fp8_mqa_logits(clean_logits=True), fp32 weights = w * q_scale * sm_scale"]
+
+    def operands(c: Fp8Case, x: Fp8Inputs):
+        import torch
+
+        if getattr(x, "deepgemm", None) is None:
+            ends = torch.tensor([c.row_end(i) for i in range(c.s_q)], dtype=torch.int32, device=x.w.device)
+            weights = (x.w[0].float() * x.q_scale[0].float() * c.sm_scale).contiguous()  # (S, H)
+            x.deepgemm = (x.q8[0].contiguous(), x.k8[0, :, 0].contiguous(), x.k_scale[0, :, 0].contiguous(), weights,
+                          torch.zeros_like(ends), ends)
+        return x.deepgemm
+
+    def call(c: Fp8Case, x: Fp8Inputs):
+        if c.batch != 1:
+            raise ValueError("DeepGEMM's fp8_mqa_logits takes one sequence (B 1)")
+        q, kv, kv_scale, weights, ks, ke = operands(c, x)
+        return fn((q, None), (kv, kv_scale), weights, ks, ke, clean_logits=True)
+
+    return call, notes, ""
+
+
 def dsa_call(family: str, bf16: bool = False):
     import dsa_indexer
 
@@ -282,6 +320,12 @@ def measure_fp8(args, peers) -> dict:
                                "tol": FP8_TOL}
         if fn is not None:
             calls[CUDNN] = fn
+    if "deepgemm" not in args.skip:
+        fn, notes, reason = load_deepgemm()
+        res["impls"][DEEPGEMM] = {"label": "DeepGEMM FP8", "available": fn is not None, "reason": reason, "notes": notes,
+                                  "tol": FP8_TOL}
+        if fn is not None:
+            calls[DEEPGEMM] = fn
     if "bf16" not in args.skip:
         res["impls"][BF16_LEAN] = {"label": "dsa-indexer lean BF16", "available": True, "reason": "", "tol": BF16_TOL, "family": "lean",
                                    "notes": ["the unquantized bf16 inputs of the same draw"]}
@@ -464,7 +508,7 @@ def speedup_pairs(keys: list) -> list:
     base = "fp8_lean" if "fp8_lean" in keys else "fp8_generic" if "fp8_generic" in keys else None
     if base is None:
         return []
-    pairs = [(base, k) for k in (CUDNN, BF16_LEAN, "fp8_generic") if k in keys and k != base]
+    pairs = [(base, k) for k in (CUDNN, DEEPGEMM, BF16_LEAN, "fp8_generic") if k in keys and k != base]
     if base == "fp8_lean" and "fp8_generic" in keys and CUDNN in keys:
         pairs.append(("fp8_generic", CUDNN))
     return pairs

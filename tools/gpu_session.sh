@@ -299,6 +299,18 @@ if [[ " $steps " == *" s18min "* ]]; then
   DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) run python_window 60 \
     python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm" python/tests/test_gpu.py
 fi
+# deepgemm (not in all; carry build/peers/deepgemm from tools/fetch_deepgemm.sh): DeepGEMM 2.8.2
+# built on this machine and one small call (bench/deepgemm_peer.sh: a crash's stack in
+# OUTDIR/deepgemm/deepgemm_call.log); when it works, the FP8 rows with its column beside lean FP8
+# (bench/peers.py --precision fp8, cuDNN and our BF16 column left out), about 9 minutes at most.
+if [[ " $steps " == *" deepgemm "* ]]; then
+  run deepgemm 300 bash bench/deepgemm_peer.sh build/peers/deepgemm "$out/deepgemm"
+  if grep -q "^ok " "$out/deepgemm/deepgemm_call.log" 2>/dev/null; then
+    PYTHONUNBUFFERED=1 PYTHONPATH=build/peers/deepgemm/site DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) \
+      run deepgemm_peers 240 python3 bench/peers.py --precision fp8 --families lean --skip cudnn,bf16 --out "$out/docs" --max-seconds 180
+  fi
+  tar -C "$out" -czf "$out/deepgemm.tgz" deepgemm && rm -rf "$out/deepgemm"
+fi
 # s18b (not in all): the phase timeline (trace) and the free-running THD rows (s17b), about 6 minutes.
 [[ " $steps " == *" s18b "* ]] && steps="$steps trace s17b"  # (their blocks follow)
 # s17b (not in all): lean's two consumers free-running (bench family leanf) beside the ring (lean)

@@ -980,3 +980,29 @@ def test_fp8_section_beside_the_others_and_json_round_trip(tmp_path):
 def test_fp8_repository_doc_has_the_markers():
     text = (REPO_ROOT / "docs" / "BENCHMARKS.md").read_text()
     assert text.count(peers_fp8.FP8_BEGIN) == 1 and text.count(peers_fp8.FP8_END) == 1
+
+
+def test_fp8_deepgemm_column():
+    """DeepGEMM's column: --skip deepgemm is accepted; without deep_gemm the loader gives the
+    import's failure as the reason; when measured it is a speed-up pair of ours and its cells
+    render as the others'."""
+    assert peers.parse_args(["--precision", "fp8", "--skip", "deepgemm"]).skip == ["deepgemm"]
+    import importlib.util
+
+    if importlib.util.find_spec("deep_gemm") is None:
+        fn, notes, reason = peers_fp8.load_deepgemm()
+        assert fn is None and notes == [] and reason.startswith("import failed: ") and "deepgemm_peer.sh" in reason
+    r = _fp8_results()
+    r["impls"][peers_fp8.DEEPGEMM] = {"label": "DeepGEMM FP8", "available": True, "reason": "", "notes": ["deep_gemm 2.8.2"],
+                                      "tol": 2e-3}
+    ok = {"rel_l2": 4e-4, "pattern_mismatch": 0, "non_finite": 0, "visible": 100, "ok": True, "rows": 23}
+    for row in r["cases"]:
+        row["runs"][peers_fp8.DEEPGEMM] = _fp8_t(1100.0, 1045.0, 74.0, status="ok", check=ok, warm=_fp8_t(1050.0, 1095.0, 78.0, mode="graph"))
+    s = peers_fp8.render_fp8(r)
+    assert "- DeepGEMM FP8: deep_gemm 2.8.2" in s
+    sp = s.split("### Speed-ups")[1].split("###")[0]
+    assert "lean FP8 vs DeepGEMM FP8" in sp
+    row = next(l for l in sp.splitlines() if l.startswith(f"| {peers_fp8.HEADLINE} |"))
+    assert "1.10x / 1.11x" in row
+    cold = s.split("### Cold")[1].split("### Warm")[0]
+    assert "1100.0 us · 1045 TF/s · 74%" in cold
