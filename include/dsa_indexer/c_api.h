@@ -60,15 +60,16 @@ typedef struct dsa_options {
   dsa_tensor ke;
   dsa_tensor lse;
   int32_t family;
-  /* Appended in 0.1.1 (FP8 inputs, e4m3 q and k): optional fp32 per-row scales, as the C++
+  /* Appended for FP8 inputs (e4m3 q and k): optional fp32 per-row scales, as the C++
    * IndexerOptions::q_scale / k_scale. A caller built against the older, smaller struct (its
    * struct_size ends before q_scale) gets them as not given. */
   dsa_tensor q_scale;
   dsa_tensor k_scale;
-  /* Appended in 0.1.2: DSA_WINDOW_COLUMNS_KEY (column j is key j) or DSA_WINDOW_COLUMNS_START
+  /* Appended after the scales: DSA_WINDOW_COLUMNS_KEY (column j is key j) or DSA_WINDOW_COLUMNS_START
    * (with ks / ke, BSHD: column c of row (b, i) is key ks[b, i] + c; scores (B, S_q, N) for any
    * N >= 1: DeepGEMM's compressed logits), as the C++ IndexerOptions::window_columns. A caller
-   * built against an older, smaller struct gets DSA_WINDOW_COLUMNS_KEY. */
+   * built against the header from before it (the struct ending at k_scale) gets
+   * DSA_WINDOW_COLUMNS_KEY. */
   int32_t window_columns;
 } dsa_options;
 enum { DSA_WINDOW_COLUMNS_KEY = 0, DSA_WINDOW_COLUMNS_START = 1 };

@@ -90,9 +90,9 @@ class DsaOptions(ctypes.Structure):
         ("ke", DsaTensor),
         ("lse", DsaTensor),
         ("family", ctypes.c_int32),
-        ("q_scale", DsaTensor),  # FP8 (0.1.1): optional fp32 per-row scales
+        ("q_scale", DsaTensor),  # FP8: optional fp32 per-row scales (appended)
         ("k_scale", DsaTensor),
-        ("window_columns", ctypes.c_int32),  # 0.1.2: WINDOW_COLUMNS
+        ("window_columns", ctypes.c_int32),  # WINDOW_COLUMNS (appended after the scales)
     ]
 
 

@@ -58,14 +58,14 @@ dsa_status guarded(F f) {
 dsa_indexer::IndexerOptions to_options(const dsa_options* options, const char* where) {
   using dsa_indexer::InvalidArgument;
   if (!options) throw InvalidArgument(std::string(where) + ": options: expected a dsa_options (see dsa_options_init), got NULL");
-  // The struct only grows: 0.1.0's ended before q_scale (its callers get no scales), 0.1.1's
-  // before window_columns (key columns).
+  // The struct only grows: 0.1.0's first header ended before q_scale (its callers get no
+  // scales), the FP8 one before window_columns (key columns).
   constexpr std::size_t kV1Size = offsetof(dsa_options, q_scale), kV2Size = offsetof(dsa_options, window_columns);
   const bool v1 = options->struct_size == kV1Size, v2 = options->struct_size == kV2Size;
   if (options->struct_size != sizeof(dsa_options) && !v1 && !v2)
     throw InvalidArgument(std::string(where) + ": options.struct_size: expected " + std::to_string(sizeof(dsa_options)) +
-                          " (call dsa_options_init; " + std::to_string(kV1Size) + " from 0.1.0's header, " +
-                          std::to_string(kV2Size) + " from 0.1.1's), got " + std::to_string(options->struct_size));
+                          " (call dsa_options_init; " + std::to_string(kV1Size) + " from 0.1.0's first header, " +
+                          std::to_string(kV2Size) + " from its FP8 one), got " + std::to_string(options->struct_size));
   dsa_indexer::IndexerOptions o;
   o.ratio = options->ratio;
   o.sm_scale = options->sm_scale;

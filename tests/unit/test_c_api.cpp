@@ -263,8 +263,8 @@ TEST_CASE("c api: window_columns is read from structs that have it", "[c_api][wi
   c.o.window_columns = DSA_WINDOW_COLUMNS_START;
   CHECK(c.run() == DSA_STATUS_INVALID_ARGUMENT);
   CHECK_THAT(std::string(dsa_last_error()), Catch::Contains("window_columns"));
-  // ... and a caller of 0.1.1's header (the struct ending before it) gets key columns: the call
-  // gets past validation to the driver, which this machine lacks
+  // ... and a caller of the header from before it (the struct ending at k_scale) gets key
+  // columns: the call gets past validation to the driver, which this machine lacks
   c.o.struct_size = static_cast<uint32_t>(offsetof(dsa_options, window_columns));
   CHECK(c.run() != DSA_STATUS_OK);
   CHECK_THAT(std::string(dsa_last_error()), !Catch::Contains("window_columns") && !Catch::Contains("struct_size"));
