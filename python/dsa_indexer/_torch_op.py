@@ -301,6 +301,11 @@ def _register_fakes(torch) -> None:
             raise ValueError(f"indexer_forward: thd_columns: expected 'local' (or 'global' for THD), got {thd_columns!r}")
         if window_columns not in ("key", "window_start"):
             raise ValueError(f"indexer_forward: window_columns: expected 'key' or 'window_start', got {window_columns!r}")
+        if thd and window_columns == "window_start":  # as the library refuses it (its UnsupportedConfig)
+            from .errors import UnsupportedConfig
+
+            raise UnsupportedConfig("indexer_forward: window_columns: expected key for THD (window_start columns, DeepGEMM's "
+                                    "compressed logits, are BSHD's), got window_start")
         rank = 3 if thd else 4
         if q.dim() != rank or k.dim() != rank:
             raise ValueError(f"indexer_forward: q / k: expected rank {rank} for {'THD' if thd else 'BSHD'}, got shapes {tuple(q.shape)} / {tuple(k.shape)}")

@@ -509,3 +509,27 @@ def test_deepgemm_entry_on_fake_tensors():
         packed = fp8_mqa_logits((q, None), (kv, torch.empty(S_kv, device="cuda")), torch.empty(S, 64, device="cuda"), ks, ks,
                                 max_seqlen_k=16)
         assert packed.shape == (S, 16) and packed.dtype == torch.float32
+
+
+def test_window_start_columns_on_fake_tensors():
+    """window_columns="window_start": scores (B, S_q, max_seqlen_k) from the allocating operators,
+    out='s own width for the out variant; THD and unknown values refused as the library does."""
+    with FakeTensorMode():
+        q, k, w = bshd("cuda")
+        ks = torch.empty(2, 64, device="cuda", dtype=torch.int32)
+        s = OPS.indexer_forward(q, k, w, max_seqlen_k=48, ks=ks, ke=ks, window_columns="window_start")
+        assert s.shape == (2, 64, 48) and s.dtype == torch.float32
+        s, lse = OPS.indexer_forward_lse(q, k, w, max_seqlen_k=7, ks=ks, ke=ks, window_columns="window_start")
+        assert s.shape == (2, 64, 7) and lse.shape == (2, 64)
+        OPS.indexer_forward_out(q, k, w, ks=ks, ke=ks, window_columns="window_start", out=torch.empty(2, 64, 5, device="cuda"))
+        res = dsa_indexer.indexer_forward(q, k, w, ks=ks, ke=ks, window_columns="window_start", max_seqlen_k=9, return_lse=True)
+        assert res["scores"].shape == (2, 64, 9) and res["lse"].shape == (2, 64)
+        with pytest.raises(ValueError, match="max_seqlen_k: expected the width N >= 1"):
+            OPS.indexer_forward(q, k, w, ks=ks, ke=ks, window_columns="window_start")
+        with pytest.raises(ValueError, match="window_columns: expected 'key' or 'window_start'"):
+            OPS.indexer_forward(q, k, w, max_seqlen_k=8, ks=ks, ke=ks, window_columns="start")
+        tq, tk, tw, cu_q, cu_k = thd("cuda")
+        tks = torch.empty(60, device="cuda", dtype=torch.int32)
+        with pytest.raises(NotImplementedError, match="window_columns: expected key for THD"):
+            OPS.indexer_forward(tq, tk, tw, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=40, max_seqlen_k=20, ks=tks, ke=tks,
+                                window_columns="window_start")
