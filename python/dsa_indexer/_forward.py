@@ -283,8 +283,8 @@ def _forward_ctypes(q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, cu
             f"(THD needs cu_seqlens_q/k), got shapes {tuple(q.shape)} / {tuple(k.shape)}"
         )
     columns = "local" if thd_code == _lib.THD_COLUMNS["local"] else "global"
-    # (out= given: its width is the call's; the rows' shape does not depend on the columns)
-    scores_shape, rows_shape = _torch_op.result_shapes(q, k, thd, max_seqlen_k, columns, window_columns if out is None else "key")
+    scores_shape, rows_shape = _torch_op.result_shapes(q, k, thd, _torch_op.scores_width(out, max_seqlen_k, window_columns), columns,
+                                                       window_columns)
     if out is None:
         out = torch.empty(scores_shape, dtype=torch.float32, device=device)
     lse = lse_out

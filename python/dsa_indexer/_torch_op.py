@@ -220,8 +220,8 @@ def forward(o: _Ops, q, k, w, ratio, sm_scale, q_causal_offsets, cu_seqlens_q, c
             return {"scores": scores, "lse": lse}
         return o.forward(*args, **extra)
     if out is None or (lse_out is None and return_lse):
-        scores_shape, rows_shape = result_shapes(q, k, cu_seqlens_q is not None, max_seqlen_k, thd_columns,
-                                                 window_columns if out is None else "key")
+        scores_shape, rows_shape = result_shapes(q, k, cu_seqlens_q is not None, scores_width(out, max_seqlen_k, window_columns),
+                                                 thd_columns, window_columns)
         if out is None:
             out = q.new_empty(scores_shape, dtype=_float32())
         if lse_out is None:
@@ -343,9 +343,8 @@ def _register_fakes(torch) -> None:
                           max_seqlen_q=None, max_seqlen_k=None, thd_columns="local", *, out, lse_out=None, family="auto",
                           ks=None, ke=None, cu_seqlens_q_host=None, cu_seqlens_k_host=None, q_scale=None, k_scale=None,
                           window_columns="key"):
-        # window_start columns: out's width is the call's (max_seqlen_k is not needed)
-        width = out.shape[-1] if window_columns == "window_start" and cu_seqlens_q is None and out.dim() == 3 else max_seqlen_k
-        scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, width, thd_columns, window_columns)
+        scores, rows = shapes(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, scores_width(out, max_seqlen_k, window_columns),
+                              thd_columns, window_columns)
         for name, t, want in (("out", out, scores), ("lse_out", lse_out, rows)):
             if t is not None and (tuple(t.shape) != tuple(want) or t.dtype != torch.float32):
                 raise ValueError(f"indexer_forward: {name}: expected f32{list(want)}, got {t.dtype}{list(t.shape)}")
@@ -391,6 +390,14 @@ def _register_fakes(torch) -> None:
         return None
 
     _fakes_registered = True
+
+
+def scores_width(out, max_seqlen_k, window_columns: str):
+    """The max_seqlen_k that `result_shapes` takes: with window_start columns (BSHD), a given
+    ``out``'s width is the call's (the library takes N from the scores), else max_seqlen_k."""
+    if window_columns == "window_start" and out is not None and out.dim() == 3:
+        return out.shape[-1]
+    return max_seqlen_k
 
 
 def result_shapes(q, k, thd: bool, max_seqlen_k, thd_columns: str, window_columns: str = "key"):

@@ -2,6 +2,7 @@
 // DeepGEMM's compressed logits), through the families that serve it (generic, bf16 and FP8, and
 // the reference kernel): against the fp64 oracle in that layout (poisoned outputs, the exact -inf
 // pattern, LSE), and bit for bit the cells the same call with key columns writes.
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <vector>
@@ -35,8 +36,8 @@ HostProblem window_start(int64_t B, int64_t sq, int64_t sk, int heads, int64_t n
       case 7: s = (r * 13) % sk; e = s + r % 40; break;
       default: e = i + sk - sq + 1; s = e - (n + 1 - r % 3); break;  // DeepGEMM's causal rows
     }
-    p.ks[static_cast<size_t>(r)] = static_cast<int32_t>(std::max<int64_t>(INT32_MIN, std::min<int64_t>(INT32_MAX, s)));
-    p.ke[static_cast<size_t>(r)] = static_cast<int32_t>(std::max<int64_t>(INT32_MIN, std::min<int64_t>(INT32_MAX, e)));
+    p.ks[static_cast<size_t>(r)] = static_cast<int32_t>(std::clamp<int64_t>(s, INT32_MIN, INT32_MAX));
+    p.ke[static_cast<size_t>(r)] = static_cast<int32_t>(std::clamp<int64_t>(e, INT32_MIN, INT32_MAX));
   }
   return p;
 }
