@@ -24,6 +24,7 @@ shift
 steps=${*:-all}
 mkdir -p "$out"
 b=${DSA_BUILD_DIR:-build}  # the build directory (carried)
+lib=$(ls $b/libdsa_indexer.so.*.*.* 2>/dev/null | head -1)  # the carried library file (links may not travel)
 export DSA_INDEXER_CACHE_DIR=${DSA_INDEXER_CACHE_DIR:-/tmp/dsa_indexer_cache}
 want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
 run() {  # name timeout command...
@@ -283,20 +284,18 @@ fi
 # a field, dsa_window.cuh a template parameter: every kernel's bits must hold), then the
 # window_start columns (issue 22's DeepGEMM layout): [window_start], the PyTorch operator built
 # against this machine's torch (python/tests/gpu_torch_run.sh with no test step) and the binding's
-# window / DeepGEMM tests through it and through ctypes, in about 4 minutes.
-if [[ " $steps " == *" s18 "* ]]; then
-  run digests 100 $b/tests/dsa_gpu_tests "[digests]"
-  run gpu_window_start 100 $b/tests/dsa_gpu_tests "[window_start]" --durations yes
-  GPU_TORCH_STEPS=none run torch_op 60 bash python/tests/gpu_torch_run.sh "$out/torch"
-  DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) DSA_INDEXER_TORCH_OP=$b/libdsa_indexer_torch.so run python_window 90 \
-    python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm" python/tests/test_gpu.py
-  tar -C "$out" -czf "$out/torch.tgz" torch && rm -rf "$out/torch"
-fi
-# s18min (not in all): s18 without the operator, for a call of at most 4 minutes.
-if [[ " $steps " == *" s18min "* ]]; then
-  run digests 80 $b/tests/dsa_gpu_tests "[digests]"
-  run gpu_window_start 80 $b/tests/dsa_gpu_tests "[window_start]" --durations yes
-  DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) run python_window 60 \
+# window / DeepGEMM tests through it and through ctypes, in about 4 minutes. s18min: the same
+# without the operator (the binding's tests through ctypes only), for a call of at most 4 minutes.
+if [[ " $steps " == *" s18 "* || " $steps " == *" s18min "* ]]; then
+  run digests 90 $b/tests/dsa_gpu_tests "[digests]"
+  run gpu_window_start 90 $b/tests/dsa_gpu_tests "[window_start]" --durations yes
+  op_lib=""
+  if [[ " $steps " == *" s18 "* ]]; then
+    GPU_TORCH_STEPS=none run torch_op 60 bash python/tests/gpu_torch_run.sh "$out/torch"
+    tar -C "$out" -czf "$out/torch.tgz" torch && rm -rf "$out/torch"
+    op_lib=$b/libdsa_indexer_torch.so
+  fi
+  run python_window 75 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} ${op_lib:+DSA_INDEXER_TORCH_OP=$op_lib} \
     python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm" python/tests/test_gpu.py
 fi
 # deepgemm (not in all; carry build/peers/deepgemm from tools/fetch_deepgemm.sh): DeepGEMM 2.8.2
@@ -306,7 +305,7 @@ fi
 if [[ " $steps " == *" deepgemm "* ]]; then
   run deepgemm 300 bash bench/deepgemm_peer.sh build/peers/deepgemm "$out/deepgemm"
   if grep -q "^ok " "$out/deepgemm/deepgemm_call.log" 2>/dev/null; then
-    PYTHONUNBUFFERED=1 PYTHONPATH=build/peers/deepgemm/site DSA_INDEXER_LIBRARY=$(ls $b/libdsa_indexer.so.*.*.* | head -1) \
+    PYTHONUNBUFFERED=1 PYTHONPATH=build/peers/deepgemm/site DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} \
       run deepgemm_peers 240 python3 bench/peers.py --precision fp8 --families lean --skip cudnn,bf16 --out "$out/docs" --max-seconds 180
   fi
   tar -C "$out" -czf "$out/deepgemm.tgz" deepgemm && rm -rf "$out/deepgemm"
@@ -382,7 +381,6 @@ if [[ " $steps " == *" fused "* ]]; then
   run gpu_topk_select 120 $b/tests/dsa_gpu_tests "[topk_select]" --durations yes
   run topk_perf 200 $b/tests/dsa_gpu_tests "[topk_perf]"
 fi
-lib=$(ls $b/libdsa_indexer.so.*.*.* 2>/dev/null | head -1)
 want python && DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run python_gpu 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu.py
 if [[ " $steps " == *" topk_bench "* ]]; then
   run topk_demo 120 $b/tools/dsa-indexer demo --op topk
