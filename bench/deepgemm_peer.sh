@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DeepGEMM 2.8.2 as a measured peer of the FP8 rows (issue 22), on the GPU machine: builds it from
 # the files tools/fetch_deepgemm.sh put in DIR (carried; the machine has no network) into DIR/site,
-# then makes one small fp8_mqa_logits call under Python's faulthandler (and gdb when installed),
+# then makes one small fp8_fp4_mqa_logits call under Python's faulthandler (and gdb when installed),
 # so that a crash leaves its stack in OUTDIR/deepgemm_call.log. On success, PYTHONPATH=DIR/site
 # makes `bench/peers.py --precision fp8` measure its column (bench/peers_fp8.py).
 #   bench/deepgemm_peer.sh DIR OUTDIR
@@ -9,6 +9,7 @@ set -u
 dir=${1:?usage: deepgemm_peer.sh DIR OUTDIR}
 out=${2:?usage: deepgemm_peer.sh DIR OUTDIR}
 mkdir -p "$out" "$dir/root" "$dir/site"
+dir=$(cd "$dir" && pwd)  # absolute: pip builds in a temporary directory, where a relative include path names nothing
 py=${PYTHON:-python3}
 # The elfutils headers from the Debian packages (dpkg-deb, else ar + tar).
 for deb in "$dir"/libdw-dev_*.deb "$dir"/libelf-dev_*.deb; do
@@ -22,6 +23,15 @@ export CPLUS_INCLUDE_PATH="$dir/root/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_IN
 export C_INCLUDE_PATH="$dir/root/usr/include${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 t0=$SECONDS
+# -Bsymbolic-functions: the extension binds its own std::regex instantiations; without it they
+# resolve to torch's copies (another GCC's layout of std::__detail::_Compiler) and its first call
+# recursed without end inside deep_jit::CUDA::get_compiler_info (session 19's stack)
+export LDFLAGS="${DG_LDFLAGS--Wl,-Bsymbolic-functions}${LDFLAGS:+ $LDFLAGS}"
+# The compiler: the system g++ (the GCC torch was built with, whose libstdc++.so.6 the process
+# loads), not the interpreter's recorded one (/opt/gcc there: newer headers than the runtime
+# library, and std::regex crashed in a locale facet on the first call); DG_CXX overrides.
+cxx=${DG_CXX:-$(command -v /usr/bin/g++ || command -v g++)}
+export CXX=$cxx LDSHARED="$cxx -shared"
 DG_FORCE_BUILD=1 $py -m pip install --no-deps --no-build-isolation --no-index --target "$dir/site" "$dir"/deepinfer_gemm-*.tar.gz \
   >"$out/deepgemm_build.log" 2>&1
 echo "== deepgemm build: rc=$? in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
@@ -39,15 +49,22 @@ kv_scale = torch.rand(S_kv, device="cuda") + 0.5
 weights = torch.randn(S, H, device="cuda")
 ks = torch.zeros(S, dtype=torch.int32, device="cuda")
 ke = torch.arange(S, dtype=torch.int32, device="cuda") + (S_kv - S + 1)
-print("calling fp8_mqa_logits", flush=True)
-logits = deep_gemm.fp8_mqa_logits((q, None), (kv, kv_scale), weights, ks, ke, clean_logits=True)
+fn = getattr(deep_gemm, "fp8_fp4_mqa_logits", None) or deep_gemm.fp8_mqa_logits  # 2.8's name, else the older one
+print("calling", fn.__name__, flush=True)
+if "clean_logits" in (fn.__doc__ or ""):
+    logits = fn((q, None), (kv, kv_scale), weights, ks, ke, clean_logits=True)
+else:  # 2.8.2: compressed logits (S, max_seqlen_k) only, cells past a row's window not written
+    logits = fn((q, None), (kv, kv_scale), weights, ks, ke, S_kv)
 torch.cuda.synchronize()
 print("ok", tuple(logits.shape), logits.stride(), logits.dtype, flush=True)
 PY
 if command -v gdb >/dev/null; then
   PYTHONPATH="$dir/site" timeout 300 gdb -q -batch -ex run -ex bt --args $py "$out/deepgemm_call.py" >"$out/deepgemm_call.log" 2>&1
-else
-  PYTHONPATH="$dir/site" timeout 300 $py "$out/deepgemm_call.py" >"$out/deepgemm_call.log" 2>&1
+else  # without gdb: the native stack from a preloaded SIGSEGV/SIGABRT handler (backtrace(3)), when built
+  pre=""
+  gcc -shared -fPIC -O1 -o "$dir/segv_bt.so" "$(dirname "$0")/segv_backtrace.c" && pre=$dir/segv_bt.so
+  PYTHONPATH="$dir/site" LD_PRELOAD=$pre timeout 300 $py "$out/deepgemm_call.py" >"$out/deepgemm_call.log" 2>&1
 fi
 echo "== deepgemm call: rc=$? ($(grep -c '^ok ' "$out/deepgemm_call.log") ok)" | tee -a "$out/summary.txt"
 tail -n 30 "$out/deepgemm_call.log"
+find "$HOME/.deep_gemm" -maxdepth 3 2>/dev/null | head -20 >"$out/deepgemm_cache.txt"  # what its JIT left

@@ -13,12 +13,15 @@ Columns (in this order; --families picks ours, --skip cudnn,deepgemm,bf16,warm l
   which is the same formula), from the wheels of bench/requirements-peers.txt; whatever it
   raises (an import, a missing piece of the wheels, a refused argument) is the column's status,
   never the end of the run;
-- ``deepgemm_fp8``: DeepGEMM's ``fp8_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke,
-  clean_logits=True)`` when ``deep_gemm`` imports (bench/deepgemm_peer.sh builds DeepGEMM 2.8.2
-  from its source distribution on the GPU machine): B 1, weights = w * q_scale * sm_scale in fp32
+- ``deepgemm_fp8``: DeepGEMM's FP8 MQA logits when ``deep_gemm`` imports (bench/deepgemm_peer.sh
+  builds DeepGEMM 2.8.2 from its source distribution on the GPU machine): 2.8's
+  ``fp8_fp4_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke, max_seqlen_k=S_k)``, which
+  writes compressed logits only and leaves the cells past a row's window unwritten (every window
+  here starts at key 0, so its layout is the key columns'; the check sets the unwritten cells to
+  -inf outside the timing, and the time is of what DeepGEMM writes), or an older release's
+  ``fp8_mqa_logits(..., clean_logits=True)``; B 1, weights = w * q_scale * sm_scale in fp32
   (DeepGEMM folds the per-token q scale into them), windows [0, row end) per row, made once per
-  input set outside the timing; ``clean_logits=True`` because the check holds every cell to the
-  contract's -inf (its second kernel is in the time);
+  input set outside the timing;
 - ``bf16_lean``: our BF16 lean on the unquantized bf16 inputs of the same draw (the 1.6x target).
 
 Ceilings, same run: ``torch._scaled_mm`` E4M3 x E4M3 -> bf16 8192^3 with unit tensor-wise
@@ -220,17 +223,19 @@ def load_cudnn_fp8(wheel_dirs, site_dir: Path):
 
 
 def load_deepgemm():
-    """(callable(c, x) or None, notes, reason): DeepGEMM's fp8_mqa_logits (see the module
+    """(callable(c, x) or None, notes, reason): DeepGEMM's FP8 MQA logits (see the module
     docstring), or the import's failure as the reason."""
     try:
         import deep_gemm
     except Exception as e:  # noqa: BLE001 (the reason shown)
         return None, [], f"import failed: {type(e).__name__}: {e} (bench/deepgemm_peer.sh builds it on the GPU machine)"
-    fn = getattr(deep_gemm, "fp8_mqa_logits", None)
-    if fn is None:
-        return None, [], f"deep_gemm {getattr(deep_gemm, '__version__', '?')} has no fp8_mqa_logits"
-    notes = [f"deep_gemm {getattr(deep_gemm, '__version__', '?')} from {getattr(deep_gemm, '__file__', '?')}, "
-             "fp8_mqa_logits(clean_logits=True), fp32 weights = w * q_scale * sm_scale"]
+    # 2.8 names it fp8_fp4_mqa_logits (E4M3 when q's scale is None); earlier releases fp8_mqa_logits
+    name = next((n for n in ("fp8_fp4_mqa_logits", "fp8_mqa_logits") if hasattr(deep_gemm, n)), None)
+    if name is None:
+        return None, [], f"deep_gemm {getattr(deep_gemm, '__version__', '?')} has neither fp8_fp4_mqa_logits nor fp8_mqa_logits"
+    fn = getattr(deep_gemm, name)
+    notes = [f"deep_gemm {getattr(deep_gemm, '__version__', '?')} from {getattr(deep_gemm, '__file__', '?')}, {name}, "
+             "fp32 weights = w * q_scale * sm_scale"]
 
     def operands(c: Fp8Case, x: Fp8Inputs):
         import torch
@@ -242,12 +247,33 @@ def load_deepgemm():
                           torch.zeros_like(ends), ends)
         return x.deepgemm
 
+    compressed_only = name == "fp8_fp4_mqa_logits" and "clean_logits" not in (fn.__doc__ or "")
+
     def call(c: Fp8Case, x: Fp8Inputs):
         if c.batch != 1:
-            raise ValueError("DeepGEMM's fp8_mqa_logits takes one sequence (B 1)")
+            raise ValueError("DeepGEMM's MQA logits take one sequence (B 1)")
         q, kv, kv_scale, weights, ks, ke = operands(c, x)
+        if compressed_only:  # 2.8.2: (S, max_seqlen_k), row i from key ks[i] = 0, cells past ke[i] not written
+            return fn((q, None), (kv, kv_scale), weights, ks, ke, c.s_k)
         return fn((q, None), (kv, kv_scale), weights, ks, ke, clean_logits=True)
 
+    def clean_for_check(got, c: Fp8Case, x: Fp8Inputs):
+        """The cells DeepGEMM leaves unwritten (past each row's window) set to -inf, outside the
+        timing, so that the check and the run-to-run comparison see only what it computes."""
+        import torch
+
+        if not compressed_only:
+            return got
+        ke = operands(c, x)[5].to(torch.int64)
+        cols = torch.arange(c.s_k, device=got.device)
+        return got.masked_fill(cols[None, None, :] >= ke[None, :, None], float("-inf"))
+
+    call.clean_for_check = clean_for_check
+    if not compressed_only:
+        notes.append("clean_logits=True (the cells past a row's window written -inf by DeepGEMM)")
+    else:
+        notes.append("2.8.2 writes compressed logits only (max_seqlen_k = S_k, every window from key 0, so the layout is the key "
+                     "columns'); the cells past a row's window are not written: the check sets them to -inf outside the timing")
     return call, notes, ""
 
 
@@ -358,6 +384,9 @@ def measure_fp8(args, peers) -> dict:
                     got = _scores(calls[key](c, x0), x0)
                     torch.cuda.synchronize()
                     got = got.reshape(c.batch, c.s_q, c.s_k).clone()
+                    clean = getattr(calls[key], "clean_for_check", None)
+                    if clean is not None:
+                        got = clean(got, c, x0)
                     if fp8 not in refs:
                         refs[fp8] = reference_rows(c, x0, rows, fp8=fp8)
                     ch = compare(got[0, rows], refs[fp8])
@@ -376,6 +405,8 @@ def measure_fp8(args, peers) -> dict:
                     torch.cuda.synchronize()
                     if key.startswith("fp8_"):
                         again = _scores(calls[key](c, x0), x0).reshape(got.shape)
+                        if clean is not None:
+                            again = clean(again, c, x0)
                         torch.cuda.synchronize()
                         run["run_to_run"] = _bits_equal(again, got)
                         first[key] = got

@@ -139,10 +139,12 @@ struct LeanTraits {
   // its chunks, and need more than 40. Four consumers: 640 threads launch with 96 (65,536 / 640,
   // in steps of 8), and each consumer gets 104 beside its 64 accumulators.
   // BSHD rows of an S_k that is not a multiple of 4 are not 16-byte aligned, and the fillers'
-  // unaligned ends need more than 40 too (they spilled 8-12 bytes there).
+  // unaligned ends need more than 40 too (they spilled 8-12 bytes there), and so does FP8's weight
+  // fold with four loads of each kind in flight (lean_fp8_weights: 68 bytes of spills at 40; its
+  // consumers get 224, which the default manifest's FP8 variants take without spills).
   // An epilogue whose filler warps do work of their own (the fused top-k's selectors) may ask
   // for more (Regs<its count>); the consumers get what is left, in steps of 8 (four: at most 104).
-  static constexpr bool kWideProducer = kThd || kSplit || kSeqK % 4 != 0;
+  static constexpr bool kWideProducer = kThd || kSplit || kSeqK % 4 != 0 || kFp8;
   static constexpr int kEntryRegs = kConsumers == 2 ? 168 : 96;
   template <int kP>
   struct Regs {
@@ -295,28 +297,39 @@ struct LeanLaneS {
 using LeanLane = LeanLaneS<1>;  // H 64: one token per lane
 
 // FP8: the weights of one consumer's 4 tokens as fp32 w * q_scale (one product, as the generic
-// family folds them), [token][head], zero past T_q (THD), by the producer warp.
+// family folds them), [token][head], zero past T_q (THD), by the producer warp. Element e of the
+// consumer's 4 x H is W's element row0 x H + e (contiguous rows); a lane's loads go in batches of
+// kBatch weights and scales, each batch's loads issued before its products: kPerLane / kBatch
+// round trips to memory per consumer and item instead of one per element (session 19's trace
+// measured ~15k cycles of per-item wait with all eight in series); batches of 8 spill even in
+// the 56 registers FP8's producer has.
 template <class Cfg>
 __device__ __forceinline__ void lean_fp8_weights(const LeanArgs& a, const DsaScales& sc, float* dst, i64 row0, i32 t0, i32 b,
                                                  int lane) {
   using T = LeanTraits<Cfg>;
   constexpr int H = T::kHeads;
+  constexpr int kPerLane = T::kTokensPerConsumer * H / 32, kBatch = kPerLane < 4 ? kPerLane : 4;
+  static_assert(T::kTokensPerConsumer * H % 32 == 0 && kPerLane % kBatch == 0, "lean_fp8_weights: whole rounds of the warp");
   const bool bshd = !T::kThd;
+  const i64 w0 = row0 * H + lane;
+  const float* qs = reinterpret_cast<const float*>(sc.q_scale);
+  if (qs != nullptr) qs += (bshd ? b * sc.q_scale_stride[0] : 0) + static_cast<i64>(t0) * sc.q_scale_stride[1];
 #pragma unroll 1
-  for (int e = lane; e < T::kTokensPerConsumer * H; e += 32) {
-    const int tl = e / H, h = e % H;
-    float v = 0.0f;
-    if (bshd || t0 + tl < a.t_q) {
-      const i64 off = (row0 + tl) * H + h;
-      v = Cfg::kWeightsF32 ? __ldg(reinterpret_cast<const float*>(a.w) + off)
-                           : bf16_bits_to_float(__ldg(reinterpret_cast<const u16*>(a.w) + off));
-      if (sc.q_scale != 0) {
-        const i64 so = (bshd ? b * sc.q_scale_stride[0] : 0) + static_cast<i64>(t0 + tl) * sc.q_scale_stride[1] +
-                       h * sc.q_scale_stride[2];
-        v *= __ldg(reinterpret_cast<const float*>(sc.q_scale) + so);
+  for (int j0 = 0; j0 < kPerLane; j0 += kBatch) {
+    float v[kBatch], s[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int e = lane + 32 * (j0 + j), tl = e / H, h = e % H;
+      v[j] = 0.0f;
+      s[j] = 1.0f;
+      if (bshd || t0 + tl < a.t_q) {
+        v[j] = Cfg::kWeightsF32 ? __ldg(reinterpret_cast<const float*>(a.w) + w0 + 32 * (j0 + j))
+                                : bf16_bits_to_float(__ldg(reinterpret_cast<const u16*>(a.w) + w0 + 32 * (j0 + j)));
+        if (qs != nullptr) s[j] = __ldg(qs + tl * sc.q_scale_stride[1] + h * sc.q_scale_stride[2]);
       }
     }
-    dst[e] = v;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) dst[lane + 32 * (j0 + j)] = qs != nullptr ? v[j] * s[j] : v[j];
   }
 }
 

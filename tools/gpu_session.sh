@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -287,7 +287,7 @@ fi
 # window / DeepGEMM tests through it and through ctypes, in about 4 minutes. s18min: the same
 # without the operator (the binding's tests through ctypes only), for a call of at most 4 minutes.
 if [[ " $steps " == *" s18 "* || " $steps " == *" s18min "* ]]; then
-  run digests 90 $b/tests/dsa_gpu_tests "[digests]"
+  run digests 300 $b/tests/dsa_gpu_tests "[digests]"  # ~95 s on a cold kernel cache
   run gpu_window_start 90 $b/tests/dsa_gpu_tests "[window_start]" --durations yes
   op_lib=""
   if [[ " $steps " == *" s18 "* ]]; then
@@ -298,6 +298,13 @@ if [[ " $steps " == *" s18 "* || " $steps " == *" s18min "* ]]; then
   run python_window 75 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} ${op_lib:+DSA_INDEXER_TORCH_OP=$op_lib} \
     python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm" python/tests/test_gpu.py
 fi
+# s19 (not in all; carry build/peers/deepgemm): session 19's FP8 weight fold (lean_fp8_weights)
+# checked and measured: [digests] first (its bits must hold), then deepgemm (the FP8 rows, lean FP8
+# beside DeepGEMM) and trace (the per-item Q and weight waits), about 8 minutes.
+if [[ " $steps " == *" s19 "* ]]; then
+  run digests 300 $b/tests/dsa_gpu_tests "[digests]"
+  steps="$steps deepgemm trace"
+fi
 # deepgemm (not in all; carry build/peers/deepgemm from tools/fetch_deepgemm.sh): DeepGEMM 2.8.2
 # built on this machine and one small call (bench/deepgemm_peer.sh: a crash's stack in
 # OUTDIR/deepgemm/deepgemm_call.log); when it works, the FP8 rows with its column beside lean FP8
@@ -306,7 +313,7 @@ if [[ " $steps " == *" deepgemm "* ]]; then
   run deepgemm 300 bash bench/deepgemm_peer.sh build/peers/deepgemm "$out/deepgemm"
   if grep -q "^ok " "$out/deepgemm/deepgemm_call.log" 2>/dev/null; then
     PYTHONUNBUFFERED=1 PYTHONPATH=build/peers/deepgemm/site DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} \
-      run deepgemm_peers 240 python3 bench/peers.py --precision fp8 --families lean --skip cudnn,bf16 --out "$out/docs" --max-seconds 180
+      run deepgemm_peers 240 python3 bench/peers.py --precision fp8 --families lean --skip cudnn,bf16 --out "$out/docs" --max-seconds 120
   fi
   tar -C "$out" -czf "$out/deepgemm.tgz" deepgemm && rm -rf "$out/deepgemm"
 fi

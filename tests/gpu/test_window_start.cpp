@@ -44,7 +44,7 @@ HostProblem window_start(int64_t B, int64_t sq, int64_t sk, int heads, int64_t n
 
 // `res` (window_start columns of `p`) against the key-column run of the same inputs: every
 // column c of row r is the key-column cell of key ks[r] + c when that key exists, else -inf;
-// and rows whose window fits in n have the key-column run's lse bits.
+// and rows whose window fits in the n columns from ks have the key-column run's lse bits.
 void check_against_key_columns(const HostProblem& p, const dsa_support::GpuResult& res, KernelFamily fam, uint64_t seed) {
   HostProblem key = p;
   key.window_width = 0;
@@ -64,7 +64,9 @@ void check_against_key_columns(const HostProblem& p, const dsa_support::GpuResul
       if (std::memcmp(&want, &got, 4) != 0 && bad++ == 0)
         first = fmt::format("row {} column {} (key {}): {} against the key columns' {}", r, c, key_col, got, want);
     }
-    if (p.lse && std::min<int64_t>(ke, sk) - std::max<int64_t>(ks, 0) <= n) {
+    // the window fits when its last visible key is within the n columns from ks (a window from
+    // before key 0 spends columns on keys that do not exist)
+    if (p.lse && std::min<int64_t>(ke, sk) <= ks + n) {
       ++fitting;
       if (std::memcmp(&res.lse[static_cast<size_t>(r)], &full.lse[static_cast<size_t>(r)], 4) != 0) ++bad_lse;
     }

@@ -43,7 +43,7 @@ std::vector<Compiled> compile_all(const std::vector<KernelSpec>& specs) {
 
 void check_cubins(const std::vector<Compiled>& res, std::size_t kernels_min) {
   for (const auto& r : res) {
-    INFO(r.key << "\n" << r.error);
+    INFO(r.key << "\n" << r.error << "\n" << r.out.log);
     REQUIRE(r.error.empty());
     CHECK(r.out.cubin.size() > 1000);
     CHECK(r.out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
