@@ -299,10 +299,13 @@ if [[ " $steps " == *" s18 "* || " $steps " == *" s18min "* ]]; then
     python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm" python/tests/test_gpu.py
 fi
 # s19 (not in all; carry build/peers/deepgemm): session 19's FP8 weight fold (lean_fp8_weights)
-# checked and measured: [digests] first (its bits must hold), then deepgemm (the FP8 rows, lean FP8
-# beside DeepGEMM) and trace (the per-item Q and weight waits), about 8 minutes.
+# checked and measured: [digests] first (its bits must hold), the CLI's FP8 rows of lean, lean4
+# and generic, then deepgemm (the FP8 rows, lean FP8 beside DeepGEMM) and trace (the per-item Q
+# and weight waits), about 9 minutes.
 if [[ " $steps " == *" s19 "* ]]; then
   run digests 300 $b/tests/dsa_gpu_tests "[digests]"
+  # FP8 lean with two and four consumers and generic (every cell bitwise against generic FP8)
+  run fp8_families 150 $b/tools/dsa-indexer bench --in e4m3 --family lean,lean4,generic --reps 10 --json "$out/fp8_families.json"
   steps="$steps deepgemm trace"
 fi
 # deepgemm (not in all; carry build/peers/deepgemm from tools/fetch_deepgemm.sh): DeepGEMM 2.8.2
