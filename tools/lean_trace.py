@@ -59,6 +59,22 @@ def busy_share(words, grid, consumers):
     return float(np.mean(shares)) if shares else 0.0
 
 
+def item_waits(words, grid, consumers):
+    """The consumers' per-item waits for Q and weights (SM cycles): (mean of each consumer's
+    first item, median and 90th percentile of the later items), None where there is none."""
+    first, later = [], []
+    for cta in range(grid):
+        for c in range(consumers):
+            r = records(words, cta, c)
+            it = r[(r[:, 0] & 0xFF) == ITEM]
+            d = [int((b - a) % (1 << 32)) for a, b in zip(it[:, 1], it[:, 2])]
+            if d:
+                first.append(d[0])
+                later += d[1:]
+    return (float(np.mean(first)) if first else None, float(np.median(later)) if later else None,
+            float(np.percentile(later, 90)) if later else None)
+
+
 def plot(name, words, consumers, ctas, tiles, out):
     import matplotlib
     matplotlib.use("Agg")
@@ -113,6 +129,10 @@ def main():
         share = busy_share(words, grid, consumers)
         print(f"lean_trace {f.stem}: {grid} CTAs, {consumers} consumers; a product in flight during {100 * share:.1f} % "
               f"of a CTA's span (mean over CTAs)")
+        first, median, p90 = item_waits(words, grid, consumers)
+        fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        print(f"lean_trace {f.stem}: Q and weights wait per item (cycles): first items' mean {fmt(first)}, "
+              f"later items' median {fmt(median)} (p90 {fmt(p90)})")
         plot(f.stem, words, consumers, min(a.ctas, grid), a.tiles, f.with_suffix(".png"))
 
 

@@ -1006,3 +1006,29 @@ def test_fp8_deepgemm_column():
     assert "1.10x / 1.11x" in row
     cold = s.split("### Cold")[1].split("### Warm")[0]
     assert "1100.0 us · 1045 TF/s · 74%" in cold
+
+
+def test_lean_trace_item_waits():
+    """tools/lean_trace.py's per-item waits: each consumer's first item apart, the later ones'
+    median and 90th percentile, across a wrap of the 32-bit clock."""
+    np = pytest.importorskip("numpy")
+    sys.path.insert(0, str(REPO_ROOT / "tools"))
+    try:
+        import lean_trace as lt
+    finally:
+        sys.path.pop(0)
+    grid, consumers = 2, 2
+    words = np.zeros(grid * lt.ROLES * lt.WORDS, dtype="<u4")
+    waits = {(0, 0): [100, 10, 20], (0, 1): [300, 30], (1, 0): [500, 40, 50, 60], (1, 1): []}
+    for (cta, c), ds in waits.items():
+        base = (cta * lt.ROLES + c) * lt.WORDS
+        words[base] = len(ds)
+        for i, d in enumerate(ds):
+            rec = base + 1 + i * lt.RECORD
+            start = (1 << 32) - 5 if d == 30 else 1000 * (i + 1)  # one wait across the clock's wrap
+            words[rec:rec + 3] = [lt.ITEM, start, (start + d) % (1 << 32)]
+    first, median, p90 = lt.item_waits(words, grid, consumers)
+    assert first == pytest.approx((100 + 300 + 500) / 3)
+    assert median == pytest.approx(float(np.median([10, 20, 30, 40, 50, 60])))
+    assert p90 == pytest.approx(float(np.percentile([10, 20, 30, 40, 50, 60], 90)))
+    assert lt.item_waits(np.zeros(lt.ROLES * lt.WORDS, dtype="<u4"), 1, 2) == (None, None, None)
