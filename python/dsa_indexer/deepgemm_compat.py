@@ -29,6 +29,10 @@ second kernel. Here every cell is written by the one call, so ``clean_logits`` i
 read: both values give what DeepGEMM gives with ``clean_logits=True``. Unlike DeepGEMM's, the
 result is not a strided view of a padded buffer.
 
+DeepGEMM 2.8.2's own binding is ``fp8_fp4_mqa_logits(q, kv, weights, ks, ke, max_seqlen_k,
+schedule_meta=None)`` (compressed logits only), while its Python wrappers put ``clean_logits``
+sixth; both forms work here: a bool sixth argument is ``clean_logits``, an int ``max_seqlen_k``.
+
 ``max_seqlen_k > 0`` asks for DeepGEMM's compressed layout: the result is (S, max_seqlen_k), column
 c of row i holding key ``ks[i] + c``, so row i's window starts at column 0. Cells past the window
 (c >= ke[i] - ks[i]) hold -inf, and a window longer than max_seqlen_k keeps its first
@@ -76,22 +80,47 @@ def _check_rank(t, name: str, rank: int, layout: str, where: str) -> None:
         raise ValueError(f"{where}: {name}: expected rank {rank} {layout}, got shape {tuple(t.shape)}")
 
 
-def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits: bool = True,
-                   max_seqlen_k: int = 0):
+def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=None):
     """DeepGEMM 2.8's FP8 MQA logits on dsa-indexer (see the module docstring): (S, S_kv) fp32,
-    -inf outside each row's window ``[cu_seq_len_k_start[i], cu_seq_len_k_end[i])``."""
-    return _mqa_logits("fp8_mqa_logits", q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max_seqlen_k)
+    -inf outside each row's window ``[cu_seq_len_k_start[i], cu_seq_len_k_end[i])``; an int as
+    the sixth argument is 2.8.2's positional ``max_seqlen_k`` (see `fp8_fp4_mqa_logits`)."""
+    where = "fp8_mqa_logits"
+    width = _width(where, clean_logits, max_seqlen_k)
+    return _mqa_logits(where, q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, width)
 
 
-def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits: bool = True,
-                       max_seqlen_k: int = 0, logits_dtype=None):
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=None,
+                       logits_dtype=None, schedule_meta=None):
     """DeepGEMM 2.8's ``fp8_fp4_mqa_logits`` for E4M3 inputs: `fp8_mqa_logits`, plus
-    ``logits_dtype`` (None or torch.float32; DeepGEMM's bf16 logits raise UnsupportedConfig).
-    FP4 Q (a block scale in ``q[1]``) raises UnsupportedConfig."""
+    ``logits_dtype`` (None or torch.float32; DeepGEMM's bf16 logits raise UnsupportedConfig) and
+    ``schedule_meta`` (SM100 scheduling metadata: accepted, not read).
+
+    Both of DeepGEMM's call forms are taken: its Python wrappers' ``(..., clean_logits=True,
+    max_seqlen_k=0, logits_dtype)`` and 2.8.2's native ``(..., max_seqlen_k, schedule_meta=None)``,
+    whose sixth positional argument is the width: a bool there is ``clean_logits``, an int
+    ``max_seqlen_k`` (and a seventh positional its ``schedule_meta``). FP4 Q (a block scale in
+    ``q[1]``) raises UnsupportedConfig."""
     where = "fp8_fp4_mqa_logits"
     if logits_dtype is not None and str(logits_dtype).removeprefix("torch.") != "float32":
         raise UnsupportedConfig(f"{where}: logits_dtype: expected torch.float32 (or None), got {logits_dtype}")
-    return _mqa_logits(where, q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max_seqlen_k)
+    width = _width(where, clean_logits, max_seqlen_k)
+    return _mqa_logits(where, q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, width)
+
+
+def _width(where: str, sixth, seventh) -> int:
+    """max_seqlen_k (0: the full logits) from either call form (see `fp8_fp4_mqa_logits`)."""
+    if isinstance(sixth, bool):  # the wrappers' clean_logits (not read: every cell is written)
+        return 0 if seventh is None else seventh
+    try:
+        width = operator.index(sixth)
+    except TypeError:
+        raise TypeError(f"{where}: the sixth argument: expected clean_logits (a bool) or DeepGEMM 2.8.2's positional "
+                        f"max_seqlen_k (an int), got {type(sixth).__name__}") from None
+    # 2.8.2's native form: the seventh positional is its schedule_meta (None or a tensor)
+    if seventh is not None and not hasattr(seventh, "data_ptr"):
+        raise TypeError(f"{where}: max_seqlen_k given twice: {width} as the sixth argument (DeepGEMM 2.8.2's form) "
+                        f"and {seventh!r}")
+    return width
 
 
 def _mqa_logits(where, q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max_seqlen_k):

@@ -240,18 +240,42 @@ def test_cudnn_fp8_reaches_the_library_as_its_contract(ft, raw):
 
 # ---------------------------------------------------------------- DeepGEMM drop-in -------------
 
-# DeepGEMM 2.8's fp8_fp4_mqa_logits: (q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
-# clean_logits=True, max_seqlen_k=0, logits_dtype=torch.float32); ours defaults logits_dtype to
-# None (fp32) so that importing the module needs no torch.
+# DeepGEMM's Python wrappers: fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start,
+# cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0, logits_dtype=torch.float32); 2.8.2's own
+# binding: (q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max_seqlen_k, schedule_meta=None).
+# Ours takes both (an int sixth argument is max_seqlen_k); its max_seqlen_k defaults to None
+# (not given: 0) and logits_dtype to None (fp32) so that importing the module needs no torch.
 DEEPGEMM_PARAMETERS = [("q", inspect.Parameter.empty), ("kv", inspect.Parameter.empty), ("weights", inspect.Parameter.empty),
                        ("cu_seq_len_k_start", inspect.Parameter.empty), ("cu_seq_len_k_end", inspect.Parameter.empty),
-                       ("clean_logits", True), ("max_seqlen_k", 0)]
+                       ("clean_logits", True), ("max_seqlen_k", None)]
 
 
 def test_deepgemm_signatures():
     sig = lambda f: [(p.name, p.default) for p in inspect.signature(f).parameters.values()]  # noqa: E731
     assert sig(deepgemm_compat.fp8_mqa_logits) == DEEPGEMM_PARAMETERS
-    assert sig(deepgemm_compat.fp8_fp4_mqa_logits) == DEEPGEMM_PARAMETERS + [("logits_dtype", None)]
+    assert sig(deepgemm_compat.fp8_fp4_mqa_logits) == DEEPGEMM_PARAMETERS + [("logits_dtype", None), ("schedule_meta", None)]
+
+
+@pytest.mark.parametrize("entry", ["fp8_mqa_logits", "fp8_fp4_mqa_logits"])
+def test_deepgemm_native_call_form(ft, raw, entry):
+    """2.8.2's binding puts max_seqlen_k sixth: an int there is the compressed width (not a
+    truthy clean_logits), a bool is clean_logits; its seventh, schedule_meta, is not read."""
+    q, kv, kv_scale, weights, ks, ke = deepgemm_inputs(ft)
+    args = ((q, None), (kv, kv_scale), weights, ks, ke)
+    fn = getattr(deepgemm_compat, entry)
+    assert fn(*args, 24).shape == (8, 24)
+    assert fn(*args, 24, None).shape == (8, 24)
+    assert fn(*args, 24, ft.empty(133, 2, dtype=ft.int32, device="cuda")).shape == (8, 24)  # a schedule_meta tensor
+    assert fn(*args, True).shape == (8, 40) and fn(*args, False, 24).shape == (8, 24)
+    assert [c["opt"].window_columns for c in raw] == [1, 1, 1, 0, 1]
+    assert all(described(c["out"])[2] == (1, 8, 24) for c in raw if c["opt"].window_columns == 1)
+    with pytest.raises(TypeError, match=f"{entry}: max_seqlen_k given twice: 24 as the sixth argument"):
+        fn(*args, 24, 24)
+    with pytest.raises(TypeError, match=f"{entry}: the sixth argument: expected clean_logits .* got str"):
+        fn(*args, "24")
+    with pytest.raises(ValueError, match="max_seqlen_k: expected >= 0"):
+        fn(*args, -3)
+    assert len(raw) == 5
 
 
 def deepgemm_inputs(ft, S=8, S_kv=40, H=64):

@@ -433,6 +433,8 @@ def test_deepgemm_fp8_mqa_logits_layout():
         assert torch.equal(packed.view(torch.int32), want.view(torch.int32)), width
         vis = (key >= ks[:, None].long().clamp(min=0)) & (key < ke[:, None].long().clamp(max=S_kv))
         assert torch.equal(~torch.isneginf(packed), vis)
+        native = fp8_fp4_mqa_logits((q8, None), (kv8, kv_scale), weights, ks, ke, width)  # 2.8.2's positional form
+        assert torch.equal(native.view(torch.int32), packed.view(torch.int32)), width
 
 
 @pytest.mark.parametrize("torch_op", [False, True])
