@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -299,15 +299,17 @@ if [[ " $steps " == *" s18 "* || " $steps " == *" s18min "* ]]; then
     python3 -m pytest -q -rs -p no:cacheprovider -k "window or deepgemm" python/tests/test_gpu.py
 fi
 # s19 (not in all; carry build/peers/deepgemm): session 19's FP8 weight fold (lean_fp8_weights)
-# checked and measured: [digests] first (its bits must hold), the CLI's FP8 rows of lean, lean4
-# and generic, then deepgemm (the FP8 rows, lean FP8 beside DeepGEMM) and trace (the per-item Q
-# and weight waits), about 9 minutes.
-if [[ " $steps " == *" s19 "* ]]; then
+# checked and measured, about 9-10 minutes, so in two device calls: s19a, [digests] first (its
+# bits must hold), lean FP8 == generic FP8 (BSHD, split, H 32 / 16, THD) and the CLI's FP8 rows
+# of lean, lean4 and generic (every cell bitwise against generic FP8); s19b, deepgemm (the FP8
+# rows, lean FP8 beside DeepGEMM) and trace (the per-item Q and weight waits).
+[[ " $steps " == *" s19 "* ]] && steps="$steps s19a s19b"
+if [[ " $steps " == *" s19a "* ]]; then
   run digests 300 $b/tests/dsa_gpu_tests "[digests]"
-  # FP8 lean with two and four consumers and generic (every cell bitwise against generic FP8)
+  run fp8_lean_generic 150 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise"
   run fp8_families 150 $b/tools/dsa-indexer bench --in e4m3 --family lean,lean4,generic --reps 10 --json "$out/fp8_families.json"
-  steps="$steps deepgemm trace"
 fi
+[[ " $steps " == *" s19b "* ]] && steps="$steps deepgemm trace"
 # deepgemm (not in all; carry build/peers/deepgemm from tools/fetch_deepgemm.sh): DeepGEMM 2.8.2
 # built on this machine and one small call (bench/deepgemm_peer.sh: a crash's stack in
 # OUTDIR/deepgemm/deepgemm_call.log); when it works, the FP8 rows with its column beside lean FP8
