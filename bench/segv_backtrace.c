@@ -7,7 +7,8 @@
 static void handler(int sig) {
   void* f[64];
   int n = backtrace(f, 64);
-  write(2, "== native stack at the signal:\n", 31);
+  const ssize_t w = write(2, "== native stack at the signal:\n", 31);
+  (void)w;
   backtrace_symbols_fd(f, n, 2);
   signal(sig, SIG_DFL);
   raise(sig);
