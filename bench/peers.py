@@ -1227,7 +1227,7 @@ def parse_args(argv=None):
                     help="dsa-indexer families, comma-separated, in column order: lean, generic, auto, reference (default lean,generic,auto)")
     ap.add_argument("--skip", type=lambda s: [f for f in s.split(",") if f], default=[],
                     help="what to leave out, comma-separated: eager, triton, cudnn (peers), warm (the CUDA-graph timing), "
-                         "bf16, deepgemm (--precision fp8: our BF16 lean column, DeepGEMM's)")
+                         "bf16, deepgemm, compat (--precision fp8: our BF16 lean column, DeepGEMM's, our deepgemm_compat drop-in's)")
     ap.add_argument("--reps", type=int, default=30, help="most timed calls per cell")
     ap.add_argument("--min-reps", type=int, default=5, help="fewest timed calls per cell")
     ap.add_argument("--budget", type=float, default=0.6, help="seconds of timed calls per cell (sets N)")
@@ -1254,9 +1254,9 @@ def parse_args(argv=None):
     bad = [f for f in args.families if f not in ("lean", "generic", "auto", "reference")]
     if bad:
         ap.error(f"--families: unknown {', '.join(bad)} (choose from lean, generic, auto, reference)")
-    bad = [f for f in args.skip if f not in ("eager", "triton", "cudnn", "warm", "bf16", "deepgemm")]
+    bad = [f for f in args.skip if f not in ("eager", "triton", "cudnn", "warm", "bf16", "deepgemm", "compat")]
     if bad:
-        ap.error(f"--skip: unknown {', '.join(bad)} (choose from eager, triton, cudnn, warm, bf16, deepgemm)")
+        ap.error(f"--skip: unknown {', '.join(bad)} (choose from eager, triton, cudnn, warm, bf16, deepgemm, compat)")
     if args.precision == "fp8" and args.op != "scores":
         ap.error(f"--precision fp8 runs the scores rows only; --op {args.op} is for bf16 inputs")
     return args

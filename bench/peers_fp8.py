@@ -2,7 +2,7 @@
 against cuDNN-frontend's SM90 FP8 indexer and our own BF16 lean, in the same run on the same
 inputs, with the FP8 GEMM ceiling measured in that run.
 
-Columns (in this order; --families picks ours, --skip cudnn,deepgemm,bf16,warm leaves some out):
+Columns (in this order; --families picks ours, --skip cudnn,deepgemm,compat,bf16,warm leaves some out):
 
 - ``fp8_<family>``: ``dsa_indexer.indexer_forward(q8, k8, w, ..., family=<family>, q_scale=,
   k_scale=)`` for each of --families (default lean, generic, auto). While the automatic choice does
@@ -22,6 +22,10 @@ Columns (in this order; --families picks ours, --skip cudnn,deepgemm,bf16,warm l
   ``fp8_mqa_logits(..., clean_logits=True)``; B 1, weights = w * q_scale * sm_scale in fp32
   (DeepGEMM folds the per-token q scale into them), windows [0, row end) per row, made once per
   input set outside the timing;
+- ``deepgemm_compat``: our drop-in, ``dsa_indexer.deepgemm_compat.fp8_fp4_mqa_logits``, on
+  DeepGEMM's operands and in its call form (``max_seqlen_k = S_k`` positional): what a serving
+  stack runs after switching the import (explicit windows, so the generic family); ``--skip
+  compat`` drops it;
 - ``bf16_lean``: our BF16 lean on the unquantized bf16 inputs of the same draw (the 1.6x target).
 
 Ceilings, same run: ``torch._scaled_mm`` E4M3 x E4M3 -> bf16 8192^3 with unit tensor-wise
@@ -73,7 +77,7 @@ MOONSHOT_TFLOPS = 1250.0
 TARGET_PCT_CEILING = 80.0
 TARGET_VS_CUDNN = 1.5
 TARGET_VS_BF16 = 1.6
-CUDNN, BF16_LEAN, DEEPGEMM = "cudnn_fp8", "bf16_lean", "deepgemm_fp8"
+CUDNN, BF16_LEAN, DEEPGEMM, COMPAT = "cudnn_fp8", "bf16_lean", "deepgemm_fp8", "deepgemm_compat"
 
 
 @dataclass
@@ -222,6 +226,35 @@ def load_cudnn_fp8(wheel_dirs, site_dir: Path):
     return call, notes, ""
 
 
+def deepgemm_operands(c: Fp8Case, x: Fp8Inputs):
+    """DeepGEMM's operands of an input set (made once, outside the timing): q8 (S, H, D), kv8
+    (S_kv, D), kv_scale (S_kv,), fp32 weights w * q_scale * sm_scale (S, H), ks = 0, ke = row end."""
+    import torch
+
+    if getattr(x, "deepgemm", None) is None:
+        ends = torch.tensor([c.row_end(i) for i in range(c.s_q)], dtype=torch.int32, device=x.w.device)
+        weights = (x.w[0].float() * x.q_scale[0].float() * c.sm_scale).contiguous()  # (S, H)
+        x.deepgemm = (x.q8[0].contiguous(), x.k8[0, :, 0].contiguous(), x.k_scale[0, :, 0].contiguous(), weights,
+                      torch.zeros_like(ends), ends)
+    return x.deepgemm
+
+
+def load_deepgemm_compat():
+    """(callable(c, x), notes, reason): our drop-in, dsa_indexer.deepgemm_compat.fp8_fp4_mqa_logits,
+    called as DeepGEMM's column calls DeepGEMM (same operands, 2.8.2's positional max_seqlen_k =
+    S_k): what a serving stack gets by switching the import (explicit windows: the generic family)."""
+    from dsa_indexer import deepgemm_compat
+
+    def call(c: Fp8Case, x: Fp8Inputs):
+        if c.batch != 1:
+            raise ValueError("DeepGEMM's MQA logits take one sequence (B 1)")
+        q, kv, kv_scale, weights, ks, ke = deepgemm_operands(c, x)
+        return deepgemm_compat.fp8_fp4_mqa_logits((q, None), (kv, kv_scale), weights, ks, ke, c.s_k)
+
+    return call, ["dsa_indexer.deepgemm_compat.fp8_fp4_mqa_logits on DeepGEMM's operands (max_seqlen_k = S_k, windows "
+                  "from key 0), every cell written"], ""
+
+
 def load_deepgemm():
     """(callable(c, x) or None, notes, reason): DeepGEMM's FP8 MQA logits (see the module
     docstring), or the import's failure as the reason."""
@@ -237,22 +270,12 @@ def load_deepgemm():
     notes = [f"deep_gemm {getattr(deep_gemm, '__version__', '?')} from {getattr(deep_gemm, '__file__', '?')}, {name}, "
              "fp32 weights = w * q_scale * sm_scale"]
 
-    def operands(c: Fp8Case, x: Fp8Inputs):
-        import torch
-
-        if getattr(x, "deepgemm", None) is None:
-            ends = torch.tensor([c.row_end(i) for i in range(c.s_q)], dtype=torch.int32, device=x.w.device)
-            weights = (x.w[0].float() * x.q_scale[0].float() * c.sm_scale).contiguous()  # (S, H)
-            x.deepgemm = (x.q8[0].contiguous(), x.k8[0, :, 0].contiguous(), x.k_scale[0, :, 0].contiguous(), weights,
-                          torch.zeros_like(ends), ends)
-        return x.deepgemm
-
     compressed_only = name == "fp8_fp4_mqa_logits" and "clean_logits" not in (fn.__doc__ or "")
 
     def call(c: Fp8Case, x: Fp8Inputs):
         if c.batch != 1:
             raise ValueError("DeepGEMM's MQA logits take one sequence (B 1)")
-        q, kv, kv_scale, weights, ks, ke = operands(c, x)
+        q, kv, kv_scale, weights, ks, ke = deepgemm_operands(c, x)
         if compressed_only:  # 2.8.2: (S, max_seqlen_k), row i from key ks[i] = 0, cells past ke[i] not written
             return fn((q, None), (kv, kv_scale), weights, ks, ke, c.s_k)
         return fn((q, None), (kv, kv_scale), weights, ks, ke, clean_logits=True)
@@ -264,7 +287,7 @@ def load_deepgemm():
 
         if not compressed_only:
             return got
-        ke = operands(c, x)[5].to(torch.int64)
+        ke = deepgemm_operands(c, x)[5].to(torch.int64)
         cols = torch.arange(c.s_k, device=got.device)
         return got.masked_fill(cols[None, None, :] >= ke[None, :, None], float("-inf"))
 
@@ -352,6 +375,11 @@ def measure_fp8(args, peers) -> dict:
                                   "tol": FP8_TOL}
         if fn is not None:
             calls[DEEPGEMM] = fn
+    if "compat" not in args.skip:
+        fn, notes, reason = load_deepgemm_compat()
+        res["impls"][COMPAT] = {"label": "dsa-indexer deepgemm_compat FP8", "available": True, "reason": reason, "notes": notes,
+                                "tol": FP8_TOL}
+        calls[COMPAT] = fn
     if "bf16" not in args.skip:
         res["impls"][BF16_LEAN] = {"label": "dsa-indexer lean BF16", "available": True, "reason": "", "tol": BF16_TOL, "family": "lean",
                                    "notes": ["the unquantized bf16 inputs of the same draw"]}
@@ -403,13 +431,14 @@ def measure_fp8(args, peers) -> dict:
                         except Exception as e:  # noqa: BLE001
                             run["warm"] = {"error": f"warm timing failed: {peers._err(e)}"}
                     torch.cuda.synchronize()
-                    if key.startswith("fp8_"):
+                    if key.startswith("fp8_") or key == COMPAT:  # ours: run to run bitwise
                         again = _scores(calls[key](c, x0), x0).reshape(got.shape)
                         if clean is not None:
                             again = clean(again, c, x0)
                         torch.cuda.synchronize()
                         run["run_to_run"] = _bits_equal(again, got)
-                        first[key] = got
+                        if key != COMPAT:  # (its weights are folded on the host as DeepGEMM's: other bits than generic's)
+                            first[key] = got
                     run["status"] = "ok" if ch["ok"] else "measured, but the correctness check FAILED"
                 except UnsupportedConfig as e:
                     run = {"status": f"not served: {peers.not_served_reason(str(e))}"}
@@ -542,6 +571,8 @@ def speedup_pairs(keys: list) -> list:
     pairs = [(base, k) for k in (CUDNN, DEEPGEMM, BF16_LEAN, "fp8_generic") if k in keys and k != base]
     if base == "fp8_lean" and "fp8_generic" in keys and CUDNN in keys:
         pairs.append(("fp8_generic", CUDNN))
+    if COMPAT in keys and DEEPGEMM in keys:
+        pairs.append((COMPAT, DEEPGEMM))
     return pairs
 
 

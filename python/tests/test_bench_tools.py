@@ -1008,6 +1008,30 @@ def test_fp8_deepgemm_column():
     assert "1100.0 us · 1045 TF/s · 74%" in cold
 
 
+def test_fp8_deepgemm_compat_column():
+    """Our drop-in's column: --skip compat is accepted, it calls deepgemm_compat in DeepGEMM's
+    2.8.2 form on DeepGEMM's operands, and it is a speed-up pair against DeepGEMM's column."""
+    assert peers.parse_args(["--precision", "fp8", "--skip", "compat,deepgemm"]).skip == ["compat", "deepgemm"]
+    fn, notes, reason = peers_fp8.load_deepgemm_compat()
+    assert callable(fn) and reason == "" and "deepgemm_compat.fp8_fp4_mqa_logits" in notes[0]
+    keys = ["fp8_lean", peers_fp8.DEEPGEMM, peers_fp8.COMPAT]
+    assert (peers_fp8.COMPAT, peers_fp8.DEEPGEMM) in peers_fp8.speedup_pairs(keys)
+    assert ("fp8_lean", peers_fp8.DEEPGEMM) in peers_fp8.speedup_pairs(keys)
+    assert not any(peers_fp8.COMPAT in p for p in peers_fp8.speedup_pairs(["fp8_lean", peers_fp8.COMPAT]))
+    r = _fp8_results()
+    r["impls"][peers_fp8.DEEPGEMM] = {"label": "DeepGEMM FP8", "available": True, "reason": "", "notes": [], "tol": 2e-3}
+    r["impls"][peers_fp8.COMPAT] = {"label": "dsa-indexer deepgemm_compat FP8", "available": True, "reason": "", "notes": [],
+                                    "tol": 2e-3}
+    ok = {"rel_l2": 4e-4, "pattern_mismatch": 0, "non_finite": 0, "visible": 100, "ok": True, "rows": 23}
+    for row in r["cases"]:
+        row["runs"][peers_fp8.DEEPGEMM] = _fp8_t(1100.0, 1045.0, 74.0, status="ok", check=ok)
+        row["runs"][peers_fp8.COMPAT] = _fp8_t(1320.0, 871.0, 62.0, status="ok", check=ok)
+    sp = peers_fp8.render_fp8(r).split("### Speed-ups")[1].split("###")[0]
+    assert "deepgemm_compat FP8 vs DeepGEMM FP8" in sp
+    row = next(l for l in sp.splitlines() if l.startswith(f"| {peers_fp8.HEADLINE} |"))
+    assert "0.83x" in row  # 1100 / 1320: the drop-in slower
+
+
 def test_lean_trace_item_waits():
     """tools/lean_trace.py's per-item waits: each consumer's first item apart, the later ones'
     median and 90th percentile, across a wrap of the 32-bit clock."""
