@@ -300,14 +300,18 @@ if [[ " $steps " == *" s18 "* || " $steps " == *" s18min "* ]]; then
 fi
 # s19 (not in all; carry build/peers/deepgemm): session 19's FP8 weight fold (lean_fp8_weights)
 # checked and measured, about 9-10 minutes, so in two device calls: s19a, [digests] first (its
-# bits must hold), lean FP8 == generic FP8 (BSHD, split, H 32 / 16, THD) and the CLI's FP8 rows
-# of lean, lean4 and generic (every cell bitwise against generic FP8); s19b, deepgemm (the FP8
-# rows, lean FP8 beside DeepGEMM) and trace (the per-item Q and weight waits).
+# bits must hold), lean FP8 == generic FP8 (BSHD, split, H 32 / 16, THD), the CLI's FP8 rows of
+# lean, lean4 and generic (every cell bitwise against generic FP8) and test_gpu.py -k deepgemm
+# (about 5 minutes); s19b, deepgemm (the FP8 rows: lean FP8, our deepgemm_compat drop-in and
+# DeepGEMM) and trace (the per-item Q and weight waits).
 [[ " $steps " == *" s19 "* ]] && steps="$steps s19a s19b"
 if [[ " $steps " == *" s19a "* ]]; then
   run digests 300 $b/tests/dsa_gpu_tests "[digests]"
   run fp8_lean_generic 150 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise"
   run fp8_families 150 $b/tools/dsa-indexer bench --in e4m3 --family lean,lean4,generic --reps 10 --json "$out/fp8_families.json"
+  # the DeepGEMM drop-in's layouts and call forms through ctypes (2.8.2's positional max_seqlen_k)
+  run python_deepgemm 60 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} \
+    python3 -m pytest -q -rs -p no:cacheprovider -k deepgemm python/tests/test_gpu.py
 fi
 [[ " $steps " == *" s19b "* ]] && steps="$steps deepgemm trace"
 # deepgemm (not in all; carry build/peers/deepgemm from tools/fetch_deepgemm.sh): DeepGEMM 2.8.2
