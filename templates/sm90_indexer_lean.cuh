@@ -132,6 +132,9 @@ struct LeanTraits {
   // last product, and the producer writes the next item's weights into the other buffer (the
   // one the item before last read, done with before this item began).
   static constexpr int kWBufs = kWSmem ? 2 : 1;
+  // FP8: the producer's staging of one consumer's raw weights and q scales (cp.async, then the
+  // fold into the weight buffer): 4 bytes of each per packed row.
+  static constexpr int kStageBytes = kFp8 ? kTokensPerConsumer * kHeads * 8 : 0;
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
   // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
   // freed enough for blocks forever, so 128 * (producer + 2 consumers) <= 384 * 168. THD's
@@ -139,12 +142,10 @@ struct LeanTraits {
   // its chunks, and need more than 40. Four consumers: 640 threads launch with 96 (65,536 / 640,
   // in steps of 8), and each consumer gets 104 beside its 64 accumulators.
   // BSHD rows of an S_k that is not a multiple of 4 are not 16-byte aligned, and the fillers'
-  // unaligned ends need more than 40 too (they spilled 8-12 bytes there), and so does FP8's weight
-  // fold with four loads of each kind in flight (lean_fp8_weights: 68 bytes of spills at 40; its
-  // consumers get 224, which the default manifest's FP8 variants take without spills).
+  // unaligned ends need more than 40 too (they spilled 8-12 bytes there).
   // An epilogue whose filler warps do work of their own (the fused top-k's selectors) may ask
   // for more (Regs<its count>); the consumers get what is left, in steps of 8 (four: at most 104).
-  static constexpr bool kWideProducer = kThd || kSplit || kSeqK % 4 != 0 || kFp8;
+  static constexpr bool kWideProducer = kThd || kSplit || kSeqK % 4 != 0;
   static constexpr int kEntryRegs = kConsumers == 2 ? 168 : 96;
   template <int kP>
   struct Regs {
@@ -182,12 +183,13 @@ struct LeanSmem {
   static constexpr int kOffQ = 0;                                   // [consumer][D half][kRows][128 B]
   static constexpr int kOffKv = kOffQ + T::kConsumers * T::kQBytes;    // [stage][D box][64 rows][128 B]
   static constexpr int kOffW = kOffKv + T::kStages * T::kKvBytes;      // [consumer][buffer][tokens][heads]
-  static constexpr int kOffBar = kOffW + T::kConsumers * T::kWBufs * T::kWBytes;
+  static constexpr int kOffStage = kOffW + T::kConsumers * T::kWBufs * T::kWBytes;  // FP8: W and q_scale staged
+  static constexpr int kOffBar = kOffStage + T::kStageBytes;
   static constexpr int kNumBars = 3 * T::kConsumers + 2 * T::kStages;  // q full/empty, w full, kv full/empty
   static constexpr int kOffEpi = kOffBar + kNumBars * 8;              // the epilogue's own (top-k: row state)
   static constexpr int kBytes = kOffEpi + kEpiBytes;
   static constexpr int kAlloc = kBytes + 1024;                      // slack to 1024-align the base
-  static_assert(kOffKv % 1024 == 0 && kOffW % 16 == 0 && kOffBar % 8 == 0 && kOffEpi % 16 == 0,
+  static_assert(kOffKv % 1024 == 0 && kOffW % 16 == 0 && kOffStage % 16 == 0 && kOffBar % 8 == 0 && kOffEpi % 16 == 0,
                 "sm90_indexer_lean: shared-memory regions misaligned");
 };
 
@@ -297,39 +299,46 @@ struct LeanLaneS {
 using LeanLane = LeanLaneS<1>;  // H 64: one token per lane
 
 // FP8: the weights of one consumer's 4 tokens as fp32 w * q_scale (one product, as the generic
-// family folds them), [token][head], zero past T_q (THD), by the producer warp. Element e of the
-// consumer's 4 x H is W's element row0 x H + e (contiguous rows); a lane's loads go in batches of
-// kBatch weights and scales, each batch's loads issued before its products: kPerLane / kBatch
-// round trips to memory per consumer and item instead of one per element (session 19's trace
-// measured ~15k cycles of per-item wait with all eight in series); batches of 8 spill even in
-// the 56 registers FP8's producer has.
+// family folds them), [token][head], zero past T_q (THD), by the producer warp. Every global read
+// is a cp.async into `stage` (the consumer's contiguous W rows in 16-byte pieces, 16-byte aligned:
+// gate; q_scale per element, at its strides), all in flight at once, so the fold waits for one
+// round trip to memory instead of one per element (session 19's trace measured ~15k cycles of
+// per-item wait with the loads in series), and holds no data registers (the producer has 40).
 template <class Cfg>
-__device__ __forceinline__ void lean_fp8_weights(const LeanArgs& a, const DsaScales& sc, float* dst, i64 row0, i32 t0, i32 b,
-                                                 int lane) {
+__device__ __forceinline__ void lean_fp8_weights(const LeanArgs& a, const DsaScales& sc, float* dst, u8* stage, i64 row0,
+                                                 i32 t0, i32 b, int lane) {
   using T = LeanTraits<Cfg>;
-  constexpr int H = T::kHeads;
-  constexpr int kPerLane = T::kTokensPerConsumer * H / 32, kBatch = kPerLane < 4 ? kPerLane : 4;
-  static_assert(T::kTokensPerConsumer * H % 32 == 0 && kPerLane % kBatch == 0, "lean_fp8_weights: whole rounds of the warp");
+  constexpr int H = T::kHeads, kRows = T::kTokensPerConsumer * H;
+  constexpr int kWElem = Cfg::kWeightsF32 ? 4 : 2, kChunks = kRows * kWElem / 16, kRowsPerChunk = 16 / kWElem;
+  static_assert(kRows % 32 == 0 && T::kStageBytes == kRows * 8, "lean_fp8_weights: staging geometry");
   const bool bshd = !T::kThd;
-  const i64 w0 = row0 * H + lane;
+  u8* const stage_w = stage;                            // kRows raw weights (fp32 or bf16)
+  float* const stage_s = reinterpret_cast<float*>(stage + kRows * 4);  // kRows q scales
+  __syncwarp();  // every lane is done reading the staging of the previous fold
+  const u8* w_src = reinterpret_cast<const u8*>(a.w) + row0 * H * kWElem;
+#pragma unroll 1  // fire and forget: no data registers, no wait between copies
+  for (int c = lane; c < kChunks; c += 32)
+    if (bshd || t0 + c * kRowsPerChunk / H < a.t_q) cp_async_16(smem_addr(stage_w + c * 16), w_src + c * 16);
   const float* qs = reinterpret_cast<const float*>(sc.q_scale);
-  if (qs != nullptr) qs += (bshd ? b * sc.q_scale_stride[0] : 0) + static_cast<i64>(t0) * sc.q_scale_stride[1];
+  if (qs != nullptr) {
+    qs += (bshd ? b * sc.q_scale_stride[0] : 0) + static_cast<i64>(t0) * sc.q_scale_stride[1];
 #pragma unroll 1
-  for (int j0 = 0; j0 < kPerLane; j0 += kBatch) {
-    float v[kBatch], s[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int e = lane + 32 * (j0 + j), tl = e / H, h = e % H;
-      v[j] = 0.0f;
-      s[j] = 1.0f;
-      if (bshd || t0 + tl < a.t_q) {
-        v[j] = Cfg::kWeightsF32 ? __ldg(reinterpret_cast<const float*>(a.w) + w0 + 32 * (j0 + j))
-                                : bf16_bits_to_float(__ldg(reinterpret_cast<const u16*>(a.w) + w0 + 32 * (j0 + j)));
-        if (qs != nullptr) s[j] = __ldg(qs + tl * sc.q_scale_stride[1] + h * sc.q_scale_stride[2]);
-      }
+    for (int e = lane; e < kRows; e += 32) {
+      const int tl = e / H, h = e % H;
+      if (bshd || t0 + tl < a.t_q) cp_async_4(smem_addr(stage_s + e), qs + tl * sc.q_scale_stride[1] + h * sc.q_scale_stride[2]);
     }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) dst[lane + 32 * (j0 + j)] = qs != nullptr ? v[j] * s[j] : v[j];
+  }
+  cp_async_wait_all();
+  __syncwarp();  // the other lanes' pieces are visible
+#pragma unroll 1
+  for (int e = lane; e < kRows; e += 32) {
+    float v = 0.0f;
+    if (bshd || t0 + e / H < a.t_q) {
+      v = Cfg::kWeightsF32 ? reinterpret_cast<const float*>(stage_w)[e]
+                           : bf16_bits_to_float(reinterpret_cast<const u16*>(stage_w)[e]);
+      if (qs != nullptr) v *= stage_s[e];
+    }
+    dst[e] = v;
   }
 }
 
@@ -812,7 +821,7 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
       const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
       if constexpr (T::kFp8) {
         lean_fp8_weights<Cfg>(a, sc, reinterpret_cast<float*>(cta.smem + L::kOffW + (g * T::kWBufs + (q_uses & (T::kWBufs - 1))) * T::kWBytes),
-                              row0, t0, b, lane);
+                              cta.smem + L::kOffStage, row0, t0, b, lane);
         mbarrier_arrive(&cta.w_full[g]);
         continue;
       }

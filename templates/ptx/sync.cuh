@@ -26,6 +26,17 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
+// cp.async (sm_80+): global to shared without a register for the data; each thread's copies are
+// complete and visible to it after cp_async_wait_all (to the other lanes after a __syncwarp).
+// `smem` is a shared-window address (smem_addr), `gmem` a global one.
+__device__ __forceinline__ void cp_async_4(u32 smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_16(u32 smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 // A value every lane of the warp holds alike, broadcast from lane 0 so that the compiler knows
 // it is warp-uniform: derived values (wgmma descriptors) then live in uniform registers instead
 // of being moved there (R2UR) before every wgmma.
