@@ -23,13 +23,12 @@ export CPLUS_INCLUDE_PATH="$dir/root/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_IN
 export C_INCLUDE_PATH="$dir/root/usr/include${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 t0=$SECONDS
-# -Bsymbolic-functions: the extension binds its own std::regex instantiations; without it they
-# resolve to torch's copies (another GCC's layout of std::__detail::_Compiler) and its first call
-# recursed without end inside deep_jit::CUDA::get_compiler_info (session 19's stack)
+# How it builds and runs there (session 19): with the interpreter's recorded compiler
+# (/opt/gcc/bin/g++, a wrapper around g++ 13.3) the first call crashed inside std::regex in
+# deep_jit::CUDA::get_compiler_info (an endless recursion; with -Bsymbolic-functions added, a wrong
+# locale-facet call instead); with the system g++ and -Bsymbolic-functions it works. Which of the
+# two is needed, and what the wrapper changes, was not separated. DG_LDFLAGS and DG_CXX override.
 export LDFLAGS="${DG_LDFLAGS--Wl,-Bsymbolic-functions}${LDFLAGS:+ $LDFLAGS}"
-# The compiler: the system g++ (the GCC torch was built with, whose libstdc++.so.6 the process
-# loads), not the interpreter's recorded one (/opt/gcc there: newer headers than the runtime
-# library, and std::regex crashed in a locale facet on the first call); DG_CXX overrides.
 cxx=${DG_CXX:-$(command -v /usr/bin/g++ || command -v g++)}
 export CXX=$cxx LDSHARED="$cxx -shared"
 DG_FORCE_BUILD=1 $py -m pip install --no-deps --no-build-isolation --no-index --target "$dir/site" "$dir"/deepinfer_gemm-*.tar.gz \

@@ -239,18 +239,26 @@ def deepgemm_operands(c: Fp8Case, x: Fp8Inputs):
     return x.deepgemm
 
 
+def on_deepgemm_operands(invoke):
+    """A column's call(c, x) that passes DeepGEMM's operands of the input set to
+    invoke(c, (q, None), (kv, kv_scale), weights, ks, ke); B 1 only, as DeepGEMM takes them."""
+
+    def call(c: Fp8Case, x: Fp8Inputs):
+        if c.batch != 1:
+            raise ValueError("DeepGEMM's MQA logits take one sequence (B 1)")
+        q, kv, kv_scale, weights, ks, ke = deepgemm_operands(c, x)
+        return invoke(c, (q, None), (kv, kv_scale), weights, ks, ke)
+
+    return call
+
+
 def load_deepgemm_compat():
     """(callable(c, x), notes, reason): our drop-in, dsa_indexer.deepgemm_compat.fp8_fp4_mqa_logits,
     called as DeepGEMM's column calls DeepGEMM (same operands, 2.8.2's positional max_seqlen_k =
     S_k): what a serving stack gets by switching the import (explicit windows: the generic family)."""
     from dsa_indexer import deepgemm_compat
 
-    def call(c: Fp8Case, x: Fp8Inputs):
-        if c.batch != 1:
-            raise ValueError("DeepGEMM's MQA logits take one sequence (B 1)")
-        q, kv, kv_scale, weights, ks, ke = deepgemm_operands(c, x)
-        return deepgemm_compat.fp8_fp4_mqa_logits((q, None), (kv, kv_scale), weights, ks, ke, c.s_k)
-
+    call = on_deepgemm_operands(lambda c, *ops: deepgemm_compat.fp8_fp4_mqa_logits(*ops, c.s_k))
     return call, ["dsa_indexer.deepgemm_compat.fp8_fp4_mqa_logits on DeepGEMM's operands (max_seqlen_k = S_k, windows "
                   "from key 0), every cell written"], ""
 
@@ -272,13 +280,12 @@ def load_deepgemm():
 
     compressed_only = name == "fp8_fp4_mqa_logits" and "clean_logits" not in (fn.__doc__ or "")
 
-    def call(c: Fp8Case, x: Fp8Inputs):
-        if c.batch != 1:
-            raise ValueError("DeepGEMM's MQA logits take one sequence (B 1)")
-        q, kv, kv_scale, weights, ks, ke = deepgemm_operands(c, x)
+    def invoke(c: Fp8Case, *ops):
         if compressed_only:  # 2.8.2: (S, max_seqlen_k), row i from key ks[i] = 0, cells past ke[i] not written
-            return fn((q, None), (kv, kv_scale), weights, ks, ke, c.s_k)
-        return fn((q, None), (kv, kv_scale), weights, ks, ke, clean_logits=True)
+            return fn(*ops, c.s_k)
+        return fn(*ops, clean_logits=True)
+
+    call = on_deepgemm_operands(invoke)
 
     def clean_for_check(got, c: Fp8Case, x: Fp8Inputs):
         """The cells DeepGEMM leaves unwritten (past each row's window) set to -inf, outside the

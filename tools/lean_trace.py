@@ -67,7 +67,7 @@ def item_waits(words, grid, consumers):
         for c in range(consumers):
             r = records(words, cta, c)
             it = r[(r[:, 0] & 0xFF) == ITEM]
-            d = [int((b - a) % (1 << 32)) for a, b in zip(it[:, 1], it[:, 2])]
+            d = [int(unwrap(b, a)) for a, b in zip(it[:, 1], it[:, 2])]
             if d:
                 first.append(d[0])
                 later += d[1:]
