@@ -115,7 +115,7 @@ struct LeanTraits {
   static constexpr bool kThd = Cfg::kLayout != kLayoutBshd;
   static constexpr i64 kTilesPerBatch = kSeqQ / kTokensPerTile;
   // FP8 (q and k E4M3): a row of D is one 128-byte box, and the weights are fp32 in shared
-  // memory whatever W's dtype (each is w * q_scale, folded by the producer).
+  // memory whatever W's dtype (each is w * q_scale, folded by the consumer: lean_fp8_fold).
   static constexpr bool kFp8 = InputOf<Cfg>::value == kInputE4m3;
   static constexpr int kQBytes = InputTiles<kFp8>::kQBytes / kPackedRows * kRows;  // per consumer: 64 KB (FP8: 32 KB) at 256 rows
   static constexpr int kKvBytes = InputTiles<kFp8>::kKvBytes;  // per stage: 16 KB (FP8: 8 KB)
@@ -132,9 +132,14 @@ struct LeanTraits {
   // last product, and the producer writes the next item's weights into the other buffer (the
   // one the item before last read, done with before this item began).
   static constexpr int kWBufs = kWSmem ? 2 : 1;
-  // FP8: the producer's staging of one consumer's raw weights and q scales (cp.async, then the
-  // fold into the weight buffer): 4 bytes of each per packed row.
-  static constexpr int kStageBytes = kFp8 ? kTokensPerConsumer * kHeads * 8 : 0;
+  // FP8: two Q buffers per consumer (item parity; 128 KB of Q beside the 64 KB KV ring), so the
+  // producer loads an item's Q and weights while the consumer still works on the item before, and
+  // the consumer's raw weights and q scales (4 bytes of each per packed row, cp.async by the
+  // producer, which never waits for them), folded into the weight buffer by the consumer itself at
+  // the item's start. bf16 keeps one Q buffer (two do not fit beside its 128 KB KV ring).
+  static constexpr int kQBufs = kFp8 ? 2 : 1;
+  static constexpr int kRawBytes = kFp8 ? kRows * 8 : 0;  // per consumer and buffer
+  static_assert(!kFp8 || kWBufs == kQBufs, "sm90_indexer_lean: FP8's weight buffers follow its Q buffers");
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with (168
   // per thread at 384 threads, 1 CTA/SM): a setmaxnreg.inc that the warpgroups' decs have not
   // freed enough for blocks forever, so 128 * (producer + 2 consumers) <= 384 * 168. THD's
@@ -181,15 +186,15 @@ template <class Cfg, int kEpiBytes = 0>
 struct LeanSmem {
   using T = LeanTraits<Cfg>;
   static constexpr int kOffQ = 0;                                   // [consumer][D half][kRows][128 B]
-  static constexpr int kOffKv = kOffQ + T::kConsumers * T::kQBytes;    // [stage][D box][64 rows][128 B]
+  static constexpr int kOffKv = kOffQ + T::kConsumers * T::kQBufs * T::kQBytes;  // [stage][D box][64 rows][128 B]
   static constexpr int kOffW = kOffKv + T::kStages * T::kKvBytes;      // [consumer][buffer][tokens][heads]
-  static constexpr int kOffStage = kOffW + T::kConsumers * T::kWBufs * T::kWBytes;  // FP8: W and q_scale staged
-  static constexpr int kOffBar = kOffStage + T::kStageBytes;
-  static constexpr int kNumBars = 3 * T::kConsumers + 2 * T::kStages;  // q full/empty, w full, kv full/empty
+  static constexpr int kOffRaw = kOffW + T::kConsumers * T::kWBufs * T::kWBytes;  // FP8: [consumer][buffer] raw W, q_scale
+  static constexpr int kOffBar = kOffRaw + T::kConsumers * T::kWBufs * T::kRawBytes;
+  static constexpr int kNumBars = 3 * T::kConsumers * T::kQBufs + 2 * T::kStages;  // q full/empty, w full, kv full/empty
   static constexpr int kOffEpi = kOffBar + kNumBars * 8;              // the epilogue's own (top-k: row state)
   static constexpr int kBytes = kOffEpi + kEpiBytes;
   static constexpr int kAlloc = kBytes + 1024;                      // slack to 1024-align the base
-  static_assert(kOffKv % 1024 == 0 && kOffW % 16 == 0 && kOffStage % 16 == 0 && kOffBar % 8 == 0 && kOffEpi % 16 == 0,
+  static_assert(kOffKv % 1024 == 0 && kOffW % 16 == 0 && kOffRaw % 16 == 0 && kOffBar % 8 == 0 && kOffEpi % 16 == 0,
                 "sm90_indexer_lean: shared-memory regions misaligned");
 };
 
@@ -298,48 +303,59 @@ struct LeanLaneS {
 };
 using LeanLane = LeanLaneS<1>;  // H 64: one token per lane
 
-// FP8: the weights of one consumer's 4 tokens as fp32 w * q_scale (one product, as the generic
-// family folds them), [token][head], zero past T_q (THD), by the producer warp. Every global read
-// is a cp.async into `stage` (the consumer's contiguous W rows in 16-byte pieces, 16-byte aligned:
-// gate; q_scale per element, at its strides), all in flight at once, so the fold waits for one
-// round trip to memory instead of one per element (session 19's trace measured ~15k cycles of
-// per-item wait with the loads in series), and holds no data registers (the producer has 40).
+// FP8, the producer warp: one consumer's raw weight rows (16-byte pieces, contiguous and 16-byte
+// aligned: gate) and q scales (4 bytes each, at their strides) into its raw buffer `raw` by
+// cp.async, zero-filled past T_q (THD), and each lane's arrival on `w_full` once its copies have
+// landed: the producer never waits for them (session 19's fold waited one round trip to memory
+// per consumer and item, and before that eight: ~6k and ~15k cycles of per-item wait measured).
+// The consumer folds w x q_scale itself (lean_fp8_fold). No data registers (the producer has 40).
 template <class Cfg>
-__device__ __forceinline__ void lean_fp8_weights(const LeanArgs& a, const DsaScales& sc, float* dst, u8* stage, i64 row0,
-                                                 i32 t0, i32 b, int lane) {
+__device__ __forceinline__ void lean_fp8_stage(const LeanArgs& a, const DsaScales& sc, u8* raw, u64* w_full, i64 row0,
+                                               i32 t0, i32 b, int lane) {
   using T = LeanTraits<Cfg>;
   constexpr int H = T::kHeads, kRows = T::kTokensPerConsumer * H;
   constexpr int kWElem = Cfg::kWeightsF32 ? 4 : 2, kChunks = kRows * kWElem / 16, kRowsPerChunk = 16 / kWElem;
-  static_assert(kRows % 32 == 0 && T::kStageBytes == kRows * 8, "lean_fp8_weights: staging geometry");
+  static_assert(kRows % 32 == 0 && T::kRawBytes == kRows * 8, "lean_fp8_stage: raw buffer geometry");
   const bool bshd = !T::kThd;
-  u8* const stage_w = stage;                            // kRows raw weights (fp32 or bf16)
-  float* const stage_s = reinterpret_cast<float*>(stage + kRows * 4);  // kRows q scales
-  __syncwarp();  // every lane is done reading the staging of the previous fold
-  const u8* w_src = reinterpret_cast<const u8*>(a.w) + row0 * H * kWElem;
-#pragma unroll 1  // fire and forget: no data registers, no wait between copies
-  for (int c = lane; c < kChunks; c += 32)
-    if (bshd || t0 + c * kRowsPerChunk / H < a.t_q) cp_async_16(smem_addr(stage_w + c * 16), w_src + c * 16);
-  const float* qs = reinterpret_cast<const float*>(sc.q_scale);
-  if (qs != nullptr) {
-    qs += (bshd ? b * sc.q_scale_stride[0] : 0) + static_cast<i64>(t0) * sc.q_scale_stride[1];
+  const u32 raw_w = smem_addr(raw), raw_s = raw_w + kRows * 4;  // kRows raw weights (fp32 or bf16), kRows q scales
+  const u8* const w_base = reinterpret_cast<const u8*>(a.w);
+  const u8* w_src = w_base + row0 * H * kWElem;
+#pragma unroll 1  // fire and forget: no data registers, no wait
+  for (int c = lane; c < kChunks; c += 32) {
+    const bool valid = bshd || t0 + c * kRowsPerChunk / H < a.t_q;
+    cp_async_16_zfill(raw_w + c * 16, valid ? w_src + c * 16 : w_base, valid);  // (src-size 0 reads nothing)
+  }
+  const float* const qs_base = reinterpret_cast<const float*>(sc.q_scale);
+  if (qs_base != nullptr) {
+    const float* qs = qs_base + (bshd ? b * sc.q_scale_stride[0] : 0) + static_cast<i64>(t0) * sc.q_scale_stride[1];
 #pragma unroll 1
     for (int e = lane; e < kRows; e += 32) {
       const int tl = e / H, h = e % H;
-      if (bshd || t0 + tl < a.t_q) cp_async_4(smem_addr(stage_s + e), qs + tl * sc.q_scale_stride[1] + h * sc.q_scale_stride[2]);
+      const bool valid = bshd || t0 + tl < a.t_q;
+      cp_async_4_zfill(raw_s + e * 4, valid ? qs + tl * sc.q_scale_stride[1] + h * sc.q_scale_stride[2] : qs_base, valid);
     }
   }
-  cp_async_wait_all();
-  __syncwarp();  // the other lanes' pieces are visible
-#pragma unroll 1
-  for (int e = lane; e < kRows; e += 32) {
-    float v = 0.0f;
-    if (bshd || t0 + e / H < a.t_q) {
-      v = Cfg::kWeightsF32 ? reinterpret_cast<const float*>(stage_w)[e]
-                           : bf16_bits_to_float(reinterpret_cast<const u16*>(stage_w)[e]);
-      if (qs != nullptr) v *= stage_s[e];
-    }
+  cp_async_arrive_noinc(smem_addr(w_full));
+}
+
+// FP8, a consumer warpgroup at its item's start (after w_full): the fp32 weights w x q_scale (one
+// product, as the generic family folds them; w alone without q_scale) from its raw buffer into
+// its weight buffer, kRows / 128 per thread, then a barrier of the warpgroup. Rows past T_q
+// were zero-filled, so they fold to 0.
+template <class Cfg>
+__device__ __forceinline__ void lean_fp8_fold(const DsaScales& sc, const u8* raw, float* dst, u32 bar, int tid) {
+  using T = LeanTraits<Cfg>;
+  constexpr int kRows = T::kTokensPerConsumer * T::kHeads;
+  static_assert(kRows % 128 == 0, "lean_fp8_fold: whole rows per thread");
+  const float* raw_s = reinterpret_cast<const float*>(raw + kRows * 4);
+#pragma unroll
+  for (int e = tid; e < kRows; e += 128) {
+    float v = Cfg::kWeightsF32 ? reinterpret_cast<const float*>(raw)[e]
+                               : bf16_bits_to_float(reinterpret_cast<const u16*>(raw)[e]);
+    if (sc.q_scale != 0) v *= raw_s[e];
     dst[e] = v;
   }
+  named_barrier_sync(bar, 128);
 }
 
 // Weights of one consumer's 4 tokens for lane class c = lane & 3, in the order head_sum expects
@@ -479,6 +495,9 @@ struct LeanWeights<Cfg, 4> : LeanWeightsWide<Cfg, true> {};
 // consumer's own (128 threads: its LSE merge) the next kConsumers.
 constexpr u32 kLeanPingPong0 = 1;  // consumer 0 may issue its wgmma (arrived by the last consumer)
 constexpr u32 kLeanPingPong1 = 2;  // consumer 1 may issue its wgmma (arrived by consumer 0)
+// Consumer cg's own barrier (its 128 threads): lse's finish, FP8's weight fold.
+template <class T>
+__device__ __forceinline__ constexpr u32 lean_consumer_bar(int cg) { return kLeanPingPong0 + T::kConsumers + cg; }
 
 // The lse element of BSHD output row b * S_q + token.
 __device__ __forceinline__ i64 lean_bshd_lse_offset(const LeanLseArgs& a, i64 row, i64 seq_q) {
@@ -628,7 +647,7 @@ struct LeanScoresEpilogue {
           st_shared_f32x2(st.scratch + (warp * TPW + tl) * 8, st.m[t], st.s[t]);
         }
       }
-      const u32 bar = kLeanPingPong0 + T::kConsumers + cg;
+      const u32 bar = lean_consumer_bar<T>(cg);
       named_barrier_sync(bar, 128);
       if (warp == 0 && lane < TPW) {
         float2 ms = ld_shared_f32x2(st.scratch + lane * 8);
@@ -702,10 +721,11 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
   LeanCta cta;
   cta.smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~static_cast<u64>(1023));
   u64* bars = reinterpret_cast<u64*>(cta.smem + L::kOffBar);
+  constexpr int kQBarrs = T::kConsumers * T::kQBufs;  // [consumer][Q buffer]
   cta.q_full = bars;
-  cta.q_empty = bars + T::kConsumers;
-  cta.w_full = bars + 2 * T::kConsumers;
-  cta.kv_full = bars + 3 * T::kConsumers;
+  cta.q_empty = bars + kQBarrs;
+  cta.w_full = bars + 2 * kQBarrs;
+  cta.kv_full = bars + 3 * kQBarrs;
   cta.kv_empty = cta.kv_full + T::kStages;
   u64* const q_full = cta.q_full;
   u64* const q_empty = cta.q_empty;
@@ -716,9 +736,9 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
   if (threadIdx.x == 0) {
-    for (int g = 0; g < T::kConsumers; ++g) {
+    for (int g = 0; g < kQBarrs; ++g) {
       mbarrier_init(&q_full[g], 1);                     // Q's expect_tx (TMA)
-      mbarrier_init(&w_full[g], 32);                    // the producer warp's weight stores
+      mbarrier_init(&w_full[g], 32);                    // the producer warp's weight stores (FP8: copies)
       mbarrier_init(&q_empty[g], 128);                  // every consumer thread (each read weights)
     }
     for (int s = 0; s < T::kStages; ++s) {
@@ -804,15 +824,21 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
         tr.close();
       }
     };
-    if (lane == 0) load_kv(0, pre);
+    // One Q buffer (bf16): the item's first KV tiles, then its Q and weights, which wait for the
+    // consumers to release the item before's. Two (FP8): the Q and weights first, into the
+    // buffers the item before last released, so they load while the item before still runs.
+    const int qb = static_cast<int>(q_uses % T::kQBufs);
+    const u32 q_par = (q_uses / T::kQBufs) & 1;
+    if (T::kQBufs == 1 && lane == 0) load_kv(0, pre);
     for (int g = 0; g < T::kConsumers; ++g) {
+      const int gb = g * T::kQBufs + qb;
       tr.open(kLeanTraceQ, g, k);
       tr.stamp(1);
-      mbarrier_wait(&cta.q_empty[g], (q_uses & 1) ^ 1);
+      mbarrier_wait(&cta.q_empty[gb], q_par ^ 1);
       const i32 t0 = tok0 + g * T::kTokensPerConsumer;
       if (lane == 0) {
-        mbarrier_arrive_expect_tx(&cta.q_full[g], T::kQBytes);
-        load_q_rows<kBshd, T::kFp8, T::kRows>(q_map, cta.smem + L::kOffQ + g * T::kQBytes, &cta.q_full[g], t0, b);
+        mbarrier_arrive_expect_tx(&cta.q_full[gb], T::kQBytes);
+        load_q_rows<kBshd, T::kFp8, T::kRows>(q_map, cta.smem + L::kOffQ + gb * T::kQBytes, &cta.q_full[gb], t0, b);
       }
       tr.stamp(2);
       tr.close();
@@ -820,9 +846,7 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
       // THD rows past T_q (the last tile of a T_q that is not a multiple of 8) are zero.
       const i64 row0 = (kBshd ? static_cast<i64>(b) * T::kSeqQ : 0) + t0;
       if constexpr (T::kFp8) {
-        lean_fp8_weights<Cfg>(a, sc, reinterpret_cast<float*>(cta.smem + L::kOffW + (g * T::kWBufs + (q_uses & (T::kWBufs - 1))) * T::kWBytes),
-                              cta.smem + L::kOffStage, row0, t0, b, lane);
-        mbarrier_arrive(&cta.w_full[g]);
+        lean_fp8_stage<Cfg>(a, sc, cta.smem + L::kOffRaw + gb * T::kRawBytes, &cta.w_full[gb], row0, t0, b, lane);
         continue;
       }
       constexpr int kChunksPerToken = T::kWBytes / T::kTokensPerConsumer / 16;
@@ -834,10 +858,10 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
         if (kBshd || t0 + i / kChunksPerToken < a.t_q) w_dst[i] = __ldg(w_src + i);
         else w_dst[i] = make_uint4(0u, 0u, 0u, 0u);
       }
-      mbarrier_arrive(&cta.w_full[g]);
+      mbarrier_arrive(&cta.w_full[gb]);
     }
     ++q_uses;
-    if (lane == 0) load_kv(pre, n_kv);
+    if (lane == 0) load_kv(T::kQBufs == 1 ? pre : 0, n_kv);
   }
 }
 
@@ -906,8 +930,8 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   // the operands' shared addresses as warp-uniform values (the wgmma descriptors then live in
   // uniform registers: 150 fewer instructions per KV tile and warp with the weights widened once,
   // session 16); four consumers keep Q's per thread (uniform, it spilled 4-8 bytes at 104)
-  const u32 q_base_t = smem_addr(cta.smem + L::kOffQ + cg * T::kQBytes);
-  const u32 q_base = T::kConsumers == 2 ? warp_uniform(q_base_t) : q_base_t;
+  const u32 q_base_t = smem_addr(cta.smem + L::kOffQ + cg * T::kQBufs * T::kQBytes);
+  const u32 q_base0 = T::kConsumers == 2 ? warp_uniform(q_base_t) : q_base_t;
   const u32 kv_base0 = smem_addr(cta.smem + L::kOffKv);
   const u32 w_smem = smem_addr(cta.smem + L::kOffW + cg * T::kWBufs * T::kWBytes);
   float* out = reinterpret_cast<float*>(a.out);
@@ -1040,11 +1064,25 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       if constexpr (T::kFp8) kscale = k_scales(cur_tile, cur_b, cur_part);
       tr.open(kLeanTraceItem, 0, k);
       tr.stamp(1);
-      mbarrier_wait(&cta.w_full[cg], q_uses & 1);
-      mbarrier_wait(&cta.q_full[cg], q_uses & 1);
+      // this item's Q buffer (FP8: two, by item parity) and its barriers' phase
+      const int qb = static_cast<int>(q_uses % T::kQBufs);
+      const int gb = cg * T::kQBufs + qb;
+      const u32 q_par = (q_uses / T::kQBufs) & 1;
+      // (warp-uniform at H 64, so that the descriptors stay in uniform registers: +12 instructions
+      // per tile without; at H 32 it spilled 4 bytes, and four consumers keep Q's address per thread)
+      constexpr bool kUniformQ = T::kConsumers == 2 && T::kHeads == 64;
+      const u32 q_base = T::kQBufs == 1 ? q_base0 : kUniformQ ? warp_uniform(q_base0 + qb * T::kQBytes)
+                                                              : q_base0 + qb * T::kQBytes;
+      mbarrier_wait(&cta.w_full[gb], q_par);
+      mbarrier_wait(&cta.q_full[gb], q_par);
       tr.stamp(2);
       tr.close();
-      wreg.load(w_smem + (q_uses & (T::kWBufs - 1)) * T::kWBytes, lane & 3);
+      const int wb = q_uses & (T::kWBufs - 1);
+      if constexpr (T::kFp8)
+        lean_fp8_fold<Cfg>(sc, cta.smem + L::kOffRaw + gb * T::kRawBytes,
+                           reinterpret_cast<float*>(cta.smem + L::kOffW + (cg * T::kWBufs + wb) * T::kWBytes),
+                           lean_consumer_bar<T>(cg), threadIdx.x - 128 * wg);
+      wreg.load(w_smem + wb * T::kWBytes, lane & 3);
       for (i32 it = 0; it < n_kv; ++it) {
         const i32 kt = lean_tile_at<SampleStrideOf<Epi>::value>(it, n_kv);  // the KV tile of this iteration
         tr.open(kLeanTraceTile, it, k);
@@ -1074,7 +1112,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         // Q is done with; weights are in registers or the next item's go to the other buffer, so
         // the next item's Q and weights may load under this last epilogue. Every thread arrives
         // on q_empty: an arrival releases only its own reads.
-        if (it == n_kv - 1) mbarrier_arrive(&cta.q_empty[cg]);
+        if (it == n_kv - 1) mbarrier_arrive(&cta.q_empty[gb]);
         if (lane == 0) mbarrier_arrive(&cta.kv_empty[stage]);
         if (++stage == T::kStages) {
           stage = 0;

@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -314,6 +314,23 @@ if [[ " $steps " == *" s19a "* ]]; then
     python3 -m pytest -q -rs -p no:cacheprovider -k deepgemm python/tests/test_gpu.py
 fi
 [[ " $steps " == *" s19b "* ]] && steps="$steps deepgemm trace"
+# s20a / s20b (not in all): session 20's FP8 lean (two Q buffers, the consumers fold their weights)
+# checked and measured in two device calls: s20a, [digests] (the recorded bits must hold), the
+# whole [fp8] suite (lean == generic bitwise, lean4 FP8, lean lse FP8, THD, edges), the CLI's FP8
+# rows of lean, lean4 and generic, and the trace (about 7 minutes); s20b, memcheck over "fp8: lean
+# == generic bitwise" and [fp8_reuse] (several items per CTA: the Q buffers reused), racecheck
+# over [fp8_reuse], then deepgemm.
+if [[ " $steps " == *" s20a "* ]]; then
+  run digests 300 $b/tests/dsa_gpu_tests "[digests]"
+  run gpu_fp8 240 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
+  run fp8_families 150 $b/tools/dsa-indexer bench --in e4m3 --family lean,lean4,generic --reps 10 --json "$out/fp8_families.json"
+  steps="$steps trace"
+fi
+if [[ " $steps " == *" s20b "* ]]; then
+  run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"
+  run sanitize_racecheck_fp8 200 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[fp8_reuse]"
+  steps="$steps deepgemm"
+fi
 # deepgemm (not in all; carry build/peers/deepgemm from tools/fetch_deepgemm.sh): DeepGEMM 2.8.2
 # built on this machine and one small call (bench/deepgemm_peer.sh: a crash's stack in
 # OUTDIR/deepgemm/deepgemm_call.log); when it works, the FP8 rows with its column beside lean FP8

@@ -399,10 +399,12 @@ int LeanGeometry::smem_bytes(DType w, int kv_stages, DType qk, int consumers, bo
   // split and for lse variants) have two buffers per consumer, by item parity.
   const bool w_smem = dsa::lean_weight_mode(w == DType::f32 || fp8, consumers, thd, split, lse) != 0;
   const int w_bytes = 2 * kTokensPerConsumer * kHeads * (w == DType::f32 || fp8 ? 4 : 2) * (w_smem ? 2 : 1);
-  // FP8: the producer's staging of one consumer's raw weights and q scales (4 bytes each per row).
-  const int stage_bytes = fp8 ? 512 / consumers * 8 : 0;
-  const int bars = (3 * consumers + 2 * kv_stages) * 8;
-  return 2 * 256 * 128 * boxes + kv_stages * kKvRows * 128 * boxes + w_bytes + stage_bytes + bars + 1024;
+  // FP8: two Q buffers (item parity) and, per consumer and buffer, the raw weights and q scales
+  // the consumer folds (4 bytes each per row).
+  const int q_bufs = fp8 ? 2 : 1;
+  const int raw_bytes = fp8 ? 2 * 512 * 8 : 0;
+  const int bars = (3 * consumers * q_bufs + 2 * kv_stages) * 8;
+  return q_bufs * 2 * 256 * 128 * boxes + kv_stages * kKvRows * 128 * boxes + w_bytes + raw_bytes + bars + 1024;
 }
 
 int64_t LeanSchedule::tile_of_rank(int64_t r) const {

@@ -36,6 +36,19 @@ __device__ __forceinline__ void cp_async_16(u32 smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// The same copies with zero fill: `valid` false reads nothing and writes zeros (src-size 0).
+__device__ __forceinline__ void cp_async_4_zfill(u32 smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 4u : 0u) : "memory");
+}
+__device__ __forceinline__ void cp_async_16_zfill(u32 smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16u : 0u) : "memory");
+}
+// One arrival on the mbarrier at `bar` (a shared-window address) once every cp.async this thread
+// issued before it is complete (.noinc: it counts as one of the barrier's expected arrivals), so
+// a waiter on the barrier sees the copies without the issuing thread ever waiting for them.
+__device__ __forceinline__ void cp_async_arrive_noinc(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 
 // A value every lane of the warp holds alike, broadcast from lane 0 so that the compiler knows
 // it is warp-uniform: derived values (wgmma descriptors) then live in uniform registers instead

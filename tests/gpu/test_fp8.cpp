@@ -382,3 +382,19 @@ TEST_CASE("fp8: lean == generic bitwise", "[fp8]") {
   same(fp8(thd({4000, 17, 3000}, {2000, 40, 3000}, 64, 2, Layout::thd_local), 0), 50005);
   same(fp8(thd({5000, 3000}, {2500, 1500}, 64, 1, Layout::thd_global), 2), 50006);
 }
+
+// Lean FP8 keeps two Q buffers per consumer (item parity) and the consumers fold their weights from
+// the raw copies the producer's cp.async left: the buffers are reused only when a CTA takes three
+// items or more, so these shapes give every CTA 3-4 (BSHD, B 3, THD of short segments, four
+// consumers), small enough for compute-sanitizer's memcheck and racecheck.
+TEST_CASE("fp8: lean over several items per CTA (its Q buffers reused) == generic bitwise", "[fp8][fp8_reuse]") {
+  auto same = [](HostProblem p, uint64_t seed, int consumers) { check_fp8_lean_equals_generic(std::move(p), seed, consumers); };
+  same(fp8(bshd(1, 4224, 1024, 64, 4), 0), 50021, 2);             // 528 q-tiles, both scales
+  HostProblem a = fp8(bshd(3, 1408, 600, 64, 2), 1);               // 528 items over B 3, q scale only
+  a.w_f32 = true;
+  a.offsets = {0, 37, INT32_MAX - 3000};
+  same(a, 50022, 2);
+  same(fp8(thd({700, 300, 1100, 90, 500, 260, 400, 130}, {175, 75, 275, 23, 125, 65, 100, 33}, 64, 4,
+               Layout::thd_local), 2), 50023, 2);                  // 435 packed q-tiles, k scale only
+  same(fp8(bshd(1, 4224, 1024, 64, 4), 6), 50024, 4);             // four consumers, no scales
+}
