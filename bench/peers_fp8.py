@@ -24,7 +24,7 @@ Columns (in this order; --families picks ours, --skip cudnn,deepgemm,compat,bf16
   input set outside the timing;
 - ``deepgemm_compat``: our drop-in, ``dsa_indexer.deepgemm_compat.fp8_fp4_mqa_logits``, on
   DeepGEMM's operands and in its call form (``max_seqlen_k = S_k`` positional): what a serving
-  stack runs after switching the import (explicit windows, so the generic family); ``--skip
+  stack runs after switching the import (explicit windows: lean's row windows at B 1, H 64); ``--skip
   compat`` drops it;
 - ``bf16_lean``: our BF16 lean on the unquantized bf16 inputs of the same draw (the 1.6x target).
 
@@ -255,7 +255,8 @@ def on_deepgemm_operands(invoke):
 def load_deepgemm_compat():
     """(callable(c, x), notes, reason): our drop-in, dsa_indexer.deepgemm_compat.fp8_fp4_mqa_logits,
     called as DeepGEMM's column calls DeepGEMM (same operands, 2.8.2's positional max_seqlen_k =
-    S_k): what a serving stack gets by switching the import (explicit windows: the generic family)."""
+    S_k): what a serving stack gets by switching the import (explicit windows: lean's row windows where
+    its gates hold)."""
     from dsa_indexer import deepgemm_compat
 
     call = on_deepgemm_operands(lambda c, *ops: deepgemm_compat.fp8_fp4_mqa_logits(*ops, c.s_k))

@@ -46,6 +46,10 @@ DSA_CONFIG_OR(LseOf, kWithLse, bool, false)
 DSA_CONFIG_OR(FreeOf, kFreeConsumers, bool, false)
 // Measurements: the roles stamp their phases into LeanArgs::trace (kTrace; LeanTrace).
 DSA_CONFIG_OR(TraceOf, kTrace, bool, false)
+// Explicit windows of a B 1 BSHD call, served by the THD kernel as one packed sequence whose rows'
+// windows come from ks / ke (LeanArgs): kLayout THD global for key columns, THD local for
+// window-start columns (column c of row r holds key ks[r] + c).
+DSA_CONFIG_OR(RowWindowsOf, kRowWindows, bool, false)
 
 // A role's phase stamps (sm90_indexer_lean_args.cuh, kLeanTraceWords): one recording thread per
 // role (lane 0 of the producer warp, lane 0 of a consumer's first warp); each stamp is stored as
@@ -245,6 +249,20 @@ __device__ __forceinline__ LeanThdRow lean_thd_row(const LeanArgs& a, i32 tok0, 
   const i64 r = static_cast<i64>(tok0) + (lane & 7);
   w.valid = r < a.t_q;
   w.lo = w.hi = w.base = 0;
+  if constexpr (RowWindowsOf<Cfg>::value) {
+    // the generic family's BSHD explicit windows (row_window): [ks, ke) clipped to [0, S_k), and
+    // with window-start columns capped at ks + N, column 0 holding key ks
+    if (w.valid) {
+      const i64 ks = load_i32(a.ks, r * a.win_stride), ke = load_i32(a.ke, r * a.win_stride);
+      i64 lo = clamp64(ks, 0, a.t_k), hi = clamp64(ke, 0, a.t_k);
+      if (Cfg::kLayout == kLayoutThdLocal && hi > ks + a.out_cols) hi = ks + a.out_cols;
+      if (hi <= lo) lo = hi = 0;
+      w.lo = lo;
+      w.hi = hi;
+      w.base = Cfg::kLayout == kLayoutThdLocal ? ks : 0;
+    }
+    return w;
+  }
   if (w.valid) {
     const ThdRow t = thd_row(a.cu_q, a.cu_k, a.batch, a.t_k, r);
     const i64 off = a.has_offsets ? static_cast<i64>(load_i32(a.offsets, t.b * a.offsets_stride)) : 0;

@@ -19,6 +19,10 @@ struct LeanArgs {
   float sm_scale;        // read only when the variant is not the unit-scale one
   i32 has_offsets;
   u64 trace;             // measurements: a kTrace variant's phase stamps (LeanTrace; 0 = none)
+  // kRowWindows variants (B 1 BSHD explicit windows, served as one packed sequence): the device
+  // ks / ke (int32) of row r at r * win_stride (0 otherwise)
+  u64 ks, ke;
+  i64 win_stride;
 };
 
 // A kTrace variant's stamps (set_lean_trace, measurements only): per CTA and role (consumer

@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -325,6 +325,22 @@ if [[ " $steps " == *" s20a "* ]]; then
   run gpu_fp8 240 $b/tests/dsa_gpu_tests "[fp8]" --durations yes
   run fp8_families 150 $b/tools/dsa-indexer bench --in e4m3 --family lean,lean4,generic --reps 10 --json "$out/fp8_families.json"
   steps="$steps trace"
+fi
+# s20c / s20d (not in all; two calls back to back, the machine kept): s20c stages cuDNN-frontend's
+# wheels of part 1 (carry .whl/parts/p1 and the library only: 64 MiB); s20d (carry .whl/parts/p2,
+# the library, dsa_gpu_tests, dsa-indexer) runs lean's row windows (B 1 explicit windows through its
+# THD kernel: [lean_windows], [window_start]), the DeepGEMM drop-in's tests, then the FP8 peers: lean
+# and generic FP8, cuDNN-frontend's SM90 FP8 path, our deepgemm_compat drop-in, bf16 lean.
+if [[ " $steps " == *" s20c "* ]]; then
+  run stage_p1 120 python3 bench/peer_wheels.py stage .whl/parts/p1 --to /tmp/dsa_peers_stage
+fi
+if [[ " $steps " == *" s20d "* ]]; then
+  run gpu_lean_windows 200 $b/tests/dsa_gpu_tests "[lean_windows],[window_start]" --durations yes
+  run python_deepgemm 60 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} \
+    python3 -m pytest -q -rs -p no:cacheprovider -k deepgemm python/tests/test_gpu.py
+  PYTHONUNBUFFERED=1 DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run fp8_peers_cudnn 300 python3 bench/peers.py \
+    --precision fp8 --families lean,generic --skip deepgemm --jitcost none --out "$out/docs" --max-seconds 200 \
+    --wheels /tmp/dsa_peers_stage .whl/parts/p2
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

@@ -46,8 +46,10 @@ How the call is served: `dsa_indexer.indexer_forward` with B = 1 and the explici
 w ``(1, S, H)``, ks / ke ``(1, S)``, ``sm_scale`` 1, no q_scale. Its validation therefore reports
 shape, dtype and device problems with the library's names (q, k, k_scale, w, ks, ke for q[0],
 kv[0], kv[1], weights, cu_seq_len_k_start, cu_seq_len_k_end); the ranks this module relies on are
-checked here with DeepGEMM's names. Explicit windows are the generic family's (FP8 main loop;
-lean does not take them).
+checked here with DeepGEMM's names. The lean family serves these calls (B 1 explicit windows at H 64,
+S a multiple of 8 with S / 8 at least the device's SMs: its THD kernel over one packed sequence,
+the rows' windows read from ks / ke on the device), else the generic family; both give the same
+bits.
 
 Importing this module imports neither torch nor the library.
 """

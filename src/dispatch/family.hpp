@@ -65,6 +65,12 @@ class Family : public KernelSource {
     (void)dev;
     return {};
   }
+  // The family request an inner problem is dispatched with (launch() and warmup alike): the
+  // automatic choice unless the family pins one.
+  virtual KernelFamily inner_family(const Problem& inner) const {
+    (void)inner;
+    return KernelFamily::automatic;
+  }
   virtual void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const = 0;
 };
 

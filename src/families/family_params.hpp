@@ -40,6 +40,8 @@ inline ParamDesc lean_lse_param() { return omitted_when_zero(lse_param()); }
 inline ParamDesc lean_free_param() { return omitted_when_zero({"kFreeConsumers", ParamDesc::boolean, "bool", "free"}); }
 // Lean's phase stamps (measurements: set_lean_trace).
 inline ParamDesc lean_trace_param() { return omitted_when_zero({"kTrace", ParamDesc::boolean, "bool", "trace"}); }
+// Lean's THD kernel serving a B 1 BSHD call's explicit windows as one packed sequence.
+inline ParamDesc lean_row_windows_param() { return omitted_when_zero({"kRowWindows", ParamDesc::boolean, "bool", "rw"}); }
 // Explicit windows' output columns counted from the window's start (WindowColumns::window_start,
 // DeepGEMM's compressed logits); 0 (column = key) omitted.
 inline ParamDesc window_start_param() { return omitted_when_zero({"kWindowStart", ParamDesc::boolean, "bool", "ws"}); }

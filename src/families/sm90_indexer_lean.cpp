@@ -17,7 +17,10 @@
 namespace dsa_indexer::detail {
 namespace {
 
-enum Slot { kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot, kLseSlot, kFreeSlot, kTraceSlot };
+enum Slot {
+  kLayout, kSeqQ, kSeqK, kWeights, kUnitScale, kStages, kInput, kKvSplit, kHeadsSlot, kConsumersSlot, kLseSlot, kFreeSlot, kTraceSlot,
+  kRowWindowsSlot
+};
 constexpr const char* kScaleChoices[] = {"any", "1"};
 constexpr const char* kScaleLiterals[] = {"false", "true"};
 constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake"};
@@ -53,6 +56,24 @@ bool has_host_seqlens(const Problem& p) {
   return p.cu_q_host.size() == static_cast<std::size_t>(p.batch) + 1 && p.cu_k_host.size() == p.cu_q_host.size();
 }
 
+// Explicit windows of a B 1 BSHD call (DeepGEMM's logits through deepgemm_compat): the THD kernel
+// serves them as one packed sequence of S_q rows over S_k keys whose windows come from ks / ke
+// (kRowWindows), THD global for key columns and THD local for window-start columns; the same
+// memory, read through THD's strides (the row's at index 1). The schedule is THD's for one
+// segment: windows assumed to grow with the row, as causal ones do (ks / ke stay on the device).
+bool row_windows(const Problem& p) { return p.has_windows && !p.is_thd(); }
+// lean_check past its explicit-windows rules (on the call, or on its row-windows view).
+Gate lean_check_view(const Problem& p, const DeviceInfo& dev, bool split = false);
+Problem row_windows_view(const Problem& p) {
+  Problem v = p;
+  v.layout = p.window_start ? Layout::thd_local : Layout::thd_global;
+  v.t_q = p.s_q;
+  v.t_k = p.s_k;
+  v.cu_q_host = {0, static_cast<int32_t>(p.s_q)};
+  v.cu_k_host = {0, static_cast<int32_t>(p.s_k)};
+  return v;
+}
+
 std::atomic<LeanThdOrder> g_thd_order{LeanThdOrder::balanced};
 std::atomic<int> g_consumers{2};
 std::atomic<bool> g_free{false};
@@ -83,12 +104,24 @@ std::shared_ptr<const LeanThdPlan> thd_plan_for(const Problem& p, int64_t grid) 
 }  // namespace
 
 Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
+  if (p.has_windows) {
+    if (p.is_thd()) return Gate::fail("explicit windows ks/ke", "BSHD (B 1)", "THD");
+    if (p.batch != 1) return Gate::fail("explicit windows ks/ke", "B 1 (served as one packed sequence)", std::to_string(p.batch));
+    if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64 (explicit windows)", std::to_string(p.heads));
+    if (p.s_q % kTile != 0) return Gate::fail("S_q", "a multiple of 8 (explicit windows)", std::to_string(p.s_q));
+    if (p.s_q > INT32_MAX - kTile || p.s_k > INT32_MAX) return Gate::fail("S_q, S_k", "< 2^31 - 8 (explicit windows)", "larger");
+    return lean_check_view(row_windows_view(p), dev);
+  }
+  return lean_check_view(p, dev, split);
+}
+
+namespace {
+Gate lean_check_view(const Problem& p, const DeviceInfo& dev, bool split) {
   if (dev.cc_major != 9 || dev.cc_minor != 0)
     return Gate::fail("device compute capability", "9.0 (sm_90)", fmt::format("{}.{}", dev.cc_major, dev.cc_minor));
   if (p.is_thd() ? p.heads != LeanGeometry::kHeads : !LeanGeometry::serves_heads(p.heads))
     return Gate::fail("heads H", p.is_thd() ? "64 (THD)" : "64, 32 or 16", std::to_string(p.heads));
   if (p.head_dim != 128) return Gate::fail("head dim D", "128", std::to_string(p.head_dim));
-  if (p.has_windows) return Gate::fail("explicit windows ks/ke", "not given", "given");
   if (!contiguous(p)) return Gate::fail("operand strides", "contiguous q, k, w and scores", "a strided operand");
   for (const void* ptr : {p.q, p.k, p.w, static_cast<const void*>(p.out)})
     if (!aligned16(ptr)) return Gate::fail("operand alignment", "16-byte-aligned q, k, w and scores", fmt::format("{}", ptr));
@@ -105,6 +138,7 @@ Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
                       fmt::format(">= the device's {} SMs", dev.sm_count), std::to_string(work_items(p)));
   return Gate::pass();
 }
+}  // namespace
 
 std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
   // Exactly what check() reads: never B itself (only whether it saturates the grid), never
@@ -114,8 +148,10 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
   k += layout_name(p.layout);
   k += ".h" + std::to_string(p.heads) + ".d" + std::to_string(p.head_dim);
   k += p.has_lse ? ".lse1" : ".lse0";
-  k += p.has_windows ? ".win1" : ".win0";
-  k += contiguous(p) ? ".c1" : ".c0";
+  k += p.has_windows ? (p.batch == 1 ? ".win1.b1" : ".win1.bn") : ".win0";
+  k += p.window_start ? ".ws1" : "";
+  k += p.s_k > INT32_MAX ? ".skbig" : "";
+  k += contiguous(row_windows(p) ? row_windows_view(p) : p) ? ".c1" : ".c0";
   k += aligned16(p.q) && aligned16(p.k) && aligned16(p.w) && aligned16(p.out) ? ".a1" : ".a0";
   k += ".sq" + std::to_string(p.is_thd() ? round_to_tile(p.t_q) : p.s_q);
   if (p.is_thd()) k += has_host_seqlens(p) ? ".cu1" : ".cu0";
@@ -125,6 +161,11 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
 
 Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem,
                bool split) {
+  if (row_windows(p)) {  // the THD kernel's plan of the call's view, its kRowWindows variant
+    Plan plan = lean_plan(row_windows_view(p), dev, purpose, family, extra_smem, false);
+    plan.spec.values[kRowWindowsSlot] = 1;
+    return plan;
+  }
   Plan plan;
   // The scores family's choice; another epilogue's sweep (the fused top-k: one row per consumer
   // warp) runs two consumers.
@@ -206,8 +247,11 @@ static_assert(2 * sizeof(TmaDescBytes) + sizeof(dsa::LeanArgs) + sizeof(dsa::Lea
                       sizeof(dsa::LeanLseArgs) + 64 <= 4096,
               "sm90_indexer_lean_thd: its launch parameters exceed 4 KB");
 
-void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what,
+void lean_launch(const Problem& call, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what,
                  int function) {
+  const bool rw = row_windows(call);
+  const Problem view = rw ? row_windows_view(call) : Problem{};
+  const Problem& p = rw ? view : call;
   dsa::LeanArgs args{};
   args.w = reinterpret_cast<uintptr_t>(p.w);
   args.out = reinterpret_cast<uintptr_t>(p.out);
@@ -224,6 +268,11 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
   args.sm_scale = p.sm_scale;
   args.has_offsets = p.has_offsets ? 1 : 0;
   args.trace = plan.spec.values[kTraceSlot] != 0 ? reinterpret_cast<uintptr_t>(lean_trace()) : 0;
+  if (rw) {
+    args.ks = reinterpret_cast<uintptr_t>(p.ks);
+    args.ke = reinterpret_cast<uintptr_t>(p.ke);
+    args.win_stride = p.win_stride[1];
+  }
   dsa::DsaScales scales = make_scales(p);
   thread_local TmaMemo q_memo, k_memo;
   const TmaDescBytes& qmap =
@@ -289,7 +338,8 @@ class LeanFamily final : public Family {
         lean_consumers_param(),
         lean_lse_param(),
         lean_free_param(),
-        lean_trace_param()};
+        lean_trace_param(),
+        lean_row_windows_param()};
     return p;
   }
 
@@ -555,7 +605,7 @@ const Family& lean_family() {
 }
 
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout, DType qk, bool split, int64_t heads,
-                     int consumers, bool lse, bool free_running) {
+                     int consumers, bool lse, bool free_running, bool row_windows) {
   KernelSpec s;
   s.family = &lean_family();
   s.values[kLayout] = layout_value(layout);
@@ -571,6 +621,7 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
   s.values[kConsumersSlot] = consumers == 2 ? 0 : consumers;            // 2 is omitted, as 64 heads
   s.values[kLseSlot] = lse ? 1 : 0;
   s.values[kFreeSlot] = free_running ? 1 : 0;
+  s.values[kRowWindowsSlot] = row_windows ? 1 : 0;
   s.dynamic_smem = spec_smem(w, stages, qk, consumers, layout != Layout::bshd, split, lse, heads);
   return s;
 }

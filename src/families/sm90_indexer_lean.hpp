@@ -139,7 +139,7 @@ void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUst
 // s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
                      DType qk = DType::bf16, bool split = false, int64_t heads = 64, int consumers = 2, bool lse = false,
-                     bool free_running = false);
+                     bool free_running = false, bool row_windows = false);
 // The consumer warpgroups of a lean spec (the scores family's or the fused sweep's).
 int lean_spec_consumers(const KernelSpec& spec);
 }  // namespace dsa_indexer::detail

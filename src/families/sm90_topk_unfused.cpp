@@ -64,6 +64,12 @@ class TopkUnfusedFamily final : public Family {
     return plan;
   }
 
+  // Blocks with explicit windows (THD, and BSHD products past 2^31) run generic: lean's
+  // row-windows variant is one compile per block height, and a packing's blocks have many.
+  KernelFamily inner_family(const Problem& inner) const override {
+    return inner.has_windows ? KernelFamily::generic : KernelFamily::automatic;
+  }
+
   std::vector<Problem> inner_problems(const Problem& p, const DeviceInfo& dev) const override {
     std::vector<Problem> v;
     if (p.rows == 0) return v;  // an empty plan launches nothing
@@ -90,10 +96,10 @@ class TopkUnfusedFamily final : public Family {
 
       if (b.width > 0) {
         const Problem s = topk_block_problem(p, b, ws, rb.ks, rb.ke, rb.offset);
-        const Family& f = choose_family(s, dev, KernelFamily::automatic, env().disable_lean);
+        const Family& f = choose_family(s, dev, inner_family(s), env().disable_lean);
         Plan sp = make_plan(s, dev, f);
         if (!sp.empty) {
-          std::shared_ptr<LoadedKernel> sk = kernel_for_call(s, dev, KernelFamily::automatic, sp);
+          std::shared_ptr<LoadedKernel> sk = kernel_for_call(s, dev, inner_family(s), sp);
           launch_forward(s, sp, *sk, stream);
         }
       }

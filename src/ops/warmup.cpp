@@ -112,6 +112,9 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
       if (v == "key") p.window_start = false;
       else if (v == "window_start") p.window_start = true;
       else bad(k, "key or window_start (explicit windows' output columns)");
+    } else if (k == "windows") {
+      if (v != "0" && v != "1") bad(k, "0 or 1 (explicit windows ks / ke; columns=window_start implies them)");
+      p.windows = v == "1";
     } else if (k == "scale") {
       if (v == "any") p.scale = ManifestScale::any;
       else if (v == "1") p.scale = ManifestScale::one;
@@ -123,7 +126,7 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
       else if (f) p.family = f->id();
       else bad(k, fmt::format("auto or one of {}", family_options()));
     } else {
-      bad("key", "one of op, layout, heads, sq, sk, ratio, batch, sms, w, in, lse, columns, scale, family, k");
+      bad("key", "one of op, layout, heads, sq, sk, ratio, batch, sms, w, in, lse, columns, windows, scale, family, k");
     }
   }
   if (!any) return false;
@@ -138,6 +141,10 @@ bool parse_manifest_line(const std::string& text, int no, const std::string& fil
   if (p.window_start && (p.layout != Layout::bshd || p.op != Operation::scores)) {
     tok = "columns=window_start";
     bad("columns", "key on a THD or op=topk line (window_start columns are BSHD scores')");
+  }
+  if (p.windows && (p.layout != Layout::bshd || p.op != Operation::scores)) {
+    tok = "windows=1";
+    bad("windows", "0 on a THD or op=topk line (explicit windows are BSHD scores' on a line)");
   }
   if (p.op != Operation::topk && seen.count("k")) {
     tok = "k=" + std::to_string(p.k);
@@ -188,7 +195,8 @@ Problem manifest_problem(const ManifestProblem& m, float sm_scale) {
   p.s_k = p.t_k = m.sk;
   p.rows = m.sq * m.batch;
   p.out_cols = m.sk;  // window_start: a width of sk columns (the variant does not depend on it)
-  p.has_windows = p.window_start = m.window_start;
+  p.window_start = m.window_start;
+  p.has_windows = m.window_start || m.windows;
   const int64_t H = m.heads, D = 128;
   const int64_t qs[3] = {m.sq * H * D, H * D, D}, ws[3] = {m.sq * H, H, 1};
   std::copy(qs, qs + 3, p.q_stride);
@@ -221,7 +229,7 @@ void add_inner_specs(const Family& family, const Problem& p, const DeviceInfo& d
   for (const Problem& s : family.inner_problems(p, dev))
     for (bool hatch : {false, true}) {
       if (hatch && family.fast_path()) continue;
-      add(make_plan(s, dev, choose_family(s, dev, KernelFamily::automatic, hatch), PlanPurpose::spec_only).spec);
+      add(make_plan(s, dev, choose_family(s, dev, family.inner_family(s), hatch), PlanPurpose::spec_only).spec);
     }
 }
 }  // namespace
@@ -285,6 +293,7 @@ std::string manifest_line(const Problem& p, const DeviceInfo& dev, const KernelS
                                  p.w_dtype == DType::f32 ? "f32" : "bf16", p.has_lse ? 1 : 0);
   if (p.qk_dtype == DType::e4m3) line += " in=e4m3";
   if (p.window_start) line += " columns=window_start";
+  else if (p.has_windows && !thd && !topk) line += " windows=1";
   if (p.sm_scale == 1.0f) line += " scale=1";
   if (!thd && p.batch != 1) line += fmt::format(" batch={}", std::max<int64_t>(1, p.batch));
   if (dev.sm_count != profile.sm_count) line += fmt::format(" sms={}", dev.sm_count);

@@ -43,6 +43,7 @@ struct ManifestProblem {
   DType qk = DType::bf16;  // in=e4m3: FP8 q and k
   bool lse = false;
   bool window_start = false;  // columns=window_start: explicit windows, columns from their start (BSHD, scores)
+  bool windows = false;       // windows=1: explicit windows (ks / ke) with key columns (BSHD, scores)
   ManifestScale scale = ManifestScale::any;
   KernelFamily family = KernelFamily::automatic;
 };

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -192,6 +193,36 @@ inline CaseResult check_fp8_against_oracle(HostProblem p, KernelFamily family, u
     CHECK(bad_self == 0);
   }
   return r;
+}
+
+// Explicit windows (tests/gpu/test_window_start.cpp, test_lean_windows.cpp): rows of every kind a
+// window can take against a width of n columns (0: key columns, S_k of them): starting before key 0 (the
+// first columns -inf), from INT32_MIN (no key within n columns), filling n exactly, longer than
+// n (its first n keys kept), empty, past S_k, ending past S_k, short, and DeepGEMM's causal
+// windows ending at i + S_k - S_q.
+inline HostProblem windows_problem(int64_t B, int64_t sq, int64_t sk, int heads, int64_t n) {
+  HostProblem p = bshd(B, sq, sk, heads, 1);
+  p.window_width = n;
+  p.ks.resize(static_cast<size_t>(B * sq));
+  p.ke.resize(p.ks.size());
+  for (int64_t r = 0; r < B * sq; ++r) {
+    const int64_t i = r % sq;
+    int64_t s = 0, e = 0;
+    switch (r % 10) {
+      case 0: s = -7; e = sk + 5; break;
+      case 1: s = INT32_MIN; e = static_cast<int64_t>(r % sk); break;
+      case 2: s = (r * 37) % sk; e = s + n; break;
+      case 3: s = (r * 37) % sk; e = s + n + 50; break;
+      case 4: s = (r * 11) % sk; e = s; break;
+      case 5: s = sk - 3; e = INT32_MAX; break;
+      case 6: s = sk + 10; e = sk + 20; break;
+      case 7: s = (r * 13) % sk; e = s + r % 40; break;
+      default: e = i + sk - sq + 1; s = e - (n + 1 - r % 3); break;  // DeepGEMM's causal rows
+    }
+    p.ks[static_cast<size_t>(r)] = static_cast<int32_t>(std::clamp<int64_t>(s, INT32_MIN, INT32_MAX));
+    p.ke[static_cast<size_t>(r)] = static_cast<int32_t>(std::clamp<int64_t>(e, INT32_MIN, INT32_MAX));
+  }
+  return p;
 }
 
 // Runs `p` (inputs drawn from `seed`) through `family` and checks it against the oracle.

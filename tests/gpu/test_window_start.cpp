@@ -13,35 +13,6 @@ using namespace dsa_gpu_test;
 
 namespace {
 
-// Rows of every kind a window can take against a width of n columns: starting before key 0 (the
-// first columns -inf), from INT32_MIN (no key within n columns), filling n exactly, longer than
-// n (its first n keys kept), empty, past S_k, ending past S_k, short, and DeepGEMM's causal
-// windows ending at i + S_k - S_q.
-HostProblem window_start(int64_t B, int64_t sq, int64_t sk, int heads, int64_t n) {
-  HostProblem p = bshd(B, sq, sk, heads, 1);
-  p.window_width = n;
-  p.ks.resize(static_cast<size_t>(B * sq));
-  p.ke.resize(p.ks.size());
-  for (int64_t r = 0; r < B * sq; ++r) {
-    const int64_t i = r % sq;
-    int64_t s = 0, e = 0;
-    switch (r % 10) {
-      case 0: s = -7; e = sk + 5; break;
-      case 1: s = INT32_MIN; e = static_cast<int64_t>(r % sk); break;
-      case 2: s = (r * 37) % sk; e = s + n; break;
-      case 3: s = (r * 37) % sk; e = s + n + 50; break;
-      case 4: s = (r * 11) % sk; e = s; break;
-      case 5: s = sk - 3; e = INT32_MAX; break;
-      case 6: s = sk + 10; e = sk + 20; break;
-      case 7: s = (r * 13) % sk; e = s + r % 40; break;
-      default: e = i + sk - sq + 1; s = e - (n + 1 - r % 3); break;  // DeepGEMM's causal rows
-    }
-    p.ks[static_cast<size_t>(r)] = static_cast<int32_t>(std::clamp<int64_t>(s, INT32_MIN, INT32_MAX));
-    p.ke[static_cast<size_t>(r)] = static_cast<int32_t>(std::clamp<int64_t>(e, INT32_MIN, INT32_MAX));
-  }
-  return p;
-}
-
 // `res` (window_start columns of `p`) against the key-column run of the same inputs: every
 // column c of row r is the key-column cell of key ks[r] + c when that key exists, else -inf;
 // and rows whose window fits in the n columns from ks have the key-column run's lse bits.
@@ -90,7 +61,7 @@ TEST_CASE("window_start: generic bf16 against the oracle and bit for bit the key
                         {1, 96, 250, 64, 333, true, true},   {3, 50, 180, 32, 100, false, true}, {2, 64, 129, 16, 65, true, false}};
   uint64_t seed = 600;
   for (const Case& c : cases) {
-    HostProblem p = window_start(c.B, c.sq, c.sk, c.heads, c.n);
+    HostProblem p = windows_problem(c.B, c.sq, c.sk, c.heads, c.n);
     p.w_f32 = c.w_f32;
     p.lse = c.lse;
     p.sm_scale = 0.75f;
@@ -100,10 +71,10 @@ TEST_CASE("window_start: generic bf16 against the oracle and bit for bit the key
 }
 
 TEST_CASE("window_start: the reference kernel against the oracle", "[window_start]") {
-  HostProblem p = window_start(2, 70, 300, 64, 90);
+  HostProblem p = windows_problem(2, 70, 300, 64, 90);
   p.lse = true;
   check_against_oracle(p, KernelFamily::reference, 650);
-  HostProblem q = window_start(1, 40, 150, 16, 200);
+  HostProblem q = windows_problem(1, 40, 150, 16, 200);
   check_against_oracle(q, KernelFamily::reference, 651);
 }
 
@@ -119,7 +90,7 @@ TEST_CASE("window_start: generic FP8 (DeepGEMM's compressed logits) against the 
                         {1, 90, 333, 32, 50, true, false, true}};
   uint64_t seed = 700;
   for (const Case& c : cases) {
-    HostProblem p = window_start(c.B, c.sq, c.sk, c.heads, c.n);
+    HostProblem p = windows_problem(c.B, c.sq, c.sk, c.heads, c.n);
     p.fp8 = true;
     p.fp8_q_scale = c.q_scale;
     p.fp8_k_scale = c.k_scale;
@@ -132,7 +103,7 @@ TEST_CASE("window_start: generic FP8 (DeepGEMM's compressed logits) against the 
 }
 
 TEST_CASE("window_start: automatic calls run generic, deterministic run to run", "[window_start]") {
-  HostProblem p = window_start(1, 2048, 4096, 64, 1024);
+  HostProblem p = windows_problem(1, 2048, 4096, 64, 1024);
   dsa_support::fill_random(p, 777);
   auto dp = dsa_support::upload(p);
   const auto a = dsa_support::run(p, dp, KernelFamily::automatic);

@@ -129,10 +129,11 @@ TEST_CASE("dispatch: each lean gate rejects exactly its own cause", "[dispatch]"
     cases.push_back({"misaligned scores", c, "operand alignment"});
   }
   {
-    Call c = lean_call();
-    c.opt.ks = TensorDesc::contiguous(fake(0x800000), DType::i32, {1, 8192});
-    c.opt.ke = TensorDesc::contiguous(fake(0x900000), DType::i32, {1, 8192});
-    cases.push_back({"explicit windows", c, "explicit windows"});
+    // (B 1 explicit windows go lean, as one packed sequence: test_window_start.cpp)
+    Call c = lean_call(2);
+    c.opt.ks = TensorDesc::contiguous(fake(0x800000), DType::i32, {2, 8192});
+    c.opt.ke = TensorDesc::contiguous(fake(0x900000), DType::i32, {2, 8192});
+    cases.push_back({"explicit windows, B 2", c, "explicit windows"});
   }
   cases.push_back({"S_q not a multiple of 8", lean_call(1, 8196, 4096), "S_q"});
   {

@@ -78,8 +78,9 @@ TEST_CASE("every lean variant of the default manifest compiles without spills", 
   // split variant; two of the 20 are warmed in both scale variants. 4 THD lines: 4 variants.
   // The top-k lines' BSHD blocks: 3 more (1056 x 65536, 4096 x 16384 and 1056 x 131072; the
   // S_q 16384 / S_k 4096 block is a scores line's shape) and their tails' split variants (800 x
-  // 65536, 928 x 131072). The FP8 headline line: its lean FP8 variant.
-  CHECK(specs.size() == 32);
+  // 65536, 928 x 131072). The FP8 headline line: its lean FP8 variant. The FP8 window-start line
+  // (S_q 2048, DeepGEMM's compressed logits): lean's row-windows variant.
+  CHECK(specs.size() == 33);
   auto res = compile_all(specs);
   check_cubins(res, 1);
   for (const auto& r : res) {

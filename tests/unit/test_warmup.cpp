@@ -221,7 +221,8 @@ TEST_CASE("manifest: a top-k line implies the top-k variant and the score varian
   CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=65536 ratio=1\n", "m"), h200) ==
         std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16,
                                 lean_spec(800, 65536, DType::bf16, false, Layout::bshd, DType::bf16, true)});
-  // THD blocks have explicit windows, which lean does not serve: generic, whichever the hatch.
+  // THD blocks have explicit windows, which the unfused top-k pins to generic (inner_family: lean's
+  // row-windows variants are one per block height): generic, whichever the hatch.
   CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n", "m"), h200) ==
         std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)});
   // The same variants as planning the line's problem through the family's own inner problems.

@@ -35,17 +35,17 @@ using Catch::Contains;
 namespace {
 Problem run(const Call& c) { return validate(c.q, c.k, c.w, c.out, c.opt, nullptr); }
 
-// B 2, S_q 256, S_k 128, H 64; windows (B, S_q); scores (B, S_q, n).
-Call window_start_call(int64_t n, DType qk = DType::bf16) {
-  Call c = bshd_call(2, 256, 128, 64);
+// B 2, S_q 256, S_k 128, H 64 (by default); windows (B, S_q); scores (B, S_q, n); n 0: key columns.
+Call window_start_call(int64_t n, DType qk = DType::bf16, int64_t B = 2, int64_t sq = 256, int64_t sk = 128) {
+  Call c = bshd_call(B, sq, sk, 64);
   if (qk == DType::e4m3) {
-    c.q = TensorDesc::contiguous(fake(0x100000), DType::e4m3, {2, 256, 64, 128});
-    c.k = TensorDesc::contiguous(fake(0x200000), DType::e4m3, {2, 128, 1, 128});
+    c.q = TensorDesc::contiguous(fake(0x100000), DType::e4m3, {B, sq, 64, 128});
+    c.k = TensorDesc::contiguous(fake(0x200000), DType::e4m3, {B, sk, 1, 128});
   }
-  c.out = TensorDesc::contiguous(fake(0x400000), DType::f32, {2, 256, n});
-  c.opt.ks = TensorDesc::contiguous(fake(0x700000), DType::i32, {2, 256});
-  c.opt.ke = TensorDesc::contiguous(fake(0x710000), DType::i32, {2, 256});
-  c.opt.window_columns = WindowColumns::window_start;
+  c.out = TensorDesc::contiguous(fake(0x400000), DType::f32, {B, sq, n > 0 ? n : sk});
+  c.opt.ks = TensorDesc::contiguous(fake(0x700000), DType::i32, {B, sq});
+  c.opt.ke = TensorDesc::contiguous(fake(0x710000), DType::i32, {B, sq});
+  if (n > 0) c.opt.window_columns = WindowColumns::window_start;
   return c;
 }
 }  // namespace
@@ -93,7 +93,49 @@ TEST_CASE("window_start: bad input names the parameter", "[validate][window_star
   CHECK_THROWS_WITH(validate_topk(t.q, t.k, t.w, t.out, t.opt, topk, nullptr), Contains("ks / ke"));
 }
 
-TEST_CASE("window_start: generic and reference serve it in variants of their own; lean refuses", "[dispatch][window_start]") {
+TEST_CASE("explicit windows of B 1: lean's THD kernel serves them as one packed sequence (row windows)", "[dispatch][window_start]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  // DeepGEMM's logits through deepgemm_compat: B 1, window-start columns or key columns
+  for (int64_t n : {int64_t{8192}, int64_t{700}, int64_t{0}})
+    for (DType qk : {DType::bf16, DType::e4m3}) {
+      INFO("n " << n << " e4m3 " << (qk == DType::e4m3));
+      const Problem p = run(window_start_call(n, qk, 1, 2048, 8192));
+      CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &lean_family());
+      CHECK(&choose_family(p, dev, KernelFamily::automatic, true) == &generic_family());  // the escape hatch
+      const Plan plan = make_plan(p, dev, lean_family());
+      const Layout l = n > 0 ? Layout::thd_local : Layout::thd_global;
+      const KernelSpec want = lean_spec(2048, 0, DType::bf16, true, l, qk, false, 64, 2, false, false, true);  // (sm_scale 1)
+      INFO(plan.spec.variant_key() << " against " << want.variant_key());
+      CHECK(plan.spec == want);
+      CHECK(plan.spec.shape_key().find(".rw1") != std::string::npos);
+      CHECK(render(plan.spec).text.find("static constexpr bool kRowWindows = true;") != std::string::npos);
+      CHECK(plan.num_tiles == 256);
+      REQUIRE(plan.schedule != nullptr);  // THD's schedule of the one segment
+    }
+  // every other lean variant keeps its key and source: the parameter is omitted at its default
+  CHECK(render(lean_spec(2048, 0, DType::bf16, false, Layout::thd_local)).text.find("kRowWindows") == std::string::npos);
+  // what it does not take: B > 1, H other than 64, too few q-tiles for the SMs
+  auto lean_error = [&](const Call& c) {
+    try {
+      choose_family(run(c), dev, KernelFamily::lean, false);
+    } catch (const UnsupportedConfig& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(lean_error(window_start_call(700, DType::bf16, 2, 2048, 8192)), Contains("explicit windows") && Contains("B 1"));
+  Call h32 = window_start_call(700, DType::bf16, 1, 2048, 8192);
+  h32.q = TensorDesc::contiguous(fake(0x100000), DType::bf16, {1, 2048, 32, 128});
+  h32.w = TensorDesc::contiguous(fake(0x300000), DType::bf16, {1, 2048, 32});
+  CHECK_THAT(lean_error(h32), Contains("heads H"));
+  CHECK_THAT(lean_error(window_start_call(700, DType::bf16, 1, 512, 8192)), Contains("grid saturation"));
+  // the gate key tells B 1 windows from B 2 ones and window-start from key columns
+  const std::string k1 = lean_family().gate_key(run(window_start_call(700, DType::bf16, 1, 2048, 8192)), dev);
+  CHECK(k1 != lean_family().gate_key(run(window_start_call(700, DType::bf16, 2, 2048, 8192)), dev));
+  CHECK(k1 != lean_family().gate_key(run(window_start_call(0, DType::bf16, 1, 2048, 8192)), dev));
+}
+
+TEST_CASE("window_start: generic and reference serve it in variants of their own; lean refuses B 2", "[dispatch][window_start]") {
   const DeviceInfo dev = DeviceInfo::h200();
   const Problem p = run(window_start_call(64));
   CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &generic_family());
@@ -112,7 +154,15 @@ TEST_CASE("window_start: generic and reference serve it in variants of their own
 }
 
 TEST_CASE("window_start: every variant compiles without spills", "[nvrtc][window_start]") {
-  std::vector<KernelSpec> generic, reference;
+  std::vector<KernelSpec> generic, reference, lean;
+  // lean's row-windows variants (B 1 explicit windows): both column modes, bf16 / fp32 W, FP8, lse
+  for (Layout l : {Layout::thd_local, Layout::thd_global})
+    for (bool lse : {false, true}) {
+      lean.push_back(lean_spec(2048, 0, DType::bf16, false, l, DType::bf16, false, 64, 2, lse, false, true));
+      lean.push_back(lean_spec(2048, 0, DType::f32, false, l, DType::e4m3, false, 64, 2, lse, false, true));
+    }
+  lean.push_back(lean_spec(2048, 0, DType::bf16, true, Layout::thd_local, DType::e4m3, false, 64, 4, false, false, true));
+  check_compiles_without_spills(lean, "sm90_indexer_lean");
   for (int h : {16, 64})
     for (bool lse : {false, true}) {
       generic.push_back(generic_spec(h, DType::bf16, lse, Layout::bshd, GenericGeometry::kDefaultKvStages, DType::bf16, true));
@@ -128,9 +178,16 @@ TEST_CASE("manifest: columns=window_start warms the generic variant of such call
   const auto v = parse_manifest("sq=2048 sk=8192 ratio=1 w=f32 in=e4m3 columns=window_start\n", "m.txt");
   REQUIRE(v.size() == 1);
   CHECK(v[0].window_start);
-  // automatic: generic, which the escape hatch picks too
+  // automatic: lean's row-windows variant (B 1), and generic, which the escape hatch picks
   const KernelSpec want = generic_spec(64, DType::f32, false, Layout::bshd, GenericGeometry::kDefaultKvStages, DType::e4m3, true);
-  CHECK(manifest_specs(v, h200) == std::vector<KernelSpec>{want});
+  const KernelSpec lean_rw = lean_spec(2048, 0, DType::f32, false, Layout::thd_local, DType::e4m3, false, 64, 2, false, false, true);
+  CHECK(manifest_specs(v, h200) == std::vector<KernelSpec>{lean_rw, want});
+  // key columns with explicit windows say windows=1: lean's THD-global row-windows variant
+  const auto kw = parse_manifest("sq=2048 sk=8192 windows=1 family=lean\n", "m.txt");
+  CHECK(manifest_specs(kw, h200) ==
+        std::vector<KernelSpec>{lean_spec(2048, 0, DType::bf16, false, Layout::thd_global, DType::bf16, false, 64, 2, false, false, true)});
+  CHECK_THROWS_WITH(parse_manifest("layout=thd_local sq=8 sk=8 windows=1\n", "m.txt"), Contains("windows"));
+  CHECK_THROWS_WITH(parse_manifest("sq=8 sk=8 windows=2\n", "m.txt"), Contains("0 or 1"));
   CHECK_FALSE(parse_manifest("sq=2048 sk=8192 columns=key\n", "m.txt")[0].window_start);
   CHECK_THROWS_WITH(parse_manifest("sq=8 sk=8 columns=start\n", "m.txt"), Contains("m.txt:1") && Contains("key or window_start"));
   CHECK_THROWS_WITH(parse_manifest("layout=thd_local sq=8 sk=8 columns=window_start\n", "m.txt"), Contains("columns"));
