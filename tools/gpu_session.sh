@@ -345,12 +345,17 @@ fi
 # s21 (not in all; one call of about 8 minutes): what session 20 left unchecked after its last
 # kernel change (LeanArgs gained ks / ke / win_stride, appended): [digests], every lean suite
 # ([lean] with THD, split and H 32 / 16, [lean4], [lean_lse]) and the unfused top-k (its windowed
-# blocks pinned to generic); then, in the next call, `deepgemm` (DeepGEMM beside lean FP8 and our
+# blocks pinned to generic; its FP8 inputs, built this session without a device: C++ and Python
+# cases, memcheck); then, in the next call, `deepgemm` (DeepGEMM beside lean FP8 and our
 # drop-in, now lean's row windows).
 if [[ " $steps " == *" s21 "* ]]; then
   run digests 300 $b/tests/dsa_gpu_tests "[digests]"
   run gpu_lean_all 240 $b/tests/dsa_gpu_tests "[lean],[lean4],[lean_lse]" --durations yes
   run gpu_topk 150 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
+  # FP8 top-k (session 20, built without a device): the C++ case is in [topk]; the Python ones
+  run python_topk_fp8 120 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} \
+    python3 -m pytest -q -rs -p no:cacheprovider -k fp8 python/tests/test_topk_gpu.py
+  run sanitize_memcheck_topk_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

@@ -83,8 +83,8 @@ def indexer_topk(
       host: pass ``cu_seqlens_q_host`` / ``cu_seqlens_k_host`` (or CPU cu_seqlens) to avoid the one
       synchronizing device-to-host read of the device arrays per call.
     - FP8: q and k ``torch.float8_e4m3fn`` with the optional fp32 ``q_scale`` / ``k_scale`` of
-      `indexer_forward` (same shapes, same contract); the scores ranked are those FP8 scores. No
-      top-k family computes from e4m3 yet (UnsupportedConfig).
+      `indexer_forward` (same shapes, same contract); the scores ranked are those FP8 scores,
+      through the unfused path (the fused sweep is bf16 only).
 
     NaN scores (only from non-finite inputs) rank above +inf; +0.0 ranks above -0.0. Raises as
     `indexer_forward` does (ValueError / NotImplementedError / RuntimeError subclasses with the

@@ -39,6 +39,10 @@ class TopkUnfusedFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_unfused; }
   Operation operation() const override { return Operation::topk; }
   DType input_dtype() const override { return DType::bf16; }
+  // FP8 (e4m3) q / k with their scales: the blocks' scores come from the FP8 score families (the
+  // block problems carry the dtype and the scales at the block's rows and keys); the selection
+  // reads fp32 scores either way.
+  bool serves_input(DType d) const override { return d == DType::bf16 || d == DType::e4m3; }
   int auto_priority() const override { return 1; }
   const std::vector<ParamDesc>& params() const override {
     static const std::vector<ParamDesc> p = {{"kLayout", ParamDesc::choice, "int", "", kTopkLayoutChoices, kTopkLayoutLiterals, 2}};
@@ -185,7 +189,7 @@ bool topk_causal_blocks(const Problem& p) { return !p.is_thd() && p.s_k * p.rati
 
 Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, const int32_t* ks, const int32_t* ke,
                              const int32_t* offset) {
-  const uint64_t esz_q = 2, esz_w = p.w_dtype == DType::f32 ? 4 : 2;
+  const uint64_t esz_q = p.qk_dtype == DType::e4m3 ? 1 : 2, esz_w = p.w_dtype == DType::f32 ? 4 : 2;
   Problem s;
   s.op = Operation::scores;
   s.layout = Layout::bshd;
@@ -220,6 +224,21 @@ Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, c
   s.out = scores;
   s.out_stride[0] = b.n * b.width;
   s.out_stride[1] = b.width;
+  // FP8: the scales of the block's rows (q_scale (B, S_q, H) / THD (T_q, H)) and keys (k_scale
+  // (B, S_k[, 1]) / THD (T_k[, 1])), as a B 1 problem's (its batch strides nested)
+  s.has_q_scale = p.has_q_scale;
+  s.has_k_scale = p.has_k_scale;
+  if (p.has_q_scale) {
+    s.q_scale = at(p.q_scale, b.batch * p.q_scale_stride[0] + b.row0 * p.q_scale_stride[1], 4);
+    s.q_scale_stride[0] = b.n * p.q_scale_stride[1];
+    s.q_scale_stride[1] = p.q_scale_stride[1];
+    s.q_scale_stride[2] = p.q_scale_stride[2];
+  }
+  if (p.has_k_scale) {
+    s.k_scale = at(p.k_scale, b.batch * p.k_scale_stride[0] + b.k_base * p.k_scale_stride[1], 4);
+    s.k_scale_stride[0] = b.width * p.k_scale_stride[1];
+    s.k_scale_stride[1] = p.k_scale_stride[1];
+  }
   if (topk_causal_blocks(p)) {
     s.has_offsets = true;
     s.offsets = offset;

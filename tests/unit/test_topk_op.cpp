@@ -14,6 +14,7 @@
 #include "jit/codegen.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "ops/topk.hpp"
+#include "ops/warmup.hpp"
 #include "problems.hpp"
 
 using namespace dsa_indexer::detail;
@@ -154,7 +155,57 @@ TEST_CASE("topk: the dispatcher offers a family only to its own operation", "[to
   Problem f8 = t;
   f8.qk_dtype = DType::f16;
   CHECK_THROWS_WITH(choose_family(f8, dev, KernelFamily::automatic, false), Contains("a family of operation topk"));
-  CHECK_THROWS_WITH(choose_family(f8, dev, KernelFamily::topk_unfused, false), Contains("q/k dtype: expected bf16, got f16"));
+  CHECK_THROWS_WITH(choose_family(f8, dev, KernelFamily::topk_unfused, false), Contains("q/k dtype: expected bf16 or e4m3, got f16"));
+}
+
+TEST_CASE("topk: FP8 calls go unfused; their blocks are FP8 score problems with the block's scales", "[topk][dispatch][fp8]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  // B 2, S_q 1056 (a block of 1056 rows per batch entry), S_k 3000, q_scale (B, S_q, H), k_scale (B, S_k)
+  TopkCall tc = topk_call(2, 1056, 3000, 64);
+  tc.c.q = TensorDesc::contiguous(fake(kQ), DType::e4m3, {2, 1056, 64, 128});
+  tc.c.k = TensorDesc::contiguous(fake(kK), DType::e4m3, {2, 3000, 1, 128});
+  tc.c.opt.q_scale = TensorDesc::contiguous(fake(uintptr_t(8) << 40), DType::f32, {2, 1056, 64});
+  tc.c.opt.k_scale = TensorDesc::contiguous(fake(uintptr_t(9) << 40), DType::f32, {2, 3000});
+  tc.c.opt.ratio = 1;
+  const Problem t = vt(tc);
+  CHECK(t.qk_dtype == DType::e4m3);
+  CHECK(&choose_family(t, dev, KernelFamily::automatic, false) == &topk_unfused_family());  // the fused sweep is bf16
+  CHECK_THROWS_WITH(choose_family(t, dev, KernelFamily::topk_fused, false), Contains("q/k dtype"));
+  const auto inner = topk_unfused_family().inner_problems(t, dev);
+  REQUIRE_FALSE(inner.empty());
+  for (const Problem& s : inner) {
+    CHECK(s.qk_dtype == DType::e4m3);
+    CHECK(s.has_q_scale);
+    CHECK(s.has_k_scale);
+    CHECK(s.q_scale_stride[1] == 64);
+    CHECK(s.q_scale_stride[2] == 1);
+    CHECK(s.k_scale_stride[1] == 1);
+    CHECK(choose_family(s, dev, KernelFamily::automatic, false).serves_input(DType::e4m3));
+  }
+  // the block of batch entry 1 from row 0: q at (1, 0, 0, 0) in bytes of e4m3, its scales at
+  // (1, 0, 0) and (1, 0) in fp32
+  TopkBlock b;
+  b.batch = 1;
+  b.row0 = 0;
+  b.n = 1056;
+  b.k_base = 0;
+  b.width = 3000;
+  const Problem s = topk_block_problem(t, b, nullptr, nullptr, nullptr, nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(s.q) == kQ + uintptr_t(1056) * 64 * 128);
+  CHECK(reinterpret_cast<uintptr_t>(s.k) == kK + uintptr_t(3000) * 128);
+  CHECK(reinterpret_cast<uintptr_t>(s.q_scale) == (uintptr_t(8) << 40) + uintptr_t(1056) * 64 * 4);
+  CHECK(reinterpret_cast<uintptr_t>(s.k_scale) == (uintptr_t(9) << 40) + uintptr_t(3000) * 4);
+  // a later block of the first entry: rows from 528 (q_scale 528 rows in), keys from 0
+  b.batch = 0;
+  b.row0 = 528;
+  b.n = 528;
+  const Problem s2 = topk_block_problem(t, b, nullptr, nullptr, nullptr, nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(s2.q_scale) == (uintptr_t(8) << 40) + uintptr_t(528) * 64 * 4);
+  CHECK(reinterpret_cast<uintptr_t>(s2.q) == kQ + uintptr_t(528) * 64 * 128);
+  // a manifest line with in=e4m3 names the same variants
+  const auto specs = manifest_specs(parse_manifest("op=topk sq=1056 sk=3000 ratio=1 batch=2 in=e4m3\n", "m"), dev);
+  REQUIRE(specs.size() >= 2);
+  CHECK(&family_of(specs[0]) == &topk_unfused_family());
 }
 
 TEST_CASE("topk: the workspace never grows with S_q x S_k and never overflows", "[topk][planner]") {
