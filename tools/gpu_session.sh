@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -342,20 +342,21 @@ if [[ " $steps " == *" s20d "* ]]; then
     --precision fp8 --families lean,generic --skip deepgemm --jitcost none --out "$out/docs" --max-seconds 200 \
     --wheels /tmp/dsa_peers_stage .whl/parts/p2
 fi
-# s21 (not in all; one call of about 8 minutes): what session 20 left unchecked after its last
-# kernel change (LeanArgs gained ks / ke / win_stride, appended): [digests], every lean suite
-# ([lean] with THD, split and H 32 / 16, [lean4], [lean_lse]) and the unfused top-k (its windowed
-# blocks pinned to generic; its FP8 inputs, built this session without a device: C++ and Python
-# cases, memcheck); then, in the next call, `deepgemm` (DeepGEMM beside lean FP8 and our
-# drop-in, now lean's row windows).
-if [[ " $steps " == *" s21 "* ]]; then
+# s21a / s21b (not in all; two calls of at most 10 minutes): what session 20 left unchecked after
+# its last kernel change (LeanArgs gained ks / ke / win_stride, appended): s21a, [digests] and every
+# lean suite ([lean] with THD, split and H 32 / 16, [lean4], [lean_lse]); s21b, the unfused top-k
+# (its windowed blocks pinned to generic) and its FP8 inputs, built in session 20 without a device
+# (the C++ case in [topk], the Python ones, memcheck); then `deepgemm` in a third call (DeepGEMM
+# beside lean FP8 and our drop-in, now lean's row windows).
+if [[ " $steps " == *" s21a "* ]]; then
   run digests 300 $b/tests/dsa_gpu_tests "[digests]"
-  run gpu_lean_all 240 $b/tests/dsa_gpu_tests "[lean],[lean4],[lean_lse]" --durations yes
-  run gpu_topk 150 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
-  # FP8 top-k (session 20, built without a device): the C++ case is in [topk]; the Python ones
+  run gpu_lean_all 280 $b/tests/dsa_gpu_tests "[lean],[lean4],[lean_lse]" --durations yes
+fi
+if [[ " $steps " == *" s21b "* ]]; then
+  run gpu_topk 240 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
   run python_topk_fp8 120 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} \
     python3 -m pytest -q -rs -p no:cacheprovider -k fp8 python/tests/test_topk_gpu.py
-  run sanitize_memcheck_topk_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores"
+  run sanitize_memcheck_topk_fp8 180 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"
