@@ -60,6 +60,15 @@ __device__ __forceinline__ ThdRow thd_row(u64 cu_q, u64 cu_k, i64 n_seg, i64 t_k
 // when set.
 DSA_CONFIG_OR(WindowStartOf, kWindowStart, bool, false)
 
+// An explicit window [ks, ke) over s_k keys, clipped to them and, with columns counted from the
+// window's start (n of them: window_start), to its first n keys; the caller empties hi <= lo.
+// The generic family's rows (row_window) and lean's row windows (lean_thd_row) both use it.
+__device__ __forceinline__ void clip_explicit_window(i64 ks, i64 ke, i64 s_k, bool from_start, i64 n, i64& lo, i64& hi) {
+  lo = clamp64(ks, 0, s_k);
+  hi = clamp64(ke, 0, s_k);
+  if (from_start && hi > ks + n) hi = ks + n;
+}
+
 // kFromStart (BSHD explicit windows only): column c of a row is key ks + c (DeepGEMM's
 // compressed logits), so base = ks and the window keeps its first out_cols keys.
 template <int kLayout, bool kFromStart = false>
@@ -103,12 +112,8 @@ __device__ __forceinline__ RowWindow row_window(const DsaArgs& a, i64 b_or_row, 
       ks -= seg_k0;
       ke -= seg_k0;
     }
-    lo = clamp64(ks, 0, s_k_b);
-    hi = clamp64(ke, 0, s_k_b);
-    if (kFromStart) {
-      start = ks;
-      if (hi > ks + a.out_cols) hi = ks + a.out_cols;
-    }
+    clip_explicit_window(ks, ke, s_k_b, kFromStart, a.out_cols, lo, hi);
+    if (kFromStart) start = ks;
   } else {
     const i64 off = a.has_offsets ? static_cast<i64>(load_i32(a.offsets, b * a.offsets_stride)) : 0;
     hi = causal_limit(off, i, a.ratio, s_k_b);

@@ -250,12 +250,12 @@ __device__ __forceinline__ LeanThdRow lean_thd_row(const LeanArgs& a, i32 tok0, 
   w.valid = r < a.t_q;
   w.lo = w.hi = w.base = 0;
   if constexpr (RowWindowsOf<Cfg>::value) {
-    // the generic family's BSHD explicit windows (row_window): [ks, ke) clipped to [0, S_k), and
-    // with window-start columns capped at ks + N, column 0 holding key ks
+    // the generic family's BSHD explicit windows (row_window's arithmetic): window-start columns
+    // (THD local) have column 0 at key ks
     if (w.valid) {
       const i64 ks = load_i32(a.ks, r * a.win_stride), ke = load_i32(a.ke, r * a.win_stride);
-      i64 lo = clamp64(ks, 0, a.t_k), hi = clamp64(ke, 0, a.t_k);
-      if (Cfg::kLayout == kLayoutThdLocal && hi > ks + a.out_cols) hi = ks + a.out_cols;
+      i64 lo, hi;
+      clip_explicit_window(ks, ke, a.t_k, Cfg::kLayout == kLayoutThdLocal, a.out_cols, lo, hi);
       if (hi <= lo) lo = hi = 0;
       w.lo = lo;
       w.hi = hi;

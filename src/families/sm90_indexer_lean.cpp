@@ -27,15 +27,17 @@ constexpr const char* kPolicyNames[] = {"dsa::kLeanRoundRobin", "dsa::kLeanSnake
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-bool contiguous(const Problem& p) {
+// packed: THD's rule (rows by their own stride), which a B 1 BSHD call's row-windows view follows.
+bool contiguous(const Problem& p, bool packed) {
   const int64_t H = p.heads, D = p.head_dim;
-  if (p.is_thd())
+  if (packed)
     return p.q_stride[2] == D && p.q_stride[1] == H * D && p.k_stride[1] == D && p.w_stride[2] == 1 &&
            p.w_stride[1] == H && p.out_stride[1] == p.out_cols;
   return p.q_stride[2] == D && p.q_stride[1] == H * D && p.q_stride[0] == p.s_q * H * D && p.k_stride[1] == D &&
          p.k_stride[0] == p.s_k * D && p.w_stride[2] == 1 && p.w_stride[1] == H && p.w_stride[0] == p.s_q * H &&
          p.out_stride[1] == p.s_k && p.out_stride[0] == p.s_q * p.s_k;
 }
+bool contiguous(const Problem& p) { return contiguous(p, p.is_thd()); }
 
 constexpr int64_t kTile = LeanGeometry::kTokensPerTile;  // H 64 (THD)
 // A variant's dynamic shared memory (its epilogue's own, if any, comes on top).
@@ -151,7 +153,7 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
   k += p.has_windows ? (p.batch == 1 ? ".win1.b1" : ".win1.bn") : ".win0";
   k += p.window_start ? ".ws1" : "";
   k += p.s_k > INT32_MAX ? ".skbig" : "";
-  k += contiguous(row_windows(p) ? row_windows_view(p) : p) ? ".c1" : ".c0";
+  k += contiguous(p, p.is_thd() || row_windows(p)) ? ".c1" : ".c0";
   k += aligned16(p.q) && aligned16(p.k) && aligned16(p.w) && aligned16(p.out) ? ".a1" : ".a0";
   k += ".sq" + std::to_string(p.is_thd() ? round_to_tile(p.t_q) : p.s_q);
   if (p.is_thd()) k += has_host_seqlens(p) ? ".cu1" : ".cu0";

@@ -195,6 +195,16 @@ inline CaseResult check_fp8_against_oracle(HostProblem p, KernelFamily family, u
   return r;
 }
 
+// `p` with FP8 (e4m3) q and k, their scales given or not; k_scale_unit_dim: its descriptor
+// (B, S_k, 1) / THD (T_k, 1), else (B, S_k) / (T_k,).
+inline HostProblem fp8_inputs(HostProblem p, bool q_scale, bool k_scale, bool k_scale_unit_dim = true) {
+  p.fp8 = true;
+  p.fp8_q_scale = q_scale;
+  p.fp8_k_scale = k_scale;
+  p.k_scale_unit_dim = k_scale_unit_dim;
+  return p;
+}
+
 // Explicit windows (tests/gpu/test_window_start.cpp, test_lean_windows.cpp): rows of every kind a
 // window can take against a width of n columns (0: key columns, S_k of them): starting before key 0 (the
 // first columns -inf), from INT32_MIN (no key within n columns), filling n exactly, longer than

@@ -14,13 +14,6 @@ namespace {
 void check_lean4(HostProblem p, uint64_t seed) { check_lean(std::move(p), seed, 4); }
 void check_lean4_bitwise(HostProblem p, uint64_t seed) { check_lean(std::move(p), seed, 4, false); }
 
-HostProblem fp8(HostProblem p, bool q_scale, bool k_scale) {
-  p.fp8 = true;
-  p.fp8_q_scale = q_scale;
-  p.fp8_k_scale = k_scale;
-  return p;
-}
-
 }  // namespace
 
 TEST_CASE("lean4: saturated H 64 shapes against the fp64 oracle, bitwise against generic and two consumers", "[lean4]") {
@@ -112,25 +105,25 @@ TEST_CASE("lean4: run to run bitwise, bf16 W == fp32 W", "[lean4]") {
 
 TEST_CASE("lean4: FP8 == generic FP8 bitwise, and against the fp64 oracle", "[lean4][fp8]") {
   auto same = [](HostProblem p, uint64_t seed) { check_fp8_lean_equals_generic(std::move(p), seed, 4); };
-  same(fp8(bshd(1, 8192, 4096, 64, 2), true, true), 52001);
-  HostProblem a = fp8(bshd(2, 1056, 3000, 64, 1), true, false);
+  same(fp8_inputs(bshd(1, 8192, 4096, 64, 2), true, true), 52001);
+  HostProblem a = fp8_inputs(bshd(2, 1056, 3000, 64, 1), true, false);
   a.offsets = {3000 - 1056 - 1, INT32_MAX - 2000};
   a.w_f32 = true;
   same(a, 52002);
-  HostProblem b = fp8(bshd(1, 2048, 8192, 64, 1), false, true);
+  HostProblem b = fp8_inputs(bshd(1, 2048, 8192, 64, 1), false, true);
   b.offsets = {8192 - 2048};
   b.sm_scale = 0.25f;
   same(b, 52003);
-  same(fp8(bshd(1, 1056, 700, 64, 4), false, false), 52004);
-  same(fp8(bshd(1, 132 * 16, 999, 32, 2), true, true), 52005);
-  same(fp8(bshd(1, 132 * 32, 999, 16, 2), true, false), 52006);
-  HostProblem sp = fp8(bshd(1, 512, 16384, 64, 1), true, true);  // the split variant
+  same(fp8_inputs(bshd(1, 1056, 700, 64, 4), false, false), 52004);
+  same(fp8_inputs(bshd(1, 132 * 16, 999, 32, 2), true, true), 52005);
+  same(fp8_inputs(bshd(1, 132 * 32, 999, 16, 2), true, false), 52006);
+  HostProblem sp = fp8_inputs(bshd(1, 512, 16384, 64, 1), true, true);  // the split variant
   sp.offsets = {16384 - 512};
   same(sp, 52007);
-  HostProblem th = fp8(thd({1500, 700, 2100, 300, 1200, 900, 1100, 392}, {375, 175, 525, 75, 300, 225, 275, 98}, 64, 4), true, true);
+  HostProblem th = fp8_inputs(thd({1500, 700, 2100, 300, 1200, 900, 1100, 392}, {375, 175, 525, 75, 300, 225, 275, 98}, 64, 4), true, true);
   same(th, 52008);
   LeanConsumers four(4);
-  HostProblem o = fp8(bshd(1, 1056, 2000, 64, 1), true, true);
+  HostProblem o = fp8_inputs(bshd(1, 1056, 2000, 64, 1), true, true);
   o.offsets = {2000 - 1056};
   o.sm_scale = 0.125f;
   auto r = check_fp8_against_oracle(o, KernelFamily::lean, 52010, true);
@@ -153,7 +146,7 @@ TEST_CASE("lean free-running consumers: against the fp64 oracle, bitwise against
     check_lean(thd({1500, 700, 2100, 300, 1200, 900, 1100, 392}, {375, 175, 525, 75, 300, 225, 275, 98}, 64, 4), 2953, consumers,
                false);
     check_lean(thd({300, 5, 0, 400, 371}, {150, 3, 7, 200, 180}, 64, 2), 2954, consumers);
-    check_fp8_lean_equals_generic(fp8(bshd(1, 8192, 4096, 64, 2), true, true), 2955, consumers);
+    check_fp8_lean_equals_generic(fp8_inputs(bshd(1, 8192, 4096, 64, 2), true, true), 2955, consumers);
   }
   HostProblem r = bshd(1, 1056, 600, 64, 2);
   LeanConsumers four(4);

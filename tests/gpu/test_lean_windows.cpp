@@ -16,14 +16,6 @@ HostProblem row_windows(int64_t sq, int64_t sk, int64_t n, int64_t shape_n) {
   return p;
 }
 
-HostProblem fp8(HostProblem p, bool q_scale, bool k_scale) {
-  p.fp8 = true;
-  p.fp8_q_scale = q_scale;
-  p.fp8_k_scale = k_scale;
-  p.k_scale_unit_dim = q_scale != k_scale;
-  return p;
-}
-
 // DeepGEMM's benchmark rows: row i sees [0, i + S_k - S_q + 1) (ks 0), or the last `len` keys of
 // that (ks = ke - len, negative near the start).
 HostProblem deepgemm_rows(int64_t sq, int64_t sk, int64_t n, int64_t len) {
@@ -65,14 +57,14 @@ TEST_CASE("lean row windows (B 1 explicit windows): oracle, bitwise generic, bot
 
 TEST_CASE("lean row windows, FP8: oracle, bitwise generic FP8, two and four consumers", "[lean_windows][fp8]") {
   uint64_t seed = 72000;
-  check_lean(fp8(row_windows(1056, 3000, 700, 700), true, true), ++seed);
-  HostProblem k = fp8(row_windows(2112, 1500, 0, 900), true, false);  // key columns, q scale only
+  check_lean(fp8_inputs(row_windows(1056, 3000, 700, 700), true, true, false), ++seed);
+  HostProblem k = fp8_inputs(row_windows(2112, 1500, 0, 900), true, false, true);  // key columns, q scale only
   k.w_f32 = true;
   check_lean(k, ++seed);
-  HostProblem l = fp8(deepgemm_rows(2048, 8192, 8192, 0), false, true);  // DeepGEMM's: k scale only
+  HostProblem l = fp8_inputs(deepgemm_rows(2048, 8192, 8192, 0), false, true, true);  // DeepGEMM's: k scale only
   l.lse = true;
   check_lean(l, ++seed, 2, false);
-  check_lean(fp8(deepgemm_rows(4224, 5000, 1000, 1000), true, true), ++seed, 2, false);  // 528 items: Q buffers reused
-  check_lean(fp8(row_windows(1056, 3000, 700, 700), true, true), ++seed, 4);
+  check_lean(fp8_inputs(deepgemm_rows(4224, 5000, 1000, 1000), true, true, false), ++seed, 2, false);  // 528 items: Q buffers reused
+  check_lean(fp8_inputs(row_windows(1056, 3000, 700, 700), true, true, false), ++seed, 4);
   check_lean(row_windows(1056, 3000, 0, 700), ++seed, 4);
 }

@@ -144,20 +144,13 @@ TEST_CASE("topk: a saturated shape, several row blocks", "[topk]") {
 // families (generic FP8, and lean FP8 and its split variant at the saturated shape), and the
 // selection must be exactly the reference selection of generic FP8's scores of the whole call.
 TEST_CASE("topk: FP8 inputs select exactly from the FP8 scores", "[topk][fp8]") {
-  auto fp8 = [](HostProblem p, bool q_scale, bool k_scale) {
-    p.fp8 = true;
-    p.fp8_q_scale = q_scale;
-    p.fp8_k_scale = k_scale;
-    p.k_scale_unit_dim = q_scale;
-    return p;
-  };
-  HostProblem a = fp8(bshd(2, 300, 700, 64, 2), true, true);
+  HostProblem a = fp8_inputs(bshd(2, 300, 700, 64, 2), true, true);
   a.offsets = {400, -3};
   check_topk(a, 141, {1, 64, 512});
-  HostProblem t = fp8(thd({1500, 700, 900}, {6000, 200, 3000}, 64, 1), false, true);
+  HostProblem t = fp8_inputs(thd({1500, 700, 900}, {6000, 200, 3000}, 64, 1), false, true, false);
   t.offsets = {4500, -100, 2100};
   check_topk(t, 142, {2048});
-  check_topk(fp8(bshd(1, 2304, 4096, 64, 4), true, false), 143, {2048, 512});
+  check_topk(fp8_inputs(bshd(1, 2304, 4096, 64, 4), true, false), 143, {2048, 512});
 }
 
 // Timing of the unfused path on the shapes of issue 20's table (device events, median of 7, k
