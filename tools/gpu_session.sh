@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -357,6 +357,20 @@ if [[ " $steps " == *" s21b "* ]]; then
   run python_topk_fp8 120 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} \
     python3 -m pytest -q -rs -p no:cacheprovider -k fp8 python/tests/test_topk_gpu.py
   run sanitize_memcheck_topk_fp8 180 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores"
+fi
+# s21c (not in all): after s21a / s21b, the lean gate case corrected for row windows (B 1 explicit
+# windows are lean's now; B 2 is refused), [lean_windows] and [window_start] after the review's
+# shared window arithmetic, the PyTorch operator built here and the FP8 top-k / operator tests
+# through it, and our DeepGEMM drop-in beside lean FP8 (no DeepGEMM build), about 5 minutes.
+if [[ " $steps " == *" s21c "* ]]; then
+  run gpu_lean_gate 60 $b/tests/dsa_gpu_tests "lean: a forced lean call names the failed gate on the real device"
+  run gpu_lean_windows 150 $b/tests/dsa_gpu_tests "[lean_windows],[window_start]" --durations yes
+  GPU_TORCH_STEPS=none run torch_op 60 bash python/tests/gpu_torch_run.sh "$out/torch"
+  tar -C "$out" -czf "$out/torch.tgz" torch && rm -rf "$out/torch"
+  run python_fp8_op 150 env DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} DSA_INDEXER_TORCH_OP=$b/libdsa_indexer_torch.so \
+    python3 -m pytest -q -rs -p no:cacheprovider -k fp8 python/tests/test_topk_gpu.py python/tests/test_torch_op_gpu.py
+  PYTHONUNBUFFERED=1 DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run fp8_compat 200 python3 bench/peers.py \
+    --precision fp8 --families lean --skip cudnn,bf16,deepgemm --jitcost none --out "$out/docs" --max-seconds 150
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

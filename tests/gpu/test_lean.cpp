@@ -78,9 +78,10 @@ TEST_CASE("lean: a forced lean call names the failed gate on the real device", "
   };
   expect_gate(thd({1024, 1024}, {512, 512}, 32, 2, Layout::thd_local), "heads H");  // THD is H 64
   expect_gate(thd({500, 300}, {250, 150}, 64, 2, Layout::thd_local), "grid saturation");  // 100 q-tiles < 132 SMs
-  HostProblem w = bshd(1, 2048, 1024, 64, 2);
-  w.ks.assign(2048, 0);
-  w.ke.assign(2048, 100);
+  // explicit windows: lean's row windows serve B 1 (one packed sequence), not B 2
+  HostProblem w = bshd(2, 2048, 1024, 64, 2);
+  w.ks.assign(2 * 2048, 0);
+  w.ke.assign(2 * 2048, 100);
   expect_gate(w, "explicit windows");
   expect_gate(bshd(1, 2052, 1024, 64, 2), "S_q");
 }
