@@ -170,12 +170,12 @@ class Case:
         return (f"B {self.batch}, " if self.batch != 1 else "") + f"S_q {self.s_q}, S_k {self.s_k}{off}"
 
 
-def thd_case(name: str, seg_q: list, ratio: int) -> Case:
+def thd_case(name: str, seg_q: list, ratio: int, heads: int = 64) -> Case:
     cu_q, cu_k = [0], [0]
     for s in seg_q:
         cu_q.append(cu_q[-1] + s)
         cu_k.append(cu_k[-1] + s // ratio)
-    return Case(name, 64, ratio, cu_q=cu_q, cu_k=cu_k)
+    return Case(name, heads, ratio, cu_q=cu_q, cu_k=cu_k)
 
 
 def bench_cases(quick: bool) -> list[Case]:
@@ -200,6 +200,10 @@ def bench_cases(quick: bool) -> list[Case]:
             cases.append(thd_case(f"thd H64 r{ratio} 8 segs T_q {t_q}",
                                   [v * m for v in (1500, 700, 2100, 300, 1200, 900, 1100, 392)], ratio))
     cases.append(thd_case("thd H64 r2 1 seg T_q 8192", [8192], 2))
+    # THD at H 32 and 16 (lean's q-tiles of 16 and 32 tokens)
+    for h in (32, 16):
+        cases.append(thd_case(f"thd H{h} r2 3 ragged T_q 8192", [2731, 4099, 1362], 2, h))
+        cases.append(thd_case(f"thd H{h} r4 8 segs T_q 8192", [1500, 700, 2100, 300, 1200, 900, 1100, 392], 4, h))
     return cases[:4] if quick else cases
 
 

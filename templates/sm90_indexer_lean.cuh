@@ -170,7 +170,7 @@ struct LeanTraits {
   static_assert(Cfg::kHeadDim == 128, "sm90_indexer_lean: kHeadDim must be 128");
   static_assert(kHeads == 64 || kHeads == 32 || kHeads == 16, "sm90_indexer_lean: kHeads must be 64, 32 or 16");
   static_assert(kConsumers == 2 || kConsumers == 4, "sm90_indexer_lean: kConsumers must be 2 or 4");
-  static_assert(!kThd || kHeads == 64, "sm90_indexer_lean: THD variants are H 64");
+  static_assert(!(kThd && RowWindowsOf<Cfg>::value) || kHeads == 64, "sm90_indexer_lean: row windows are H 64");
   static_assert(kSeqQ >= kTokensPerTile && kSeqQ % kTokensPerTile == 0,
                 "sm90_indexer_lean: kSeqQ must be a positive multiple of the q-tile (8, 16 or 32 tokens)");
   static_assert(kThd ? kSeqK == 0 : kSeqK >= 1, "sm90_indexer_lean: kSeqK must be >= 1 (BSHD) or 0 (THD)");
@@ -224,9 +224,10 @@ __device__ __forceinline__ LeanItem<Cfg> lean_item(const LeanArgs& a, i32 b) {
 }
 
 // THD: the windows of one q-tile of packed rows, which may belong to several segments. Every
-// warp of every role computes what it needs for itself (lane r evaluates row tok0 + (r & 7)
-// with the generic family's window arithmetic, dsa_window.cuh, and the warp reduces with
-// shuffles), so no per-tile information is exchanged through shared memory.
+// warp of every role computes what it needs for itself (lane r evaluates row tok0 + r modulo the
+// q-tile's 8, 16 or 32 tokens (H 64, 32, 16) with the generic family's window arithmetic,
+// dsa_window.cuh, and the warp reduces with shuffles), so no per-tile information is exchanged
+// through shared memory.
 struct LeanThdRow {
   i64 lo, hi;  // visible absolute K rows of the packed K (lo == hi: none)
   i64 base;    // absolute K row of output column 0
@@ -246,7 +247,7 @@ struct LeanThdRow {
 template <class Cfg>
 __device__ __forceinline__ LeanThdRow lean_thd_row(const LeanArgs& a, i32 tok0, int lane) {
   LeanThdRow w;
-  const i64 r = static_cast<i64>(tok0) + (lane & 7);
+  const i64 r = static_cast<i64>(tok0) + (lane & (LeanTraits<Cfg>::kTokensPerTile - 1));
   w.valid = r < a.t_q;
   w.lo = w.hi = w.base = 0;
   if constexpr (RowWindowsOf<Cfg>::value) {
@@ -285,14 +286,16 @@ __device__ __forceinline__ i64 lean_group_max(i64 v, int width) {
 }
 constexpr i64 kLeanI64Max = 0x7fffffffffffffffll;
 
-// The KV tiles the item sweeps: the union of its live rows' windows, from a multiple of 64.
+// The KV tiles the item sweeps: the union of its live rows' windows (the q-tile's kTileRows
+// lanes), from a multiple of 64.
 struct LeanThdSpan {
   i64 kv_begin;
   i32 n_kv;  // 0: every row of the item is all -inf
 };
+template <int kTileRows>
 __device__ __forceinline__ LeanThdSpan lean_thd_span(const LeanThdRow& w) {
-  const i64 u_lo = lean_group_min(w.live() ? w.lo : kLeanI64Max, 8);
-  const i64 u_hi = lean_group_max(w.live() ? w.hi : -kLeanI64Max, 8);
+  const i64 u_lo = lean_group_min(w.live() ? w.lo : kLeanI64Max, kTileRows);
+  const i64 u_hi = lean_group_max(w.live() ? w.hi : -kLeanI64Max, kTileRows);
   LeanThdSpan s;
   s.kv_begin = 0;
   s.n_kv = 0;
@@ -825,7 +828,7 @@ __device__ __forceinline__ void lean_producer(const TmaDesc& q_map, const TmaDes
       n_kv = r.n;
       kv_begin = static_cast<i64>(r.first) * kKvRows;
     } else {
-      const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tok0, lane));
+      const LeanThdSpan sp = lean_thd_span<T::kTokensPerTile>(lean_thd_row<Cfg>(a, tok0, lane));
       n_kv = sp.n_kv;
       kv_begin = sp.kv_begin;
     }
@@ -905,7 +908,7 @@ __device__ __forceinline__ void lean_fillers(const LeanArgs& a, const Work& work
       // Every cell outside the columns the item's KV tiles cover, as the generic family's
       // fill_uncovered: the consumers write every covered cell, so each is written once.
       const LeanThdRow mine = lean_thd_row<Cfg>(a, tok0, lane);
-      const LeanThdSpan sp = lean_thd_span(mine);
+      const LeanThdSpan sp = lean_thd_span<T::kTokensPerTile>(mine);
 #pragma unroll 1
       for (int r = 0; r < T::kTokensPerTile; ++r) {
         const LeanThdRow row = mine.from_lane(r);
@@ -1016,20 +1019,36 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
 
     } else {
       const LeanThdRow w = lean_thd_row<Cfg>(a, tok0, lane);
-      const LeanThdSpan sp = lean_thd_span(w);
-      // the consumer's 4 rows: an invalid or empty row leaves no unmasked range
+      const LeanThdSpan sp = lean_thd_span<T::kTokensPerTile>(w);
+      // the consumer's TPW rows: an invalid or empty row leaves no unmasked range
       const i64 i_lo = lean_group_max(w.live() ? w.lo : kLeanI64Max, TPW);
       const i64 i_hi = lean_group_min(w.live() ? w.hi : -kLeanI64Max, TPW);
       const i64 f_lo = __shfl_sync(0xffffffffu, i_lo, TPW * cg), f_hi = __shfl_sync(0xffffffffu, i_hi, TPW * cg);
-      const LeanThdRow me = w.from_lane(cg * TPW + (T::kVals == 1 ? (lane & 1) : quarter));
-      ln.n_kv = sp.n_kv;
-      ln.f_lo = f_lo < f_hi ? lean_rel(f_lo, sp.kv_begin, sp.n_kv) : 0;
-      ln.f_hi = f_lo < f_hi ? lean_rel(f_hi, sp.kv_begin, sp.n_kv) : 0;
-      ln.w_lo[0] = me.live() ? lean_rel(me.lo, sp.kv_begin, sp.n_kv) : 0;
-      ln.w_hi[0] = me.live() ? lean_rel(me.hi, sp.kv_begin, sp.n_kv) : 0;
-      ln.c_lo[0] = me.valid ? lean_rel(me.base, sp.kv_begin, sp.n_kv) : 0;
-      ln.c_hi[0] = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
-      ln.row[0] = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
+      if constexpr (S == 1) {  // H 64: as measured and validated (the loop compiles to other SASS)
+        const LeanThdRow me = w.from_lane(cg * TPW + (T::kVals == 1 ? (lane & 1) : quarter));
+        ln.n_kv = sp.n_kv;
+        ln.f_lo = f_lo < f_hi ? lean_rel(f_lo, sp.kv_begin, sp.n_kv) : 0;
+        ln.f_hi = f_lo < f_hi ? lean_rel(f_hi, sp.kv_begin, sp.n_kv) : 0;
+        ln.w_lo[0] = me.live() ? lean_rel(me.lo, sp.kv_begin, sp.n_kv) : 0;
+        ln.w_hi[0] = me.live() ? lean_rel(me.hi, sp.kv_begin, sp.n_kv) : 0;
+        ln.c_lo[0] = me.valid ? lean_rel(me.base, sp.kv_begin, sp.n_kv) : 0;
+        ln.c_hi[0] = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
+        ln.row[0] = out + static_cast<i64>(my_tok) * a.out_cols + (sp.kv_begin - me.base);
+      } else {
+        // H 32 / 16: slot t is the lane's token my_tok + t
+        ln.n_kv = sp.n_kv;
+        ln.f_lo = f_lo < f_hi ? lean_rel(f_lo, sp.kv_begin, sp.n_kv) : 0;
+        ln.f_hi = f_lo < f_hi ? lean_rel(f_hi, sp.kv_begin, sp.n_kv) : 0;
+#pragma unroll
+        for (int t = 0; t < S; ++t) {
+          const LeanThdRow me = w.from_lane(cg * TPW + quarter * S + t);
+          ln.w_lo[t] = me.live() ? lean_rel(me.lo, sp.kv_begin, sp.n_kv) : 0;
+          ln.w_hi[t] = me.live() ? lean_rel(me.hi, sp.kv_begin, sp.n_kv) : 0;
+          ln.c_lo[t] = me.valid ? lean_rel(me.base, sp.kv_begin, sp.n_kv) : 0;
+          ln.c_hi[t] = me.valid ? lean_rel(me.base + a.out_cols, sp.kv_begin, sp.n_kv) : 0;
+          ln.row[t] = out + static_cast<i64>(my_tok + t) * a.out_cols + (sp.kv_begin - me.base);
+        }
+      }
       ln.q_row0 = LseOf<Cfg>::value ? tok_first : 0;  // the packed row, for the LSE epilogue
 
     }
@@ -1053,7 +1072,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
       r.p = reinterpret_cast<const float*>(sc.k_scale) + b * sc.k_scale_stride[0] + kv_begin * r.stride;
       r.k_rows = T::kSeqK - kv_begin;
     } else {
-      const LeanThdSpan sp = lean_thd_span(lean_thd_row<Cfg>(a, tile * T::kTokensPerTile, lane));
+      const LeanThdSpan sp = lean_thd_span<T::kTokensPerTile>(lean_thd_row<Cfg>(a, tile * T::kTokensPerTile, lane));
       r.p = reinterpret_cast<const float*>(sc.k_scale) + sp.kv_begin * r.stride;
       r.k_rows = a.t_k - sp.kv_begin;
     }
@@ -1118,9 +1137,10 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         if constexpr (T::kFp8)
           ksc = load_k_scales(kscale, static_cast<i64>(kt) * kKvRows + 16 * warp_in_wg + (lane >> 2) +
                                           (T::kVals == 1 ? lean_val_row8<T>(0, lane) : 0));
-        // (four consumers: after the item, where the other consumers' warps hide it, as the
-        // next item's lane state beside this one's would not fit 104 registers)
-        if (!kBshd && T::kConsumers == 2 && it == 0 && have_n) {
+        // (four consumers, and H 32 / 16 with their 2-4 token slots per lane: after the item,
+        // where the other consumers' warps hide it, as the next item's lane state beside this
+        // one's does not fit their registers)
+        if (!kBshd && T::kConsumers == 2 && S == 1 && it == 0 && have_n) {
           ln_n = lane_info(tile_n, b_n, part_n);
           ready_n = true;
         }

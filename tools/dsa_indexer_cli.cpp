@@ -550,6 +550,15 @@ int run_bench(const Args& a) {
   cases.push_back({"thd H64 r4 3 ragged T_q 16384", thd_packing({5462, 8198, 2724}, 4)});
   cases.push_back({"thd H64 r4 8 segs T_q 16384", thd_packing({3000, 1400, 4200, 600, 2400, 1800, 2200, 784}, 4)});
   cases.push_back({"thd H64 r2 1 seg T_q 8192", thd_packing({8192}, 2)});
+  // THD at H 32 and 16 (GLM-style indexers; lean's q-tiles of 16 and 32 tokens)
+  cases.push_back({"thd H32 r2 3 ragged T_q 8192", thd_packing({2731, 4099, 1362}, 2)});
+  cases.back().p.heads = 32;
+  cases.push_back({"thd H32 r4 8 segs T_q 8192", thd_packing({1500, 700, 2100, 300, 1200, 900, 1100, 392}, 4)});
+  cases.back().p.heads = 32;
+  cases.push_back({"thd H16 r2 3 ragged T_q 8192", thd_packing({2731, 4099, 1362}, 2)});
+  cases.back().p.heads = 16;
+  cases.push_back({"thd H16 r4 8 segs T_q 8192", thd_packing({1500, 700, 2100, 300, 1200, 900, 1100, 392}, 4)});
+  cases.back().p.heads = 16;
   if (quick) cases.resize(4);
   if (a.has("lse"))  // every row with the lse output too (training calls; lean's split variant adds its combine)
     for (BenchCase& c : cases) {

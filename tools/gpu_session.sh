@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -371,6 +371,21 @@ if [[ " $steps " == *" s21c "* ]]; then
     python3 -m pytest -q -rs -p no:cacheprovider -k fp8 python/tests/test_topk_gpu.py python/tests/test_torch_op_gpu.py
   PYTHONUNBUFFERED=1 DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run fp8_compat 200 python3 bench/peers.py \
     --precision fp8 --families lean --skip cudnn,bf16,deepgemm --jitcost none --out "$out/docs" --max-seconds 150
+fi
+# s21d / s21e (not in all; two calls): lean THD at H 32 and 16 (q-tiles of 16 and 32 packed
+# tokens). s21d: [digests] (H 64's kernels keep their bits), every THD suite and the lean heads
+# suites, memcheck over the new THD heads cases; s21e: racecheck over one of them and the THD rows
+# of the CLI bench (H 64, 32, 16; lean against generic, same run).
+if [[ " $steps " == *" s21d "* ]]; then
+  run digests 300 $b/tests/dsa_gpu_tests "[digests]"
+  run gpu_thd_heads 200 $b/tests/dsa_gpu_tests "[thd],[lean_heads]" --durations yes
+  run sanitize_memcheck_thd_heads 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
+    "lean THD heads: H 32 and 16 lse\, four consumers\, FP8,lean THD heads: H 32 and 16 offsets near INT32_MAX and negative\, empty and 1-token segments"
+fi
+if [[ " $steps " == *" s21e "* ]]; then
+  run sanitize_racecheck_thd_heads 300 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
+    "lean THD heads: H 32 and 16 offsets near INT32_MAX and negative\, empty and 1-token segments"
+  run bench_thd 240 $b/tools/dsa-indexer bench --match thd --reps 10 --json "$out/bench_thd.json"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

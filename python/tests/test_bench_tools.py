@@ -617,7 +617,8 @@ def test_section_content():
     assert "| lean >= 650 TFLOP/s at bshd H64 r2 S_q 8192 (H 64, ratio 2, B 1) | 700 TF/s met | 760 TF/s met |" in targets
     assert "| bshd H64 r2 S_q 8192 B4 (B 4, S_q 320, S_k 163) |" in s and "| bshd H64 r2 S_q 2048 (S_q 1280, S_k 643) |" in s
     assert "— (not served)" in s and "**FAIL**" in s and "785 TFLOP/s" in s
-    assert "dsa-indexer lean (bshd H32 r2 S_q 8192): not served: heads H: expected 64, got 32" in s
+    assert ("dsa-indexer lean (bshd H32 r2 S_q 8192, thd H32 r2 3 ragged T_q 8192, thd H32 r4 8 segs T_q 8192): "
+            "not served: heads H: expected 64, got 32") in s  # one line per reason
     assert "cuDNN-frontend SM90 (thd H64 r2 3 ragged T_q 8192, " in s and ": warm time not graph-captured (†): RuntimeError: capture failed" in s
     assert "CUDAGraph" in s and "sm_scale 0.125" in s
 

@@ -39,17 +39,19 @@ bool contiguous(const Problem& p, bool packed) {
 }
 bool contiguous(const Problem& p) { return contiguous(p, p.is_thd()); }
 
-constexpr int64_t kTile = LeanGeometry::kTokensPerTile;  // H 64 (THD)
+constexpr int64_t kTile = LeanGeometry::kTokensPerTile;  // H 64 (row windows)
 // A variant's dynamic shared memory (its epilogue's own, if any, comes on top).
 uint32_t spec_smem(DType w, int stages, DType qk, int consumers, bool thd, bool split, bool lse, int64_t heads) {
   return static_cast<uint32_t>(LeanGeometry::smem_bytes(w, stages, qk, consumers, thd, split, lse) +
                                (lse ? LeanGeometry::lse_bytes(heads) : 0));
 }
-int64_t round_to_tile(int64_t rows) { return (rows + kTile - 1) / kTile * kTile; }
-int64_t bshd_tile(const Problem& p) { return LeanGeometry::tokens_per_tile(p.heads); }
+// The q-tile: 512 packed (token, head) rows, 8 / 16 / 32 tokens at H 64 / 32 / 16 (BSHD and THD).
+int64_t q_tile(const Problem& p) { return LeanGeometry::tokens_per_tile(p.heads); }
+// THD: T_q rounded up to the q-tile (the variant's kSeqQ).
+int64_t round_to_tile(const Problem& p) { return (p.t_q + q_tile(p) - 1) / q_tile(p) * q_tile(p); }
 
 // Work items: q-tiles x B (BSHD), the q-tiles of T_q (THD).
-int64_t work_items(const Problem& p) { return p.is_thd() ? round_to_tile(p.t_q) / kTile : p.s_q / bshd_tile(p) * p.batch; }
+int64_t work_items(const Problem& p) { return p.is_thd() ? round_to_tile(p) / q_tile(p) : p.s_q / q_tile(p) * p.batch; }
 
 bool saturated(const Problem& p, const DeviceInfo& dev) { return work_items(p) >= dev.sm_count; }
 
@@ -93,13 +95,13 @@ std::shared_ptr<const LeanThdPlan> thd_plan_for(const Problem& p, int64_t grid) 
   std::string key;
   const std::size_t n = p.cu_q_host.size() * sizeof(int32_t);
   key.reserve(48 + 2 * n);
-  key += std::to_string(p.t_q) + '/' + std::to_string(p.ratio) + '/' + std::to_string(grid) + '/' +
+  key += std::to_string(p.t_q) + '/' + std::to_string(q_tile(p)) + '/' + std::to_string(p.ratio) + '/' + std::to_string(grid) + '/' +
          std::to_string(static_cast<int>(order)) + '/';
   key.append(reinterpret_cast<const char*>(p.cu_q_host.data()), n);
   key.append(reinterpret_cast<const char*>(p.cu_k_host.data()), p.cu_k_host.size() * sizeof(int32_t));
   return thd_memo().get_or_create(key, [&] {
     return std::make_shared<const LeanThdPlan>(
-        lean_thd_plan(lean_thd_tile_kv(p.cu_q_host, p.cu_k_host, p.t_q, p.ratio), grid, order));
+        lean_thd_plan(lean_thd_tile_kv(p.cu_q_host, p.cu_k_host, p.t_q, p.ratio, q_tile(p)), grid, order));
   });
 }
 
@@ -121,18 +123,17 @@ namespace {
 Gate lean_check_view(const Problem& p, const DeviceInfo& dev, bool split) {
   if (dev.cc_major != 9 || dev.cc_minor != 0)
     return Gate::fail("device compute capability", "9.0 (sm_90)", fmt::format("{}.{}", dev.cc_major, dev.cc_minor));
-  if (p.is_thd() ? p.heads != LeanGeometry::kHeads : !LeanGeometry::serves_heads(p.heads))
-    return Gate::fail("heads H", p.is_thd() ? "64 (THD)" : "64, 32 or 16", std::to_string(p.heads));
+  if (!LeanGeometry::serves_heads(p.heads)) return Gate::fail("heads H", "64, 32 or 16", std::to_string(p.heads));
   if (p.head_dim != 128) return Gate::fail("head dim D", "128", std::to_string(p.head_dim));
   if (!contiguous(p)) return Gate::fail("operand strides", "contiguous q, k, w and scores", "a strided operand");
   for (const void* ptr : {p.q, p.k, p.w, static_cast<const void*>(p.out)})
     if (!aligned16(ptr)) return Gate::fail("operand alignment", "16-byte-aligned q, k, w and scores", fmt::format("{}", ptr));
-  if (!p.is_thd() && p.s_q % bshd_tile(p) != 0)
-    return Gate::fail("S_q", fmt::format("a multiple of {} (the lean q-tile at H {})", bshd_tile(p), p.heads), std::to_string(p.s_q));
+  if (!p.is_thd() && p.s_q % q_tile(p) != 0)
+    return Gate::fail("S_q", fmt::format("a multiple of {} (the lean q-tile at H {})", q_tile(p), p.heads), std::to_string(p.s_q));
   if (p.is_thd() && !has_host_seqlens(p))
     return Gate::fail("host cu_seqlens", "read or mirrored on the host", "not available");
-  if (p.is_thd() && round_to_tile(p.t_q) > INT32_MAX - kTile)
-    return Gate::fail("T_q", "< 2^31 - 8", std::to_string(p.t_q));
+  if (p.is_thd() && round_to_tile(p) > INT32_MAX - q_tile(p))
+    return Gate::fail("T_q", fmt::format("< 2^31 - {}", q_tile(p)), std::to_string(p.t_q));
   // BSHD calls that cannot fill the grid take the split variant (when the caller serves it; with
   // lse it adds the combine of its chunks' partial sums: lean_plan)
   if (!saturated(p, dev) && (p.is_thd() || !split))
@@ -155,7 +156,7 @@ std::string lean_gate_key(const Problem& p, const DeviceInfo& dev) {
   k += p.s_k > INT32_MAX ? ".skbig" : "";
   k += contiguous(p, p.is_thd() || row_windows(p)) ? ".c1" : ".c0";
   k += aligned16(p.q) && aligned16(p.k) && aligned16(p.w) && aligned16(p.out) ? ".a1" : ".a0";
-  k += ".sq" + std::to_string(p.is_thd() ? round_to_tile(p.t_q) : p.s_q);
+  k += ".sq" + std::to_string(p.is_thd() ? round_to_tile(p) : p.s_q);
   if (p.is_thd()) k += has_host_seqlens(p) ? ".cu1" : ".cu0";
   k += saturated(p, dev) ? ".sat1" : ".sat0";
   return k;
@@ -180,15 +181,15 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   // Four consumers' FP8 lse variants at H 16, THD and split spill at 104 registers (the k scales
   // and the lse state beside the lane's rows): two consumers serve them.
   if (consumers == 4 && p.has_lse && p.qk_dtype == DType::e4m3 && (p.is_thd() || p.heads == 16 || split_here)) consumers = 2;
-  plan.tokens_per_tile = static_cast<int32_t>(p.is_thd() ? kTile : bshd_tile(p));
+  plan.tokens_per_tile = static_cast<int32_t>(q_tile(p));
   if (p.is_thd()) {
-    plan.spec = lean_spec(round_to_tile(p.t_q), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype, false,
-                          LeanGeometry::kHeads, consumers, p.has_lse, free_running);
+    plan.spec = lean_spec(round_to_tile(p), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype, false, p.heads,
+                          consumers, p.has_lse, free_running);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {
     plan.spec = lean_spec(p.s_q, p.s_k, p.w_dtype, p.sm_scale == 1.0f, Layout::bshd, p.qk_dtype, split_here, p.heads,
                           consumers, p.has_lse, free_running);
-    plan.tiles_per_batch = p.s_q / bshd_tile(p);
+    plan.tiles_per_batch = p.s_q / q_tile(p);
     plan.num_tiles = plan.tiles_per_batch * p.batch;
     if (split_here) {
       // num_tiles counts work items: one per chunk of each q-tile's KV tiles
@@ -502,13 +503,13 @@ double lean_balance(const LeanSchedule& s, const std::vector<double>& costs, int
 }
 
 std::vector<int32_t> lean_thd_tile_kv(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k, int64_t t_q,
-                                      int64_t ratio) {
-  const int64_t tiles = (t_q + kTile - 1) / kTile;
+                                      int64_t ratio, int64_t tile) {
+  const int64_t tiles = (t_q + tile - 1) / tile;
   const std::size_t n_seg = cu_q.empty() ? 0 : cu_q.size() - 1;
   std::vector<int32_t> kv(static_cast<std::size_t>(tiles), 0);
   std::size_t s = 0;  // the segment of the tile's first row
   for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t r0 = t * kTile, r1 = std::min(r0 + kTile, t_q);
+    const int64_t r0 = t * tile, r1 = std::min(r0 + tile, t_q);
     while (s + 1 < n_seg && cu_q[s + 1] <= r0) ++s;
     int64_t u_lo = INT64_MAX, u_hi = INT64_MIN;
     // Every segment with rows in [r0, r1): its last row there has its widest window.

@@ -65,10 +65,10 @@ LeanSchedule lean_schedule(int64_t s_q, int64_t s_k, int64_t heads = 64);
 // max / mean of per-CTA cost when `grid` CTAs run the schedule for `batch` copies of `costs`.
 double lean_balance(const LeanSchedule& s, const std::vector<double>& costs, int64_t batch, int64_t grid);
 
-// THD. KV tiles of every q-tile of a packing under zero offsets (the planner does not read the
+// THD. KV tiles of every q-tile (`tile` tokens: 8, 16, 32 at H 64, 32, 16) of a packing under zero offsets (the planner does not read the
 // device q_causal_offsets): the union of the tile's rows' windows, as the kernel sweeps it.
 std::vector<int32_t> lean_thd_tile_kv(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k, int64_t t_q,
-                                      int64_t ratio);
+                                      int64_t ratio, int64_t tile = LeanGeometry::kTokensPerTile);
 // `balanced`: longest first (by cost class), the CTA policy that balances the packing best;
 // `static`: the packed q-tiles from the last (the generic family's order). Any order is
 // correct; only the balance differs.

@@ -76,7 +76,6 @@ TEST_CASE("lean: a forced lean call names the failed gate on the real device", "
     auto g = dsa_support::run(p, dp, KernelFamily::automatic);  // automatic serves it (generic)
     CHECK(g.scores.size() == static_cast<size_t>(p.rows() * p.cols()));
   };
-  expect_gate(thd({1024, 1024}, {512, 512}, 32, 2, Layout::thd_local), "heads H");  // THD is H 64
   expect_gate(thd({500, 300}, {250, 150}, 64, 2, Layout::thd_local), "grid saturation");  // 100 q-tiles < 132 SMs
   // explicit windows: lean's row windows serve B 1 (one packed sequence), not B 2
   HostProblem w = bshd(2, 2048, 1024, 64, 2);
@@ -162,7 +161,7 @@ namespace {
 
 // A random packing of t_q query rows into segments (some empty, some of one token, boundaries
 // anywhere inside q-tiles), keys per segment at the given ratio, with a little noise.
-HostProblem random_packing(int64_t t_q, int64_t ratio, uint64_t seed, Layout l = Layout::thd_local) {
+HostProblem random_packing(int64_t t_q, int64_t ratio, uint64_t seed, Layout l = Layout::thd_local, int heads = 64) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> lq, lk;
   for (int64_t left = t_q; left > 0;) {
@@ -173,7 +172,7 @@ HostProblem random_packing(int64_t t_q, int64_t ratio, uint64_t seed, Layout l =
     lq.push_back(static_cast<int32_t>(s));
     lk.push_back(static_cast<int32_t>(std::max<int64_t>(0, s / ratio + static_cast<int64_t>(rng() % 3) - 1)));
   }
-  return thd(lq, lk, 64, ratio, l);
+  return thd(lq, lk, heads, ratio, l);
 }
 
 }  // namespace
@@ -266,4 +265,76 @@ TEST_CASE("lean THD: 20 packings of one T_q compile once", "[lean][thd]") {
   auto stats1 = dsa_indexer::kernel_cache_stats();
   CHECK(stats1.misses - stats0.misses <= 1);  // 0 if an earlier case already loaded it
   CHECK(stats1.hits - stats0.hits >= 19);
+}
+
+// ---------------- THD at H 32 and 16 ----------------
+// q-tiles of 16 and 32 packed tokens (256 token-head rows per consumer, as BSHD at these H), so a
+// q-tile spans more segment boundaries and a lane holds 2 or 4 token slots, each with its own
+// window: against the oracle and bitwise against generic THD and the dispatcher.
+
+TEST_CASE("lean THD heads: H 32 and 16 random packings against the fp64 oracle and bitwise against generic", "[lean][thd][lean_heads]") {
+  uint64_t seed = 1400;
+  for (int h : {32, 16}) {
+    const int64_t tile = 512 / h;
+    for (Layout l : {Layout::thd_local, Layout::thd_global})
+      for (int64_t ratio : {1, 2, 4}) {
+        // 132 q-tiles, or 133 with the last one short
+        const int64_t t_q = 132 * tile + (ratio == 2 ? 5 : 0);
+        HostProblem p = random_packing(t_q, ratio, ++seed, l, h);
+        p.sm_scale = seed % 2 ? 1.0f : 0.125f;
+        p.w_f32 = seed % 3 == 0;
+        check_lean(p, seed);
+      }
+  }
+}
+
+TEST_CASE("lean THD heads: H 32 and 16 offsets near INT32_MAX and negative, empty and 1-token segments", "[lean][thd][lean_heads]") {
+  for (int h : {32, 16}) {
+    const int32_t tile = 512 / h;
+    for (Layout l : {Layout::thd_local, Layout::thd_global}) {
+      // 132 q-tiles: six segments, two of them empty or of one token, boundaries inside q-tiles
+      const int32_t n = 132 * tile;
+      HostProblem p = thd({n / 3 + 3, 0, 1, n / 4 - 7, n / 5, n - (n / 3 + 3) - 1 - (n / 4 - 7) - n / 5},
+                          {n / 6, 7, 1, n / 8, 0, n / 3}, h, 2, l);
+      p.offsets = {INT32_MAX - n, 3, -5000, 9, -100, 333};
+      p.sm_scale = 0.25f;
+      check_lean(p, 1500 + static_cast<uint64_t>(h) + static_cast<uint64_t>(l));
+    }
+  }
+}
+
+TEST_CASE("lean THD heads: H 32 and 16 lse, four consumers, FP8", "[lean][thd][lean_heads]") {
+  uint64_t seed = 1600;
+  for (int h : {32, 16}) {
+    const int64_t tile = 512 / h;
+    HostProblem p = random_packing(132 * tile + 3, 2, ++seed, Layout::thd_local, h);
+    p.lse = true;
+    check_lean(p, seed);
+    HostProblem g = random_packing(140 * tile, 4, ++seed, Layout::thd_global, h);
+    check_lean(g, seed, 4);
+    ++seed;
+    check_fp8_lean_equals_generic(fp8_inputs(random_packing(132 * tile, 1, seed, Layout::thd_local, h), true, true), seed);
+    HostProblem f = fp8_inputs(random_packing(132 * tile + 9, 2, ++seed, Layout::thd_global, h), false, true, false);
+    f.lse = true;
+    f.w_f32 = true;
+    check_fp8_lean_equals_generic(f, seed);
+  }
+}
+
+TEST_CASE("lean THD heads: H 32 and 16 large packings bitwise against generic, run to run, bf16 W == fp32 W", "[lean][thd][lean_heads]") {
+  for (int h : {32, 16}) {
+    // 8 segments at ratio 4 (issue 23's short-segment packing)
+    std::vector<int32_t> lq = {1500, 700, 2100, 300, 1200, 900, 1100, 392}, lk;
+    for (int32_t s : lq) lk.push_back(s / 4);
+    HostProblem p = thd(lq, lk, h, 4);
+    dsa_support::fill_random(p, 1700 + static_cast<uint64_t>(h));
+    auto dp = dsa_support::upload(p);
+    auto lean = dsa_support::run(p, dp, KernelFamily::lean);
+    auto gen = dsa_support::run(p, dp, KernelFamily::generic);
+    INFO(p.describe());
+    CHECK(bitwise_equal(lean.scores, gen.scores));
+    HostProblem r = random_packing(150 * (512 / h), 2, 1800 + static_cast<uint64_t>(h), Layout::thd_local, h);
+    r.sm_scale = 0.5f;
+    run_determinism_and_w_dtype(KernelFamily::lean, r);
+  }
 }

@@ -51,9 +51,15 @@ TEST_CASE("dispatch: THD calls that pass the lean gates go lean, in both column 
   PackedCall small({500, 300}, {250, 150});
   CHECK(&pick(small) == &generic_family());
   CHECK_THAT(lean_error(small), Contains("grid saturation (q-tiles of T_q)") && Contains("got 100"));
-  // H 32 and explicit windows stay generic; LSE goes lean (session 11: its lse in generic's order)
+  // H 32 and 16 go lean (q-tiles of 16 and 32 tokens), H 8 does not; LSE goes lean (session 11:
+  // its lse in generic's order)
   PackedCall h32({4096, 4096}, {2048, 2048}, false, 32);
-  CHECK_THAT(lean_error(h32), Contains("heads H"));
+  CHECK(lean_error(h32) == "accepted");
+  CHECK(&pick(h32) == &lean_family());
+  PackedCall h16({4096, 4096}, {2048, 2048}, false, 16);
+  CHECK(&pick(h16) == &lean_family());
+  PackedCall h8({4096, 4096}, {2048, 2048}, false, 8);
+  CHECK_THAT(lean_error(h8), Contains("heads H"));
   PackedCall lse({4096, 4096}, {2048, 2048});
   lse.opt.lse = TensorDesc::contiguous(fake(0x800000), DType::f32, {8192});
   CHECK(lean_error(lse) == "accepted");
