@@ -520,6 +520,7 @@ int run_bench(const Args& a) {
   const auto fams = bench_families(a.get("family", "lean,generic"));
   const bool quick = a.has("quick");
   const std::string thd_orders = a.get("thd-order", "balanced");
+  const std::string mode = a.get("mode", "both");  // cold, warm or both (a power probe times one alone)
   const std::string op = a.get("op", "scores");
   const bool want_scores = op != "topk", want_topk = op != "scores";
   std::vector<BenchCase> cases;
@@ -610,8 +611,8 @@ int run_bench(const Args& a) {
                                 (thd_orders == "static" && fam == dsa_indexer::KernelFamily::lean);
       dd::set_lean_thd_order(static_order ? dd::LeanThdOrder::static_order : dd::LeanThdOrder::balanced);
       try {
-        cold = time_forward(sets, fam, 3, reps, nullptr);
-        warm = time_forward_graph(sets[0], fam, reps);
+        if (mode != "warm") cold = time_forward(sets, fam, 3, reps, nullptr);
+        if (mode != "cold") warm = time_forward_graph(sets[0], fam, reps);
       } catch (const dsa_indexer::UnsupportedConfig& e) {
         fmt::print("{:<30} {:<8} {}\n", c.name, fname, "-- (not served: see --family)");
         continue;
@@ -731,6 +732,8 @@ void build_cli(Cli& cli) {
                                          "(default lean,generic)",
                                          dd::family_options()))->check(family_list);
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
+  cli.value(bench, "mode", "scores rows: both (the default), cold or warm alone (the other column 0; for "
+                           "sampling clocks and power per mode)")->check(CLI::IsMember({"both", "cold", "warm"}));
   bench->add_flag_callback("--lse", [&cli] { cli.args.opt["lse"] = "1"; },
                            "every scores row also writes the lse output (names end in ' lse'; bf16 rows)");
   cli.value(bench, "thd-order", "lean THD q-tile order: balanced (per packing, the default), static (packed order), "
