@@ -175,6 +175,18 @@ HostProblem random_packing(int64_t t_q, int64_t ratio, uint64_t seed, Layout l =
   return thd(lq, lk, heads, ratio, l);
 }
 
+// `p` (its inputs drawn from `seed`, kept in p) through lean and generic: every cell bit for bit;
+// lean's result.
+dsa_support::GpuResult lean_bitwise_generic(HostProblem& p, uint64_t seed) {
+  dsa_support::fill_random(p, seed);
+  auto dp = dsa_support::upload(p);
+  auto lean = dsa_support::run(p, dp, KernelFamily::lean);
+  auto gen = dsa_support::run(p, dp, KernelFamily::generic);
+  INFO(p.describe());
+  CHECK(bitwise_equal(lean.scores, gen.scores));
+  return lean;
+}
+
 }  // namespace
 
 TEST_CASE("lean THD: random packings against the fp64 oracle and bitwise against generic THD", "[lean][thd]") {
@@ -225,12 +237,8 @@ TEST_CASE("lean THD: large packings bitwise against generic THD (3 ragged and 8 
       std::vector<int32_t> lk;
       for (int32_t s : lq) lk.push_back(static_cast<int32_t>(s / ratio));
       HostProblem p = thd(lq, lk, 64, ratio);
-      dsa_support::fill_random(p, 980 + static_cast<uint64_t>(ratio));
-      auto dp = dsa_support::upload(p);
-      auto lean = dsa_support::run(p, dp, KernelFamily::lean);
-      auto gen = dsa_support::run(p, dp, KernelFamily::generic);
+      const auto lean = lean_bitwise_generic(p, 980 + static_cast<uint64_t>(ratio));
       INFO(p.describe());
-      CHECK(bitwise_equal(lean.scores, gen.scores));
       // a sample of rows against the oracle (first, last and boundary rows of every segment)
       std::vector<int64_t> rows;
       for (size_t s = 0; s + 1 < p.cu_q.size(); ++s)
@@ -327,12 +335,7 @@ TEST_CASE("lean THD heads: H 32 and 16 large packings bitwise against generic, r
     std::vector<int32_t> lq = {1500, 700, 2100, 300, 1200, 900, 1100, 392}, lk;
     for (int32_t s : lq) lk.push_back(s / 4);
     HostProblem p = thd(lq, lk, h, 4);
-    dsa_support::fill_random(p, 1700 + static_cast<uint64_t>(h));
-    auto dp = dsa_support::upload(p);
-    auto lean = dsa_support::run(p, dp, KernelFamily::lean);
-    auto gen = dsa_support::run(p, dp, KernelFamily::generic);
-    INFO(p.describe());
-    CHECK(bitwise_equal(lean.scores, gen.scores));
+    lean_bitwise_generic(p, 1700 + static_cast<uint64_t>(h));
     HostProblem r = random_packing(150 * (512 / h), 2, 1800 + static_cast<uint64_t>(h), Layout::thd_local, h);
     r.sm_scale = 0.5f;
     run_determinism_and_w_dtype(KernelFamily::lean, r);
