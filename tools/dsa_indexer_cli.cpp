@@ -617,7 +617,8 @@ int run_bench(const Args& a) {
         fmt::print("{:<30} {:<8} {}\n", c.name, fname, "-- (not served: see --family)");
         continue;
       }
-      auto tf = [&](const Timed& t) { return 2.0 * c.p.heads * 128 * pairs / (t.median_us * 1e-6) / 1e12; };
+      // (0 for a column --mode left untimed, so the table and the JSON stay finite)
+      auto tf = [&](const Timed& t) { return t.median_us > 0 ? 2.0 * c.p.heads * 128 * pairs / (t.median_us * 1e-6) / 1e12 : 0.0; };
       auto pct = [&](double x) { return ceil.ok ? 100.0 * x / ceil.tflops : 0.0; };
       fmt::print("{:<30} {:<8} {:>10.1f} {:>8.1f} {:>6.1f}% {:>10.1f} {:>8.1f} {:>6.1f}%\n", c.name, fname, cold.median_us,
                  tf(cold), pct(tf(cold)), warm.median_us, tf(warm), pct(tf(warm)));
@@ -732,7 +733,7 @@ void build_cli(Cli& cli) {
                                          "(default lean,generic)",
                                          dd::family_options()))->check(family_list);
   cli.value(bench, "reps", "timed repetitions per shape (default 20)")->check(CLI::Range(1, 1000000));
-  cli.value(bench, "mode", "scores rows: both (the default), cold or warm alone (the other column 0; for "
+  cli.value(bench, "mode", "scores rows: both (the default), cold or warm alone (the other column's time and TFLOP/s 0; for "
                            "sampling clocks and power per mode)")->check(CLI::IsMember({"both", "cold", "warm"}));
   bench->add_flag_callback("--lse", [&cli] { cli.args.opt["lse"] = "1"; },
                            "every scores row also writes the lse output (names end in ' lse'; bf16 rows)");

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include "jit/codegen.hpp"
@@ -68,13 +69,16 @@ bool has_host_seqlens(const Problem& p) {
 bool row_windows(const Problem& p) { return p.has_windows && !p.is_thd(); }
 // lean_check past its explicit-windows rules (on the call, or on its row-windows view).
 Gate lean_check_view(const Problem& p, const DeviceInfo& dev, bool split = false);
-Problem row_windows_view(const Problem& p) {
+// `seqlens`: with its host cu_seqlens (the gate and the planner read them; the launch does not).
+Problem row_windows_view(const Problem& p, bool seqlens = true) {
   Problem v = p;
   v.layout = p.window_start ? Layout::thd_local : Layout::thd_global;
   v.t_q = p.s_q;
   v.t_k = p.s_k;
-  v.cu_q_host = {0, static_cast<int32_t>(p.s_q)};
-  v.cu_k_host = {0, static_cast<int32_t>(p.s_k)};
+  if (seqlens) {
+    v.cu_q_host = {0, static_cast<int32_t>(p.s_q)};
+    v.cu_k_host = {0, static_cast<int32_t>(p.s_k)};
+  }
   return v;
 }
 
@@ -253,8 +257,10 @@ static_assert(2 * sizeof(TmaDescBytes) + sizeof(dsa::LeanArgs) + sizeof(dsa::Lea
 void lean_launch(const Problem& call, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what,
                  int function) {
   const bool rw = row_windows(call);
-  const Problem view = rw ? row_windows_view(call) : Problem{};
-  const Problem& p = rw ? view : call;
+  // (no Problem built for the other calls: this is every lean launch's path)
+  std::optional<Problem> view;
+  if (rw) view = row_windows_view(call, false);
+  const Problem& p = view ? *view : call;
   dsa::LeanArgs args{};
   args.w = reinterpret_cast<uintptr_t>(p.w);
   args.out = reinterpret_cast<uintptr_t>(p.out);
