@@ -15,6 +15,7 @@
 #include "dsa_indexer/errors.hpp"
 #include "dsa_indexer/topk.hpp"
 #include "event_timing.hpp"
+#include "families/sm90_topk_fused.hpp"
 #include "families/sm90_topk_unfused.hpp"
 #include "gpu_runner.hpp"
 #include "host_problem.hpp"
@@ -70,6 +71,7 @@ std::vector<TopkCase> topk_bench_cases() {
   cases.push_back({"topk bshd S_q 8192 S_k 16384 r1", topk_bshd(1, 8192, 16384, 1, true)});
   cases.push_back({"topk bshd S_q 8192 S_k 65536 r1", topk_bshd(1, 8192, 65536, 1, true)});
   cases.push_back({"topk bshd S_q 4096 S_k 131072 r1", topk_bshd(1, 4096, 131072, 1, true)});
+  cases.push_back({"topk bshd S_q 2048 S_k 262144 r1", topk_bshd(1, 2048, 262144, 1, true)});
   cases.push_back({"topk bshd S_q 16384 S_k 4096 r4", topk_bshd(1, 16384, 4096, 4, false)});
   cases.push_back({"topk bshd B4 S_q 4096 S_k 16384 r1", topk_bshd(4, 4096, 16384, 1, true)});
   cases.push_back({"topk thd r1 3 ragged T_q 16384", topk_thd({5462, 8198, 2724})});
@@ -191,14 +193,21 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const TopkCase& c) { return c.name.find(o.match) == std::string::npos; }),
                 cases.end());
   const dd::DeviceInfo& dev = dd::device_info(0);
-  fmt::print("\nbench --op topk: indexer_topk (automatic: unfused = block scores into a bounded workspace, then the exact "
-             "selection; indices only, caller-owned workspace) against the scores alone (automatic family) of the same shape; "
-             "x = topk / scores time; select = our selection kernel alone over the whole score matrix (warm); "
-             "fused = family topk_fused by name where its gates hold (xf = fused / scores; its indices must equal the "
-             "unfused ones bitwise); memory = workspace + indices against the score matrix; check = sampled rows against a "
+  const uint64_t budget = o.budget_mib << 20;
+  dd::set_topk_unfused_blocking(budget, o.one_wave);
+  dd::set_topk_fused_budget(budget);
+  if (budget != 0 || o.one_wave)
+    fmt::print("\nbench --op topk: block budget {} MiB (0: the library's){}\n", o.budget_mib,
+               o.one_wave ? "; unfused blocks of one wave of rows at least (beyond the budget at long S_k)" : "");
+  fmt::print("\nbench --op topk: indexer_topk, automatic (auto = the family it takes: topk_unfused = block scores into a "
+             "bounded workspace, then the exact selection; topk_fused = the lean sweep's candidates, then their selection; "
+             "indices only, caller-owned workspace) against the scores alone (automatic family) of the same shape; "
+             "x = topk / scores time; unfused, fused = each family by name where its gates hold (xf = fused / scores); "
+             "their indices must equal the automatic call's bitwise; select = our selection kernel alone over the whole "
+             "score matrix (warm); memory = workspace + indices against the score matrix; check = sampled rows against a "
              "reference selection of our own scores\n");
-  fmt::print("{:<36} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>6} {:>9}  {}\n", "shape", "k",
-             "scores c", "scores w", "topk c", "topk w", "x c", "x w", "select", "topk MiB", "score MiB", "mem", "fused c", "fused w",
+  fmt::print("{:<36} {:>5} {:>13} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>6} {:>9}  {}\n",
+             "shape", "k", "auto", "scores c", "scores w", "topk c", "topk w", "x c", "x w", "unfused c", "unfused w", "select", "topk MiB", "score MiB", "mem", "fused c", "fused w",
              "xf c", "fused MiB", "check");
   std::string json;
   for (auto& c : cases) {
@@ -263,59 +272,71 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
         sel_ind.download(b.data(), b.size() * 4);
         select_equal = a == b;
       }
-      // The fused path by name, where its gates hold: cold and warm, and its indices against the
-      // unfused path's (set 0) bitwise.
-      Timed fc, fw;
-      size_t ws_fused = 0;
-      bool fused_ran = false, fused_equal = false;
-      {
-        const dsa_indexer::IndexerOptions fo = topk_options(sets[0], dsa_indexer::KernelFamily::topk_fused);
+      // Each path by name, where its gates hold: cold and warm, and its indices against the
+      // automatic call's (set 0) bitwise; fused == unfused is the contract.
+      struct Named {
+        bool ran = false, equal = false;
+        Timed cold, warm;
+        size_t ws = 0;
+      };
+      auto run_named = [&](dsa_indexer::KernelFamily fam) {
+        Named r;
+        const dsa_indexer::IndexerOptions fo = topk_options(sets[0], fam);
         const dd::Problem tp = dd::validate_topk(sets[0].tq, sets[0].tk, sets[0].tw, indices_desc(c.p, ind[0], k), fo, t, nullptr);
-        bool gate = true;
         try {
-          dd::choose_family(tp, dev, dsa_indexer::KernelFamily::topk_fused, false);
+          dd::choose_family(tp, dev, fam, false);
         } catch (const dsa_indexer::UnsupportedConfig&) {
-          gate = false;
+          return r;
         }
-        if (gate) {
-          dsa_indexer::TopkOptions tf;
-          tf.k = k;
-          ws_fused = dsa_indexer::indexer_topk_workspace_size(sets[0].tq, sets[0].tk, sets[0].tw, indices_desc(c.p, ind[0], k), fo, tf);
-          DeviceBuffer wsf(ws_fused), fused_ind(static_cast<size_t>(rows * k) * 4);
-          tf.workspace = wsf.get();
-          tf.workspace_bytes = ws_fused;
-          auto fcall = [&](size_t i, CUstream st) {
-            const DeviceBuffer& out = i == 0 ? fused_ind : ind[i];
-            dsa_indexer::indexer_topk(sets[i].tq, sets[i].tk, sets[i].tw, indices_desc(c.p, out, k),
-                                      topk_options(sets[i], dsa_indexer::KernelFamily::topk_fused), tf, st);
-          };
-          {
-            dd::ScopedContext ctx(0);
-            for (int i = 0; i < 3; ++i) fcall(static_cast<size_t>(i) % sets.size(), nullptr);
-            fc = event_times(o.reps, nullptr, 1, [&](int i) { fcall(static_cast<size_t>(i) % sets.size(), nullptr); });
-          }
-          fw = graph_times(o.reps, 10, [&](CUstream st) { fcall(0, st); });
-          sync_device();
-          std::vector<int32_t> a(static_cast<size_t>(rows * k)), b(a.size());
-          ind[0].download(a.data(), a.size() * 4);
-          fused_ind.download(b.data(), b.size() * 4);
-          fused_equal = a == b;
-          fused_ran = true;
+        dsa_indexer::TopkOptions tf;
+        tf.k = k;
+        r.ws = dsa_indexer::indexer_topk_workspace_size(sets[0].tq, sets[0].tk, sets[0].tw, indices_desc(c.p, ind[0], k), fo, tf);
+        DeviceBuffer wsf(r.ws), own_ind(static_cast<size_t>(rows * k) * 4);
+        tf.workspace = wsf.get();
+        tf.workspace_bytes = r.ws;
+        auto fcall = [&](size_t i, CUstream st) {
+          const DeviceBuffer& out = i == 0 ? own_ind : ind[i];
+          dsa_indexer::indexer_topk(sets[i].tq, sets[i].tk, sets[i].tw, indices_desc(c.p, out, k), topk_options(sets[i], fam), tf, st);
+        };
+        {
+          dd::ScopedContext ctx(0);
+          for (int i = 0; i < 3; ++i) fcall(static_cast<size_t>(i) % sets.size(), nullptr);
+          r.cold = event_times(o.reps, nullptr, 1, [&](int i) { fcall(static_cast<size_t>(i) % sets.size(), nullptr); });
         }
+        r.warm = graph_times(o.reps, 10, [&](CUstream st) { fcall(0, st); });
+        sync_device();
+        std::vector<int32_t> a(static_cast<size_t>(rows * k)), b(a.size());
+        ind[0].download(a.data(), a.size() * 4);
+        own_ind.download(b.data(), b.size() * 4);
+        r.equal = a == b;
+        r.ran = true;
+        return r;
+      };
+      const Named un = run_named(dsa_indexer::KernelFamily::topk_unfused);
+      const Named fu = run_named(dsa_indexer::KernelFamily::topk_fused);
+      const bool fused_ran = fu.ran, fused_equal = fu.equal;
+      const size_t ws_fused = fu.ws;
+      const Timed &fc = fu.cold, &fw = fu.warm;
+      std::string auto_family = "?";
+      {
+        const dd::Problem tp = dd::validate_topk(sets[0].tq, sets[0].tk, sets[0].tw, indices_desc(c.p, ind[0], k), opt, t, nullptr);
+        auto_family = dd::choose_family(tp, dev, dsa_indexer::KernelFamily::automatic, false).option();
       }
       const double topk_bytes = double(ws_bytes) + double(rows) * k * 4, score_bytes = double(rows) * cols * 4;
       const double fused_bytes = double(ws_fused) + double(rows) * k * 4;
-      const bool ok = chk.mismatches == 0 && select_equal && (!fused_ran || fused_equal);
+      const bool ok = chk.mismatches == 0 && select_equal && (!fused_ran || fused_equal) && (!un.ran || un.equal);
       const std::string verdict = ok ? fmt::format("ok ({} rows)", chk.rows)
-                                     : fmt::format("FAILED: {} of {} rows differ{}{}{}", chk.mismatches, chk.rows,
+                                     : fmt::format("FAILED: {} of {} rows differ{}{}{}{}", chk.mismatches, chk.rows,
                                                    select_equal ? "" : ", select alone != indexer_topk",
-                                                   !fused_ran || fused_equal ? "" : ", fused != unfused",
+                                                   !fused_ran || fused_equal ? "" : ", fused != automatic",
+                                                   !un.ran || un.equal ? "" : ", unfused != automatic",
                                                    chk.first.empty() ? "" : "; " + chk.first);
       auto opt_us = [&](const Timed& tm) { return fused_ran ? fmt::format("{:.1f}", tm.median_us) : std::string("-"); };
-      fmt::print("{:<36} {:>5} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} {:>9.1f} {:>9.0f} {:>9.0f} {:>6.3f} {:>9} {:>9} {:>6} "
-                 "{:>9}  {}\n",
-                 c.name, k, sc.median_us, sw.median_us, tc.median_us, tw.median_us, tc.median_us / sc.median_us,
-                 tw.median_us / sw.median_us, sel.median_us, mib(topk_bytes), mib(score_bytes), topk_bytes / score_bytes, opt_us(fc),
+      auto named_us = [](const Named& n, const Timed& tm) { return n.ran ? fmt::format("{:.1f}", tm.median_us) : std::string("-"); };
+      fmt::print("{:<36} {:>5} {:>13} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} {:>9} {:>9} {:>9.1f} {:>9.0f} {:>9.0f} {:>6.3f} "
+                 "{:>9} {:>9} {:>6} {:>9}  {}\n",
+                 c.name, k, auto_family, sc.median_us, sw.median_us, tc.median_us, tw.median_us, tc.median_us / sc.median_us,
+                 tw.median_us / sw.median_us, named_us(un, un.cold), named_us(un, un.warm), sel.median_us, mib(topk_bytes), mib(score_bytes), topk_bytes / score_bytes, opt_us(fc),
                  opt_us(fw), fused_ran ? fmt::format("{:.3f}", fc.median_us / sc.median_us) : std::string("-"),
                  fused_ran ? fmt::format("{:.0f}", mib(fused_bytes)) : std::string("-"), verdict);
       std::fflush(stdout);
@@ -323,12 +344,15 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
                           "\"topk_cold_us\": {:.2f}, \"topk_cold_min_us\": {:.2f}, \"topk_warm_us\": {:.2f}, \"select_us\": {:.2f}, "
                           "\"workspace_bytes\": {}, \"indices_bytes\": {}, \"scores_bytes\": {}, \"checked_rows\": {}, "
                           "\"mismatched_rows\": {}, \"select_equal\": {}, \"fused_cold_us\": {}, \"fused_warm_us\": {}, "
-                          "\"fused_workspace_bytes\": {}, \"fused_equal\": {}}}",
+                          "\"fused_workspace_bytes\": {}, \"fused_equal\": {}, \"auto_family\": \"{}\", \"unfused_cold_us\": {}, "
+                          "\"unfused_warm_us\": {}, \"unfused_workspace_bytes\": {}}}",
                           json.empty() ? "" : ",\n", c.name, k, rows, cols, sc.median_us, sw.median_us, tc.median_us, tc.min_us,
                           tw.median_us, sel.median_us, ws_bytes, rows * k * 4, rows * cols * 4, chk.rows, chk.mismatches,
                           select_equal ? "true" : "false", fused_ran ? fmt::format("{:.2f}", fc.median_us) : "null",
                           fused_ran ? fmt::format("{:.2f}", fw.median_us) : "null", ws_fused,
-                          fused_ran ? (fused_equal ? "true" : "false") : "null");
+                          fused_ran ? (fused_equal ? "true" : "false") : "null", auto_family,
+                          un.ran ? fmt::format("{:.2f}", un.cold.median_us) : "null", un.ran ? fmt::format("{:.2f}", un.warm.median_us) : "null",
+                          un.ws);
     }
   }
   return json;

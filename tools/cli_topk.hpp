@@ -3,6 +3,7 @@
 // and `dsa-indexer demo --op topk`. Split from dsa_indexer_cli.cpp, which keeps the scores rows
 // and the command line; bench/peers.py --op topk runs the same shapes (topk_bench_cases below,
 // which python/tests/test_bench_tools.py reads back from this file's source).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@ struct TopkBenchOptions {
   std::vector<int> ks = {2048, 512};
   bool quick = false;   // the first two shapes only
   std::string match;    // only the shapes whose name contains it
+  uint64_t budget_mib = 0;  // both paths' block budget (0: the library's)
+  bool one_wave = false;    // the unfused path's blocks of one wave of rows at least (the old blocking)
 };
 
 // "2048,512" -> {2048, 512}; throws dsa_indexer::InvalidArgument naming --topk-k for anything

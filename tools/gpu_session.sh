@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -386,6 +386,26 @@ if [[ " $steps " == *" s21e "* ]]; then
   run sanitize_racecheck_thd_heads 300 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests \
     "lean THD heads: H 32 and 16 offsets near INT32_MAX and negative\, empty and 1-token segments"
   run bench_thd 240 $b/tools/dsa-indexer bench --match thd --reps 10 --json "$out/bench_thd.json"
+fi
+# s22a / s22b / s22c (not in all; three calls): session 22's top-k policy (unfused blocks within the
+# budget at any S_k, lean split where they hold fewer rows than a wave; automatic calls fused past
+# half a wave). s22a: the automatic case, then the CLI's top-k rows (auto, unfused and fused by
+# name, k 2048 and 512) and the old one-wave blocks at S_k 131072 / 262144 in the same run.
+# s22b: the unfused suites and every fused case (its blocks now within 256 MiB); s22c: memcheck
+# over the automatic case.
+if [[ " $steps " == *" s22a "* ]]; then
+  run gpu_topk_auto 120 $b/tests/dsa_gpu_tests "[topk_auto]" --durations yes
+  run topk_bench 300 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --json "$out/topk_bench.json"
+  for c in "S_k 131072" "S_k 262144"; do
+    run "topk_onewave_${c// /_}" 100 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "$c" --topk-one-wave
+  done
+fi
+if [[ " $steps " == *" s22b "* ]]; then
+  run gpu_topk 200 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
+  run gpu_topk_fused 300 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+fi
+if [[ " $steps " == *" s22c "* ]]; then
+  run sanitize_memcheck_topk_auto 300 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_auto]"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

@@ -59,6 +59,7 @@ const Family& choose_family(const Problem& p, const DeviceInfo& dev, KernelFamil
   for (const Family* f : families()) {
     if (f->auto_priority() <= 0 || !serves_kind(*f, p) || (f->fast_path() && fast_paths_disabled)) continue;
     if (best && f->auto_priority() <= best->auto_priority()) continue;
+    if (!f->auto_applies(p, dev)) continue;
     if (verdict(*f, p, dev).passed()) best = f;
   }
   if (!best) {

@@ -46,6 +46,14 @@ class Family : public KernelSource {
   // Automatic calls try families by descending priority and take the first whose gate holds;
   // 0: only when asked for by name.
   virtual int auto_priority() const = 0;
+  // Automatic calls only: whether the family is the better choice for this problem where its
+  // gate holds (a speed or memory policy, not a capability: a call that asks for the family by
+  // name skips it). Cheap and pure, like check().
+  virtual bool auto_applies(const Problem& p, const DeviceInfo& dev) const {
+    (void)p;
+    (void)dev;
+    return true;
+  }
   // Switched off by the escape hatch (DSA_INDEXER_DISABLE_LEAN).
   virtual bool fast_path() const { return false; }
   // Cheap, non-throwing, no CUDA calls: whether the family serves this validated problem.

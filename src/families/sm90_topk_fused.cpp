@@ -133,9 +133,19 @@ class TopkFusedFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_fused; }
   Operation operation() const override { return Operation::topk; }
   DType input_dtype() const override { return DType::bf16; }
-  // By name only until a GPU run has held it bitwise against the unfused path
-  // (tests/gpu/test_topk_fused.cpp); then 2, above the unfused path.
-  int auto_priority() const override { return kTopkFusedAutomatic ? 2 : 0; }
+  // Above the unfused path, for the automatic calls its policy takes (auto_applies).
+  int auto_priority() const override { return 2; }
+  // Automatic calls come here only where the unfused path's blocks would fall under half a wave
+  // of rows (S_k past about 127k keys at its 256 MiB budget on 132 SMs). There the fused path
+  // keeps blocks of full waves in 2.9-7.7x less workspace, at 0-5 % more time than the unfused
+  // path's old one-wave blocks of 0.5-1 GiB and about as fast as its bounded ones (session 22,
+  // docs/PERF_NOTES.md). Shorter rows keep the unfused path: the fused one is 2-7 % slower there
+  // (29 % at ratio 4) for no memory gain.
+  // Rows whose planned candidates pass the sweep's kLeanTopkMaxLd (k 2048 past about 300k keys)
+  // would overflow into the exact redo: those keep the unfused path too.
+  bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {
+    return topk_unfused_short_blocks(p, dev) && topk_fused_candidates_fit(p.topk.k, p.s_k);
+  }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {
     static const std::vector<ParamDesc> p = {{"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 1}};
@@ -243,7 +253,9 @@ const Family& topk_fused_sweep_family() {
   return f;
 }
 
-int64_t topk_fused_candidates(int64_t k, int64_t s_k) {
+namespace {
+// topk_fused_candidates before the kLeanTopkMaxLd cap.
+int64_t planned_candidates(int64_t k, int64_t s_k) {
   const int64_t tile = dsa::kLeanTopkTileCols;
   const int64_t n = std::max<int64_t>(s_k, 1);
   const int64_t cells = n + tile;  // a row never holds more than its cells and one tile
@@ -272,9 +284,13 @@ int64_t topk_fused_candidates(int64_t k, int64_t s_k) {
   if (const int64_t forced = g_candidates.load(std::memory_order_relaxed); forced > 0) ld = forced;
   else if (env().topk_candidates > 0) ld = env().topk_candidates;
   ld = std::max<int64_t>(ld, k + tile);
-  ld = (ld + 3) / 4 * 4;
-  return std::min<int64_t>(ld, dsa::kLeanTopkMaxLd);
+  return (ld + 3) / 4 * 4;
 }
+}  // namespace
+
+int64_t topk_fused_candidates(int64_t k, int64_t s_k) { return std::min<int64_t>(planned_candidates(k, s_k), dsa::kLeanTopkMaxLd); }
+
+bool topk_fused_candidates_fit(int64_t k, int64_t s_k) { return planned_candidates(k, s_k) <= dsa::kLeanTopkMaxLd; }
 
 void set_topk_fused_candidates(int64_t entries) { g_candidates.store(entries, std::memory_order_relaxed); }
 

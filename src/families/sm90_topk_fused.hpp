@@ -4,7 +4,7 @@
 // selection epilogue (family sm90_topk_fused_sweep, Operation::topk_sweep, through the
 // dispatcher: templates/sm90_topk_fused_sweep.cuh) appends each row's candidates to a bounded
 // buffer, and the candidates kernel (sm90_topk_candidates.cuh) selects each row's top-k.
-// Bitwise equal to sm90_topk_unfused (indices, values, softmax); BSHD blocks the lean family
+// Bitwise equal to sm90_topk_unfused (indices, values, softmax); BSHD bf16 blocks the lean family
 // serves, without lse (the unfused path serves the rest).
 #include <cstdint>
 #include <optional>
@@ -26,17 +26,21 @@ const Family& topk_fused_sweep_family();
 // DSA_INDEXER_TOPK_CANDIDATES or set_topk_fused_candidates (tests: a tiny buffer forces
 // compactions) replace the planned value, still at least k + 64.
 int64_t topk_fused_candidates(int64_t k, int64_t s_k);
+// Whether the planned value fits kLeanTopkMaxLd uncapped (a capped buffer overflows on most rows,
+// which the exact redo then sweeps again).
+bool topk_fused_candidates_fit(int64_t k, int64_t s_k);
 // Process-wide override of the planned value (0: none), for tests and measurements.
 void set_topk_fused_candidates(int64_t entries);
-// The candidate buffers' bytes a block of rows aims for: one block (one sweep launch, without a
-// launch tail per block) for S_q 8192 up to S_k 65536 at k 2048 (session 15: the three blocks
-// of 256 MiB took 1.64x the scores time at S_k 16384, one block 1.46x). Like the unfused path's
-// budget it bounds the workspace independently of S_k.
-inline constexpr uint64_t kTopkFusedBudget = uint64_t(512) << 20;
-// Whether automatic top-k calls take the fused path where its gates hold. Off while it is slower
-// than the unfused path (session 15, an H100: 2-7 % at S_k 16384-131072, 29 % at ratio 4;
-// docs/PERF_NOTES.md): until then the fused path serves calls that ask for it by name.
-inline constexpr bool kTopkFusedAutomatic = false;
+// The candidate buffers' bytes a block of rows aims for: the unfused path's budget, so that the
+// long-S_k calls automatic calls send here use less workspace than the unfused path would
+// (session 22, an H100: at S_k 65536-262144 the same time as blocks of 512 MiB within the run's
+// spread; sessions 15-21 used 512 MiB, one block for S_q 8192 up to S_k 65536). Bounds the
+// workspace independently of S_k up to the sweep's kLeanTopkMaxLd entries per row.
+inline constexpr uint64_t kTopkFusedBudget = uint64_t(256) << 20;
+// Automatic top-k calls take the fused path where its gates hold and the unfused path's blocks
+// would hold under half a wave of rows (topk_unfused_short_blocks: long S_k); elsewhere the
+// unfused path, which is faster there (session 17, an H100: the fused path 4-9 % slower at S_k
+// 16384-131072, 31 % at ratio 4; docs/PERF_NOTES.md).
 // Appends to a row between refreshes of its threshold from its histograms; 0: no histograms are
 // kept while sweeping, the threshold rises at compactions only.
 inline constexpr int32_t kTopkFusedRefresh = 32;

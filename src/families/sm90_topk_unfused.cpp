@@ -6,6 +6,7 @@
 #include "families/sm90_topk_unfused.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <set>
 #include <utility>
@@ -28,6 +29,14 @@ enum Slot { kLayout };
 // pay: the sampled threshold reads a long row once), so several CTAs share an SM.
 constexpr int kSelectThreadsShort = 256, kSelectThreadsLong = 512;
 constexpr int64_t kLongRow = 8192;
+
+std::atomic<uint64_t> g_budget{0};
+std::atomic<bool> g_wave{false};
+// The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
+// run lean's split variant), or the measurement override (set_topk_unfused_blocking).
+TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
+  return topk_blocking(p, dev, g_budget.load(std::memory_order_relaxed), 0, g_wave.load(std::memory_order_relaxed) ? 0 : 8);
+}
 
 constexpr const char* kTopkLayoutChoices[] = {"bshd", "thd"};
 constexpr const char* kTopkLayoutLiterals[] = {"dsa::kLayoutBshd", "dsa::kLayoutThdLocal"};
@@ -56,7 +65,7 @@ class TopkUnfusedFamily final : public Family {
     Plan plan;
     plan.spec = topk_unfused_spec(p.layout);
     plan.empty = p.rows == 0;
-    const TopkBlocking bl = topk_blocking(p, dev);
+    const TopkBlocking bl = unfused_blocking(p, dev);
     plan.workspace_bytes = bl.total_bytes;
     KernelLaunch& rows = plan.launches[plan.n_launches++];
     rows.block[0] = kTopkRowsThreads;
@@ -78,7 +87,7 @@ class TopkUnfusedFamily final : public Family {
     std::vector<Problem> v;
     if (p.rows == 0) return v;  // an empty plan launches nothing
     std::set<std::pair<int64_t, int64_t>> shapes;
-    for_each_topk_block(p, topk_blocking(p, dev), [&](const TopkBlock& b) {
+    for_each_topk_block(p, unfused_blocking(p, dev), [&](const TopkBlock& b) {
       if (b.width > 0 && shapes.insert({b.n, b.width}).second) v.push_back(topk_block_problem(p, b, nullptr, nullptr, nullptr, nullptr));
     }, /*shapes_only=*/true);
     return v;
@@ -92,7 +101,7 @@ class TopkUnfusedFamily final : public Family {
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
     const DeviceInfo& dev = device_info(p.device);
-    const TopkBlocking bl = topk_blocking(p, dev);
+    const TopkBlocking bl = unfused_blocking(p, dev);
     auto* ws = static_cast<unsigned char*>(p.topk.workspace);
     dsa::TopkBlockArgs rb = topk_rows_args(p, bl, ws);
     for_each_topk_block(p, bl, [&](const TopkBlock& b) {
@@ -301,14 +310,25 @@ KernelSpec topk_unfused_spec(Layout layout) {
   return s;
 }
 
-TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget, uint64_t row_bytes) {
+void set_topk_unfused_blocking(uint64_t budget, bool one_wave) {
+  g_budget.store(budget, std::memory_order_relaxed);
+  g_wave.store(one_wave, std::memory_order_relaxed);
+}
+
+bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev) {
+  const int64_t half_wave = int64_t(dev.sm_count) * 4;  // 8-row q-tiles on half of the SMs
+  const int64_t total_rows = p.is_thd() ? p.t_q : p.s_q;
+  return total_rows > half_wave && unfused_blocking(p, dev).rows < half_wave;
+}
+
+TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget, uint64_t row_bytes, int64_t min_rows) {
   if (budget == 0) budget = kTopkDefaultBudget;
   TopkBlocking bl;
   const int64_t total_rows = p.is_thd() ? p.t_q : p.s_q;  // rows of one block come from one batch entry
   // THD: the widest block is the longest segment's keys (blocks group segments up to that width).
   bl.width = std::max<int64_t>(p.s_k, 1);
   // Enough rows for one q-tile of 8 rows on every SM, or as many as the budget holds.
-  const int64_t min_rows = std::max<int64_t>(8, int64_t(dev.sm_count) * 8);
+  if (min_rows <= 0) min_rows = std::max<int64_t>(8, int64_t(dev.sm_count) * 8);
   if (row_bytes == 0) row_bytes = uint64_t(bl.width) * 4;
   const int64_t by_budget = static_cast<int64_t>(budget / row_bytes);
   const int64_t max_rows = std::max<int64_t>(min_rows, by_budget / 8 * 8);

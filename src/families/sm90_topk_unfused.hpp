@@ -33,10 +33,22 @@ struct TopkBlocking {
   uint64_t offset_offset = 0;   // byte offset of the block's q_causal_offsets (one int32)
   uint64_t total_bytes = 0;
 };
-// budget: the bytes of block scores the planner aims for (the workspace may exceed it when one
-// wave of the device's SMs needs more rows); 0 takes the default. row_bytes: the workspace bytes
-// of one row (0: a row of fp32 scores, width x 4; the fused top-k: its candidate buffer).
-TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget = 0, uint64_t row_bytes = 0);
+// budget: the bytes of block scores the planner aims for (the workspace may exceed it when
+// min_rows rows need more); 0 takes the default. row_bytes: the workspace bytes of one row (0: a
+// row of fp32 scores, width x 4; the fused top-k: its candidate buffer). min_rows: the fewest
+// rows of a block (0: one 8-row q-tile per SM, one wave).
+TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t budget = 0, uint64_t row_bytes = 0,
+                           int64_t min_rows = 0);
+// The unfused path's blocks stay within kTopkDefaultBudget at any S_k: past about 63k keys (one
+// wave of 8-row q-tiles needs more on 132 SMs) a block holds fewer rows than the SMs' q-tiles
+// and lean's split variant scores it (session 22, docs/PERF_NOTES.md: the same time as one-wave
+// blocks at S_k 65536, 3-7 % more at 131072-262144, where one-wave blocks took 0.5-1 GiB).
+// Measurements: another budget (0: the default) and the old one-wave blocks.
+void set_topk_unfused_blocking(uint64_t budget, bool one_wave);
+// Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
+// q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
+// candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy).
+bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev);
 inline constexpr uint64_t kTopkDefaultBudget = uint64_t(256) << 20;
 
 // The blocks of rows both top-k paths walk (the fused one builds on the unfused one's).

@@ -17,7 +17,11 @@
 
 #include "cuda/driver.hpp"
 #include "dsa_indexer/topk.hpp"
+#include "core/device_info.hpp"
+#include "dispatch/family.hpp"
 #include "families/sm90_topk_fused.hpp"
+#include "families/sm90_topk_unfused.hpp"
+#include "ops/topk.hpp"
 #include "gpu_cases.hpp"
 #include "gpu_runner.hpp"
 #include "topk_run.hpp"
@@ -145,6 +149,42 @@ TEST_CASE("topk fused: S_k 65536, a sample stride of 64", "[topk_fused]") {
   HostProblem p = bshd(1, 1056, 65536, 64, 1);
   p.offsets = {65536 - 1056 - 1};
   check_fused(p, 251, {2048});
+}
+
+// The automatic policy (sm90_topk_fused.hpp): past about 127k keys the unfused blocks would hold
+// under half a wave of rows and automatic calls take the fused path. Its output equals the
+// unfused path's, by name, in blocks within the budget (lean split) and in the old one-wave blocks.
+TEST_CASE("topk fused: automatic calls at S_k 131072 take it, equal to the unfused path", "[topk_fused][topk_auto]") {
+  namespace dd = dsa_indexer::detail;
+  HostProblem p = bshd(1, 1056, 131072, 64, 1);
+  p.offsets = {131072 - 1056 - 1};
+  ds::fill_random(p, 271);
+  auto dp = ds::upload(p, 0, true);
+  const dd::DeviceInfo& dev = dd::device_info(0);
+  for (int k : {64, 2048}) {
+    INFO("k " << k);
+    {  // the dispatcher's choice on this GPU (132 SMs: the unfused blocks hold 512 of 528 rows)
+      dsa_indexer::TopkOptions t;
+      t.k = k;
+      int32_t none = 0;
+      const dsa_indexer::TensorDesc ti = dsa_indexer::TensorDesc::contiguous(&none, dsa_indexer::DType::i32, {p.batch, p.s_q, k});
+      dd::ScopedContext ctx(0);
+      const dd::Problem prob = dd::validate_topk(dp.tq, dp.tk, dp.tw, ti, dp.opt, t, nullptr);
+      INFO("SMs " << dev.sm_count);
+      CHECK(dd::topk_unfused_short_blocks(prob, dev) == (dev.sm_count * 4 > 512));
+      if (dev.sm_count * 4 > 512) CHECK(&dd::choose_family(prob, dev, KernelFamily::automatic, false) == &dd::topk_fused_family());
+    }
+    const TopkOut a = run_topk(p, dp, k, {KernelFamily::automatic, false, false});
+    const TopkOut u = run_topk(p, dp, k, {KernelFamily::topk_unfused, false, false});
+    std::string first;
+    CHECK(mismatches(a, u, first, k) == 0);
+    INFO(first);
+    dd::set_topk_unfused_blocking(0, /*one_wave=*/true);
+    const TopkOut w = run_topk(p, dp, k, {KernelFamily::topk_unfused, false, false});
+    dd::set_topk_unfused_blocking(0, false);
+    CHECK(mismatches(w, u, first, k) == 0);
+  }
+  std::printf("topk fused automatic case %-80s passed\n", p.describe().c_str());
 }
 
 // One small call of every fused launch kind (the sampled sweep with cuts, its redo at margin

@@ -54,8 +54,9 @@ Problem topk_problem(int64_t B, int64_t sq, int64_t sk, int k, int64_t ratio = 1
 TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][dispatch]") {
   const DeviceInfo dev = DeviceInfo::h200();
   const Problem p = topk_problem(1, 2048, 4096, 512);
-  CHECK(&choose_family(p, dev, KernelFamily::automatic, false) ==
-        (kTopkFusedAutomatic ? &topk_fused_family() : &topk_unfused_family()));
+  // automatic: the unfused path where its blocks hold half a wave of rows (shorter rows), the
+  // fused one past that (topk_unfused_short_blocks)
+  CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
   CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
   CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, true), Contains("DSA_INDEXER_DISABLE_LEAN"));
   // the escape hatch: the unfused path
@@ -78,6 +79,45 @@ TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][di
   REQUIRE(inner.size() == 1);
   CHECK(inner[0].op == Operation::topk_sweep);
   CHECK(&choose_family(inner[0], dev, KernelFamily::automatic, false) == &topk_fused_sweep_family());
+}
+
+TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall under half a wave", "[topk][dispatch]") {
+  const DeviceInfo dev = DeviceInfo::h200();  // 132 SMs: half a wave is 528 rows
+  const auto automatic = [&](const Problem& p) { return &choose_family(p, dev, KernelFamily::automatic, false); };
+  // S_k 65536: the 256 MiB budget holds 1024 rows (lean split blocks): unfused
+  const Problem p64k = topk_problem(1, 8192, 65536, 2048);
+  CHECK_FALSE(topk_unfused_short_blocks(p64k, dev));
+  CHECK(automatic(p64k) == &topk_unfused_family());
+  // S_k 131072 and 262144: 512 and 256 rows: fused, k 2048 and 512
+  for (int k : {2048, 512}) {
+    const Problem a = topk_problem(1, 4096, 131072, k), b = topk_problem(1, 2048, 262144, k);
+    CHECK(topk_unfused_short_blocks(a, dev));
+    CHECK(automatic(a) == &topk_fused_family());
+    CHECK(automatic(b) == &topk_fused_family());
+    // the escape hatch still gives the unfused path
+    CHECK(&choose_family(a, dev, KernelFamily::automatic, true) == &topk_unfused_family());
+    // and by name the unfused path serves it, in blocks within its budget
+    CHECK(&choose_family(a, dev, KernelFamily::topk_unfused, false) == &topk_unfused_family());
+    CHECK(make_plan(a, dev, topk_unfused_family()).workspace_bytes < (uint64_t(257) << 20));
+    // the fused workspace: blocks of full waves, less than the unfused one
+    CHECK(make_plan(a, dev, topk_fused_family()).workspace_bytes < make_plan(a, dev, topk_unfused_family()).workspace_bytes);
+  }
+  // lse, few rows (S_q under half a wave), or candidates past the sweep's limit: unfused
+  CHECK(automatic(topk_problem(1, 4096, 131072, 2048, 1, true)) == &topk_unfused_family());
+  const Problem few = topk_problem(1, 512, 262144, 2048);
+  CHECK_FALSE(topk_unfused_short_blocks(few, dev));
+  CHECK(automatic(few) == &topk_unfused_family());
+  CHECK_FALSE(topk_fused_candidates_fit(2048, int64_t(1) << 20));
+  CHECK(topk_fused_candidates_fit(2048, 262144));
+  const Problem huge = topk_problem(1, 2048, int64_t(1) << 20, 2048);
+  CHECK(topk_unfused_short_blocks(huge, dev));
+  CHECK(automatic(huge) == &topk_unfused_family());
+  // a GPU with more SMs needs more rows for half a wave: the 65536 call's 1024 rows still do
+  DeviceInfo big = dev;
+  big.sm_count = 256;
+  CHECK_FALSE(topk_unfused_short_blocks(p64k, big));
+  big.sm_count = 512;
+  CHECK(topk_unfused_short_blocks(p64k, big));
 }
 
 TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") {
@@ -118,10 +158,10 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
   CHECK(topk_fused_candidates(512, 65536) == 512 + tile);  // a forced size still holds k + one tile
   set_topk_fused_candidates(0);
   // The workspace: blocks of rows x candidates within kTopkFusedBudget whatever S_q and S_k;
-  // S_q 8192 at S_k 16384 in one block (one sweep launch).
+  // S_q 8192 at S_k 16384 in two blocks of 4096 rows.
   const uint64_t cap = kTopkFusedBudget + (uint64_t(1) << 20);
   const uint64_t one = make_plan(topk_problem(1, 8192, 16384, 2048), dev, topk_fused_family()).workspace_bytes;
-  CHECK(one >= uint64_t(8192) * 5356 * 8);
+  CHECK(one >= uint64_t(4096) * 5356 * 8);
   CHECK(one <= cap);
   for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
     for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20})

@@ -210,13 +210,22 @@ TEST_CASE("topk: FP8 calls go unfused; their blocks are FP8 score problems with 
 
 TEST_CASE("topk: the workspace never grows with S_q x S_k and never overflows", "[topk][planner]") {
   const DeviceInfo dev = DeviceInfo::h200();
-  // The budget holds: one block of rows of S_k fp32 cells, at least one wave of q-tiles.
+  // topk_blocking's default: one block of rows of S_k fp32 cells, at least one wave of q-tiles.
   Problem p = vt(topk_call(1, 8192, 65536, 2048));
   TopkBlocking b = topk_blocking(p, dev);
   CHECK(b.width == 65536);
   CHECK(b.rows == 1056);  // one 8-row q-tile for each of 132 SMs: more than the 256 MiB budget's 1024
   CHECK(b.total_bytes < (uint64_t(300) << 20));
-  CHECK(make_plan(p, dev, topk_unfused_family()).workspace_bytes == b.total_bytes);
+  // The unfused path's blocks stay within the budget (at least 8 rows): 1024 rows, lean split.
+  const TopkBlocking bu = topk_blocking(p, dev, 0, 0, 8);
+  CHECK(bu.rows == 1024);
+  CHECK(bu.scores_bytes == uint64_t(256) << 20);
+  CHECK(make_plan(p, dev, topk_unfused_family()).workspace_bytes == bu.total_bytes);
+  for (int64_t sk : {int64_t(131072), int64_t(262144), int64_t(1) << 22}) {
+    Problem l = vt(topk_call(1, 8192, sk, 2048));
+    CHECK(topk_blocking(l, dev, 0, 0, 8).scores_bytes <= uint64_t(256) << 20);
+    CHECK(make_plan(l, dev, topk_unfused_family()).workspace_bytes < (uint64_t(257) << 20));
+  }
   Problem p2 = vt(topk_call(1, 32768, 65536, 2048));
   CHECK(topk_blocking(p2, dev).total_bytes == b.total_bytes);  // independent of S_q
   Problem small = vt(topk_call(2, 256, 128, 64));
@@ -234,6 +243,7 @@ TEST_CASE("topk: the workspace never grows with S_q x S_k and never overflows", 
   TopkBlocking bh = topk_blocking(huge, dev);
   CHECK(bh.width == INT32_MAX);
   CHECK(bh.rows == 1056);
+  CHECK(topk_blocking(huge, dev, 0, 0, 8).rows == 8);  // the unfused path's: 8 rows of 8 GiB
   CHECK(bh.scores_bytes >= uint64_t(1056) * uint64_t(INT32_MAX) * 4);
   CHECK(bh.total_bytes > bh.scores_bytes);
   CHECK(bh.total_bytes < (uint64_t(1) << 44));

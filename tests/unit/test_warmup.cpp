@@ -216,11 +216,14 @@ TEST_CASE("manifest: a top-k line implies the top-k variant and the score varian
   using dsa_indexer::DType;
   const DeviceInfo h200 = DeviceInfo::h200();
   const KernelSpec gen_bf16 = generic_spec(64, DType::bf16, false, Layout::bshd);
-  // BSHD blocks are causal problems of their own: 1056-row blocks (one q-tile per SM) go lean,
-  // the 800-row tail (100 q-tiles) lean's split variant, the escape hatch generic.
+  // BSHD blocks are causal problems of their own: the 256 MiB budget's 1024-row blocks (128
+  // q-tiles, fewer than the SMs) go lean's split variant, the escape hatch generic.
   CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=65536 ratio=1\n", "m"), h200) ==
-        std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(1056, 65536, DType::bf16, false), gen_bf16,
-                                lean_spec(800, 65536, DType::bf16, false, Layout::bshd, DType::bf16, true)});
+        std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(1024, 65536, DType::bf16, false, Layout::bshd, DType::bf16, true),
+                                gen_bf16});
+  // 16384 keys: 4096-row blocks, lean
+  CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=16384 ratio=1\n", "m"), h200) ==
+        std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(4096, 16384, DType::bf16, false), gen_bf16});
   // THD blocks have explicit windows, which the unfused top-k pins to generic (inner_family: lean's
   // row-windows variants are one per block height): generic, whichever the hatch.
   CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n", "m"), h200) ==
@@ -281,9 +284,11 @@ TEST_CASE("manifest: a top-k line's blocks are planned per distinct shape, not p
   c.opt.ratio = 1;
   const TopkCallCase tc = topk_case("bshd B3", c, 2048);
   const auto inner = fam.inner_problems(tc.p, h200);
-  REQUIRE(inner.size() == 2);  // 1056-row blocks: 1056 and 2500 - 2 * 1056 = 388
-  CHECK(inner[0].s_q == 1056);
-  CHECK(inner[1].s_q == 388);
+  // blocks within 256 MiB (1024 rows of 65536 keys), three of about equal size: 840 and
+  // 2500 - 2 * 840 = 820
+  REQUIRE(inner.size() == 2);
+  CHECK(inner[0].s_q == 840);
+  CHECK(inner[1].s_q == 820);
   for (const Problem& s : inner) {
     CHECK(s.op == Operation::scores);
     CHECK(s.has_offsets);  // a causal problem of its own (S_k * ratio <= 2^31)
@@ -347,16 +352,17 @@ TEST_CASE("manifest: the default manifest's scores lines keep their variants, it
   const auto all = manifest_specs(parse_manifest(text.str(), "default"), DeviceInfo::h200());
   const auto before = manifest_specs(parse_manifest(scores_only, "default"), DeviceInfo::h200());
   // The top-k lines come last: the scores lines' variants first, in their order, then the top-k
-  // family's two variants and the lean variants of their BSHD blocks' shapes (the blocks'
-  // generic variants are among the scores lines' ones).
+  // families' variants (the unfused path's two; the fused path's for S_k 131072, whose unfused
+  // blocks would fall under half a wave) and the lean variants of their BSHD blocks' shapes and
+  // the fused path's sweep (the blocks' generic variants are among the scores lines' ones).
   REQUIRE(all.size() > before.size() + 2);
   CHECK(std::vector<KernelSpec>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(before.size())) == before);
   int topk_specs = 0;
   for (std::size_t i = before.size(); i < all.size(); ++i) {
     if (family_of(all[i]).operation() == Operation::topk) ++topk_specs;
-    else CHECK(std::string(family_of(all[i]).option()) == "lean");
+    else CHECK_THAT(std::string(family_of(all[i]).option()), Catch::Matchers::Equals("lean") || Catch::Matchers::Equals("topk_fused_sweep"));
   }
-  CHECK(topk_specs == 2);
+  CHECK(topk_specs == 3);
 }
 
 // Issue 24, class 5: messages that name the cause and, for manifests, the file and line.
