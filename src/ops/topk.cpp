@@ -124,9 +124,10 @@ std::size_t topk_workspace_size(const TensorDesc& q, const TensorDesc& k, const 
   const DeviceInfo& dev = device_info(p.device);
   const Family& family = choose_family(p, dev, opt.family, env().disable_lean);
   uint64_t bytes = make_plan(p, dev, family, PlanPurpose::spec_only).workspace_bytes;
-  // An automatic fast-path call may run the escape hatch's family instead (async compile mode):
-  // the size covers both.
-  if (opt.family == KernelFamily::automatic && family.fast_path())
+  // An automatic fast-path call may run the escape hatch's family instead in async compile mode
+  // (while its kernels compile): there the size covers both. In sync mode it never does, and the
+  // fused path's smaller workspace is the size (S_k past about 127k keys).
+  if (opt.family == KernelFamily::automatic && family.fast_path() && env().lean_compile == LeanCompile::async)
     bytes = std::max(bytes, make_plan(p, dev, choose_family(p, dev, opt.family, true), PlanPurpose::spec_only).workspace_bytes);
   return static_cast<std::size_t>(bytes);
 }
