@@ -137,10 +137,10 @@ class TopkFusedFamily final : public Family {
   int auto_priority() const override { return 2; }
   // Automatic calls come here only where the unfused path's blocks would fall under half a wave
   // of rows (S_k past about 127k keys at its 256 MiB budget on 132 SMs). There the fused path
-  // keeps blocks of full waves in 2.9-7.7x less workspace, at 0-5 % more time than the unfused
-  // path's old one-wave blocks of 0.5-1 GiB and about as fast as its bounded ones (session 22,
-  // docs/PERF_NOTES.md). Shorter rows keep the unfused path: the fused one is 2-7 % slower there
-  // (29 % at ratio 4) for no memory gain.
+  // keeps blocks of full waves in 1.1-1.9x less workspace than the bounded unfused blocks and
+  // within about 4 % of their time (2.9-7.7x less than the old one-wave blocks of 0.5-1 GiB, which
+  // were 0-9 % of the scores time faster; session 22, an H100, docs/PERF_NOTES.md). Shorter rows
+  // keep the unfused path: the fused one is up to 11 % slower there (19-34 % at ratio 4).
   // Rows whose planned candidates pass the sweep's kLeanTopkMaxLd (k 2048 past about 300k keys)
   // would overflow into the exact redo: those keep the unfused path too.
   bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {

@@ -39,8 +39,8 @@ void set_topk_fused_candidates(int64_t entries);
 inline constexpr uint64_t kTopkFusedBudget = uint64_t(256) << 20;
 // Automatic top-k calls take the fused path where its gates hold and the unfused path's blocks
 // would hold under half a wave of rows (topk_unfused_short_blocks: long S_k); elsewhere the
-// unfused path, which is faster there (session 17, an H100: the fused path 4-9 % slower at S_k
-// 16384-131072, 31 % at ratio 4; docs/PERF_NOTES.md).
+// unfused path, which is faster there (session 22, an H100: the fused path up to 11 % slower at
+// S_k 16384-65536, 19-34 % at ratio 4; docs/PERF_NOTES.md).
 // Appends to a row between refreshes of its threshold from its histograms; 0: no histograms are
 // kept while sweeping, the threshold rises at compactions only.
 inline constexpr int32_t kTopkFusedRefresh = 32;
