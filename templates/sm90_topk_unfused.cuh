@@ -16,7 +16,10 @@ namespace dsa {
 template <int kLayout>
 __global__ void __launch_bounds__(256) sm90_topk_rows(const __grid_constant__ TopkBlockArgs b) {
   const i64 r = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= b.n_rows) return;
+  if (r >= b.n_rows) {
+    if (r < b.n_win) b.ks[r] = b.ke[r] = 0;  // a padding row of the score call: nothing visible
+    return;
+  }
   // BSHD: row b.row0 + r of batch b.batch; THD: packed row b.row0 + r.
   const RowWindow w = kLayout == kLayoutBshd ? row_window<kLayout>(b.a, b.batch, b.row0 + r)
                                              : row_window<kLayout>(b.a, b.row0 + r, 0);

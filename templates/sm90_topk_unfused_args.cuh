@@ -11,6 +11,8 @@ struct TopkBlockArgs {
   i64 row0;        // BSHD: first row of the block inside batch `batch`; THD: first packed row
   i64 batch;       // BSHD: the block's batch entry
   i64 n_rows;      // rows in the block
+  i64 n_win;       // rows of the block's score call (>= n_rows): the rows past n_rows get empty
+                   // windows (explicit windows: the call padded to whole q-tiles)
   i64 k_base;      // absolute key row (BSHD: inside the batch) of the block's workspace column 0
   i32 global;      // report global indices
   i32 pad_;

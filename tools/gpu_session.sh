@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -406,6 +406,15 @@ if [[ " $steps " == *" s22b "* ]]; then
 fi
 if [[ " $steps " == *" s22c "* ]]; then
   run sanitize_memcheck_topk_auto 300 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_auto]"
+fi
+# s22d (not in all): the unfused top-k's THD blocks on lean's row-windows variant (padded to whole
+# q-tiles; row-window variants keyed on one q-tile): [topk] (its saturated THD case), the
+# row-window suites, the CLI's THD top-k row, memcheck over the THD case.
+if [[ " $steps " == *" s22d "* ]]; then
+  run gpu_topk 200 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
+  run gpu_lean_windows 150 $b/tests/dsa_gpu_tests "[lean_windows],[window_start]" --durations yes
+  run topk_bench_thd 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
+  run sanitize_memcheck_topk_thd 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: THD local and global indices"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

@@ -171,6 +171,11 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   if (row_windows(p)) {  // the THD kernel's plan of the call's view, its kRowWindows variant
     Plan plan = lean_plan(row_windows_view(p), dev, purpose, family, extra_smem, false);
     plan.spec.values[kRowWindowsSlot] = 1;
+    // The THD kernel's code does not depend on its S_q constant (session 22: the cubins of sq
+    // 2048 and 8192 have byte-identical sections, row windows and packed THD alike; T_q, the
+    // items and the schedule are launch arguments), so a row-window variant carries one q-tile:
+    // one compile serves every height (the unfused top-k's blocks, DeepGEMM's logits calls).
+    plan.spec.values[kSeqQ] = q_tile(p);
     return plan;
   }
   Plan plan;

@@ -77,18 +77,17 @@ class TopkUnfusedFamily final : public Family {
     return plan;
   }
 
-  // Blocks with explicit windows (THD, and BSHD products past 2^31) run generic: lean's
-  // row-windows variant is one compile per block height, and a packing's blocks have many.
-  KernelFamily inner_family(const Problem& inner) const override {
-    return inner.has_windows ? KernelFamily::generic : KernelFamily::automatic;
-  }
+  // Every block's scores are dispatched like a score call: blocks with explicit windows (THD,
+  // BSHD products past 2^31) go to lean's row-windows variant where its gates hold (whole
+  // q-tiles, which the padding gives every block but a tail at the call's last row; one wave),
+  // one compile for every block height, else generic.
 
   std::vector<Problem> inner_problems(const Problem& p, const DeviceInfo& dev) const override {
     std::vector<Problem> v;
     if (p.rows == 0) return v;  // an empty plan launches nothing
     std::set<std::pair<int64_t, int64_t>> shapes;
     for_each_topk_block(p, unfused_blocking(p, dev), [&](const TopkBlock& b) {
-      if (b.width > 0 && shapes.insert({b.n, b.width}).second) v.push_back(topk_block_problem(p, b, nullptr, nullptr, nullptr, nullptr));
+      if (b.width > 0 && shapes.insert({b.n_win, b.width}).second) v.push_back(topk_block_problem(p, b, nullptr, nullptr, nullptr, nullptr));
     }, /*shapes_only=*/true);
     return v;
   }
@@ -132,6 +131,16 @@ class TopkUnfusedFamily final : public Family {
 
 }  // namespace
 
+namespace {
+// Rows of a block's score call with explicit windows: n up to whole 8-row q-tiles (lean's
+// row-windows gate), where the call has that many rows from the block's first (`left`); the
+// workspace holds them (a block's rows are at most the blocking's, a multiple of 8).
+int64_t padded_rows(int64_t n, int64_t left) {
+  const int64_t up = (n + 7) / 8 * 8;
+  return up <= left ? up : n;
+}
+}  // namespace
+
 // Calls f(block) for every block of the call, in output-row order.
 // `shapes_only` (inner_problems): at least one block of every distinct (rows, width) shape,
 // skipping the blocks whose shape an earlier one already had (BSHD: the other batch entries and
@@ -151,6 +160,7 @@ void for_each_topk_block(const Problem& p, const TopkBlocking& bl, const std::fu
         k.k_base = 0;
         k.width = p.s_k;
         k.out_row = b * p.s_q + i0;
+        k.n_win = topk_causal_blocks(p) ? k.n : padded_rows(k.n, p.s_q - i0);
         f(k);
         if (shapes_only && i0 + bl.rows < last_row0) i0 = last_row0 - bl.rows;  // the next block is the last
       }
@@ -180,6 +190,7 @@ void for_each_topk_block(const Problem& p, const TopkBlocking& bl, const std::fu
     }
     k.n = end - r;
     k.width = ck[last + 1] - k.k_base;
+    k.n_win = padded_rows(k.n, p.t_q - r);
     f(k);
     // A full block inside one segment: the segment's further full blocks have its shape.
     if (shapes_only && last == seg && k.n == bl.rows) end += (cq[seg + 1] - end) / bl.rows * bl.rows;
@@ -203,7 +214,8 @@ Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, c
   s.op = Operation::scores;
   s.layout = Layout::bshd;
   s.batch = 1;
-  s.rows = s.s_q = s.t_q = b.n;
+  const int64_t n = b.n_win > 0 ? b.n_win : b.n;  // the score call's rows (padding included)
+  s.rows = s.s_q = s.t_q = n;
   s.s_k = s.t_k = s.out_cols = b.width;
   s.heads = p.heads;
   s.head_dim = p.head_dim;
@@ -222,16 +234,16 @@ Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, c
   s.q = at(p.q, qb, esz_q);
   s.k = at(p.k, kb, esz_q);
   s.w = at(p.w, wb, esz_w);
-  s.q_stride[0] = b.n * p.q_stride[1];
+  s.q_stride[0] = n * p.q_stride[1];
   s.q_stride[1] = p.q_stride[1];
   s.q_stride[2] = p.q_stride[2];
   s.k_stride[0] = b.width * p.k_stride[1];
   s.k_stride[1] = p.k_stride[1];
-  s.w_stride[0] = b.n * p.w_stride[1];
+  s.w_stride[0] = n * p.w_stride[1];
   s.w_stride[1] = p.w_stride[1];
   s.w_stride[2] = p.w_stride[2];
   s.out = scores;
-  s.out_stride[0] = b.n * b.width;
+  s.out_stride[0] = n * b.width;
   s.out_stride[1] = b.width;
   // FP8: the scales of the block's rows (q_scale (B, S_q, H) / THD (T_q, H)) and keys (k_scale
   // (B, S_k[, 1]) / THD (T_k[, 1])), as a B 1 problem's (its batch strides nested)
@@ -239,7 +251,7 @@ Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, c
   s.has_k_scale = p.has_k_scale;
   if (p.has_q_scale) {
     s.q_scale = at(p.q_scale, b.batch * p.q_scale_stride[0] + b.row0 * p.q_scale_stride[1], 4);
-    s.q_scale_stride[0] = b.n * p.q_scale_stride[1];
+    s.q_scale_stride[0] = n * p.q_scale_stride[1];
     s.q_scale_stride[1] = p.q_scale_stride[1];
     s.q_scale_stride[2] = p.q_scale_stride[2];
   }
@@ -256,7 +268,7 @@ Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, c
     s.has_windows = true;
     s.ks = ks;
     s.ke = ke;
-    s.win_stride[0] = b.n;
+    s.win_stride[0] = n;
     s.win_stride[1] = 1;
   }
   return s;
@@ -279,9 +291,10 @@ void launch_topk_rows(const Plan& plan, const LoadedKernel& k, dsa::TopkBlockArg
   rb.row0 = b.row0;
   rb.batch = b.batch;
   rb.n_rows = b.n;
+  rb.n_win = std::max(b.n_win, b.n);
   rb.k_base = b.k_base;
   KernelLaunch rows = plan.launches[0];
-  rows.grid[0] = static_cast<uint32_t>((b.n + kTopkRowsThreads - 1) / kTopkRowsThreads);
+  rows.grid[0] = static_cast<uint32_t>((rb.n_win + kTopkRowsThreads - 1) / kTopkRowsThreads);
   void* rp[] = {&rb};
   launch_one(k.functions[0], rows, stream, rp, "cuLaunchKernelEx(sm90_topk_rows)");
 }

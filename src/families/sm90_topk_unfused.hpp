@@ -56,6 +56,9 @@ struct TopkBlock {
   int64_t batch = 0, row0 = 0, n = 0;  // BSHD: batch and first row; THD: first packed row
   int64_t k_base = 0, width = 0;       // the block's key rows [k_base, k_base + width)
   int64_t out_row = 0;                 // the block's first output row
+  int64_t n_win = 0;                   // rows of the block's score call: n, or with explicit
+                                       // windows n rounded up to whole 8-row q-tiles where the
+                                       // call has those rows (the padding's windows are empty)
 };
 // Calls f(block) for every block of the call, in output-row order. `shapes_only`
 // (inner_problems): at least one block of every distinct (rows, width) shape, skipping the

@@ -268,3 +268,36 @@ TEST_CASE("topk: every variant compiles under NVRTC without spills", "[topk][nvr
     CHECK(out.lowered_names.size() == 3);
   }
 }
+
+TEST_CASE("topk: THD blocks pad their score calls to whole q-tiles where the rows exist", "[topk][planner]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  Problem p;
+  p.layout = Layout::thd_local;
+  p.heads = 64;
+  p.head_dim = 128;
+  p.ratio = 1;
+  p.cu_q_host = {0, 1000, 1037, 1037, 4037, 4041};  // an empty segment, a 4-row tail
+  p.cu_k_host = {0, 1000, 1037, 1037, 4037, 4041};
+  p.t_q = p.rows = 4041;
+  p.t_k = 4041;
+  p.s_k = 3000;  // max_seqlen_k
+  const TopkBlocking bl = topk_blocking(p, dev, uint64_t(3000) * 4 * 512, 0, 8);  // 512-row blocks
+  REQUIRE(bl.rows == 512);
+  int64_t next = 0, blocks = 0;
+  for_each_topk_block(p, bl, [&](const TopkBlock& b) {
+    INFO("block at " << b.row0 << " of " << b.n << " rows, score call " << b.n_win);
+    CHECK(b.row0 == next);
+    next += b.n;
+    ++blocks;
+    const int64_t up = (b.n + 7) / 8 * 8;
+    CHECK(b.n_win == (b.row0 + up <= p.t_q ? up : b.n));
+    CHECK(b.n_win <= bl.rows);
+    // its score problem: the padded rows, windows in the workspace's rows
+    const Problem s = topk_block_problem(p, b, nullptr, nullptr, nullptr, nullptr);
+    CHECK(s.s_q == b.n_win);
+    CHECK(s.has_windows);
+    CHECK(s.win_stride[0] == b.n_win);
+  });
+  CHECK(next == p.t_q);
+  CHECK(blocks >= 8);
+}
