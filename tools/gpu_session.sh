@@ -411,10 +411,11 @@ fi
 # q-tiles; row-window variants keyed on one q-tile): [topk] (its saturated THD case), the
 # row-window suites, the CLI's THD top-k row, memcheck over the THD case.
 if [[ " $steps " == *" s22d "* ]]; then
-  run gpu_topk 200 $b/tests/dsa_gpu_tests "[topk_select],[topk]" --durations yes
-  run gpu_lean_windows 150 $b/tests/dsa_gpu_tests "[lean_windows],[window_start]" --durations yes
-  run topk_bench_thd 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
-  run sanitize_memcheck_topk_thd 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: THD local and global indices"
+  run gpu_topk_thd 40 $b/tests/dsa_gpu_tests "topk: THD local and global indices" --durations yes
+  run gpu_topk_fp8 60 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores" --durations yes
+  run topk_bench_thd 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
+  run gpu_lean_windows 90 $b/tests/dsa_gpu_tests "[lean_windows]" --durations yes
+  run sanitize_memcheck_topk_thd 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: THD local and global indices"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"
