@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "core/device_info.hpp"
@@ -196,6 +197,8 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   const uint64_t budget = o.budget_mib << 20;
   dd::set_topk_unfused_blocking(budget, o.one_wave);
   dd::set_topk_fused_budget(budget);
+  dd::set_topk_lean_window_blocks(o.lean_windows ? std::optional<bool>(true) : std::nullopt);
+  if (o.lean_windows) fmt::print("\nbench --op topk: blocks with explicit windows (THD) on lean's row-windows variant\n");
   if (budget != 0 || o.one_wave)
     fmt::print("\nbench --op topk: block budget {} MiB (0: the library's){}\n", o.budget_mib,
                o.one_wave ? "; unfused blocks of one wave of rows at least (beyond the budget at long S_k)" : "");

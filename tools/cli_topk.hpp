@@ -16,6 +16,7 @@ struct TopkBenchOptions {
   std::string match;    // only the shapes whose name contains it
   uint64_t budget_mib = 0;  // both paths' block budget (0: the library's)
   bool one_wave = false;    // the unfused path's blocks of one wave of rows at least (the old blocking)
+  bool lean_windows = false;  // blocks with explicit windows (THD) on lean's row windows (topk_lean_window_blocks)
 };
 
 // "2048,512" -> {2048, 512}; throws dsa_indexer::InvalidArgument naming --topk-k for anything

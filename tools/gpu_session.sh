@@ -408,12 +408,14 @@ if [[ " $steps " == *" s22c "* ]]; then
   run sanitize_memcheck_topk_auto 300 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_auto]"
 fi
 # s22d (not in all): the unfused top-k's THD blocks on lean's row-windows variant (padded to whole
-# q-tiles; row-window variants keyed on one q-tile): [topk] (its saturated THD case), the
-# row-window suites, the CLI's THD top-k row, memcheck over the THD case.
+# q-tiles; row-window variants keyed on one q-tile; kTopkLeanWindowBlocks, off until this passes):
+# [topk]'s THD case (its saturated packing both ways), the FP8 case, the CLI's THD top-k row both
+# ways, [lean_windows], memcheck over the THD case.
 if [[ " $steps " == *" s22d "* ]]; then
   run gpu_topk_thd 40 $b/tests/dsa_gpu_tests "topk: THD local and global indices" --durations yes
   run gpu_topk_fp8 60 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores" --durations yes
   run topk_bench_thd 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
+  run topk_bench_thd_lean 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-lean-windows
   run gpu_lean_windows 90 $b/tests/dsa_gpu_tests "[lean_windows]" --durations yes
   run sanitize_memcheck_topk_thd 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: THD local and global indices"
 fi
@@ -422,6 +424,7 @@ if [[ " $steps " == *" s22e "* ]]; then
   run gpu_topk_thd 40 $b/tests/dsa_gpu_tests "topk: THD local and global indices" --durations yes
   run gpu_topk_fp8 60 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores" --durations yes
   run topk_bench_thd 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
+  run topk_bench_thd_lean 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-lean-windows
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

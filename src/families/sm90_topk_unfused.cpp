@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -32,6 +33,7 @@ constexpr int64_t kLongRow = 8192;
 
 std::atomic<uint64_t> g_budget{0};
 std::atomic<bool> g_wave{false};
+std::atomic<int> g_lean_windows{-1};
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
 TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
@@ -77,10 +79,13 @@ class TopkUnfusedFamily final : public Family {
     return plan;
   }
 
-  // Every block's scores are dispatched like a score call: blocks with explicit windows (THD,
-  // BSHD products past 2^31) go to lean's row-windows variant where its gates hold (whole
-  // q-tiles, which the padding gives every block but a tail at the call's last row; one wave),
-  // one compile for every block height, else generic.
+  // Blocks with explicit windows (THD, BSHD products past 2^31): generic, or, with
+  // topk_lean_window_blocks(), dispatched like any score call: lean's row-windows variant where
+  // its gates hold (whole q-tiles, which the padding gives every block but a tail at the call's
+  // last row; one wave), one compile for every block height, else generic.
+  KernelFamily inner_family(const Problem& inner) const override {
+    return inner.has_windows && !topk_lean_window_blocks() ? KernelFamily::generic : KernelFamily::automatic;
+  }
 
   std::vector<Problem> inner_problems(const Problem& p, const DeviceInfo& dev) const override {
     std::vector<Problem> v;
@@ -136,6 +141,7 @@ namespace {
 // row-windows gate), where the call has that many rows from the block's first (`left`); the
 // workspace holds them (a block's rows are at most the blocking's, a multiple of 8).
 int64_t padded_rows(int64_t n, int64_t left) {
+  if (!topk_lean_window_blocks()) return n;  // generic takes any height
   const int64_t up = (n + 7) / 8 * 8;
   return up <= left ? up : n;
 }
@@ -326,6 +332,14 @@ KernelSpec topk_unfused_spec(Layout layout) {
 void set_topk_unfused_blocking(uint64_t budget, bool one_wave) {
   g_budget.store(budget, std::memory_order_relaxed);
   g_wave.store(one_wave, std::memory_order_relaxed);
+}
+
+bool topk_lean_window_blocks() {
+  const int v = g_lean_windows.load(std::memory_order_relaxed);
+  return v < 0 ? kTopkLeanWindowBlocks : v != 0;
+}
+void set_topk_lean_window_blocks(std::optional<bool> on) {
+  g_lean_windows.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed);
 }
 
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev) {

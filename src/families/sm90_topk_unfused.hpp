@@ -4,6 +4,7 @@
 // (templates/sm90_topk_unfused.cuh, sm90_topk_select.cuh). Serves every top-k call; the
 // reference the fused families must equal bit for bit.
 #include <functional>
+#include <optional>
 
 #include "dispatch/family.hpp"
 #include "sm90_topk_select_args.cuh"
@@ -45,6 +46,15 @@ TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t bud
 // blocks at S_k 65536, 3-7 % more at 131072-262144, where one-wave blocks took 0.5-1 GiB).
 // Measurements: another budget (0: the default) and the old one-wave blocks.
 void set_topk_unfused_blocking(uint64_t budget, bool one_wave);
+// Blocks with explicit windows (THD; BSHD past S_k x ratio 2^31) on lean's row-windows variant,
+// their score calls padded to whole q-tiles (TopkBlock::n_win), instead of generic: built in
+// session 22 (CPU-tested: the variant's code does not depend on the height, so one compile serves
+// every block; the padding's windows are empty and the workspace rows the selection reads keep
+// their places), not yet run on a GPU, so off until `tools/gpu_session.sh s22d` has passed
+// ([topk]'s saturated THD case turns it on by set_topk_lean_window_blocks).
+inline constexpr bool kTopkLeanWindowBlocks = false;
+bool topk_lean_window_blocks();
+void set_topk_lean_window_blocks(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
 // candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy).

@@ -14,6 +14,7 @@
 
 #include "dsa_indexer/topk.hpp"
 #include "families/sm90_topk_fused.hpp"
+#include "families/sm90_topk_unfused.hpp"
 #include "sm90_topk_fused_args.cuh"
 #include "cuda/driver.hpp"
 #include "gpu_cases.hpp"
@@ -124,11 +125,15 @@ TEST_CASE("topk: THD local and global indices", "[topk]") {
   check_topk(p, 121, {1, 7, 64, 2048});
   HostProblem q = thd({17, 0, 33, 9}, {40, 5, 300, 0}, 32, 2);
   check_topk(q, 122, {7, 64}, /*ties=*/true);
-  // A saturated packing (356 q-tiles in one block, T_q a multiple of 8): the block's scores run
-  // lean's row-windows variant (generic above), its cells bitwise generic's.
+  // A saturated packing (356 q-tiles in one block, T_q a multiple of 8): its block's scores by
+  // generic (the default) and by lean's row-windows variant (topk_lean_window_blocks), each
+  // against the reference selection of generic's scores (values bitwise).
   HostProblem s = thd({1500, 37, 1300, 11}, {1500, 40, 1300, 15}, 64, 1);
   s.offsets = {0, 3, 0, 4};
   check_topk(s, 123, {64, 2048});
+  dsa_indexer::detail::set_topk_lean_window_blocks(true);
+  check_topk(s, 123, {64, 2048});
+  dsa_indexer::detail::set_topk_lean_window_blocks(std::nullopt);
 }
 
 TEST_CASE("topk: a saturated shape, several row blocks", "[topk]") {

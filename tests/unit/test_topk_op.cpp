@@ -10,6 +10,8 @@
 #include "dispatch/planner.hpp"
 #include "dsa_indexer/errors.hpp"
 #include "dsa_indexer/topk.hpp"
+#include "families/sm90_indexer_generic.hpp"
+#include "families/sm90_indexer_lean.hpp"
 #include "families/sm90_topk_unfused.hpp"
 #include "jit/codegen.hpp"
 #include "jit/nvrtc_compiler.hpp"
@@ -59,6 +61,20 @@ std::string error_of(const TopkCall& tc) {
   return "accepted";
 }
 
+}  // namespace
+
+namespace {
+// The family the unfused path's dispatch gives a block's score call with explicit windows (B 1,
+// 2048 rows over 3000 keys: whole q-tiles, saturated).
+const Family& family_of_inner(const Problem&, const DeviceInfo& dev) {
+  Call c = bshd_call(1, 2048, 3000, 64);
+  c.out = TensorDesc::contiguous(fake(uintptr_t(8) << 40), DType::f32, {1, 2048, 3000});
+  c.opt.ks = TensorDesc::contiguous(fake(uintptr_t(9) << 40), DType::i32, {1, 2048});
+  c.opt.ke = TensorDesc::contiguous(fake(uintptr_t(10) << 40), DType::i32, {1, 2048});
+  const Problem s = validate(c.q, c.k, c.w, c.out, c.opt, nullptr);
+  REQUIRE(s.has_windows);
+  return choose_family(s, dev, topk_unfused_family().inner_family(s), false);
+}
 }  // namespace
 
 TEST_CASE("topk: a well-formed call validates into a top-k problem", "[topk][validate]") {
@@ -267,6 +283,18 @@ TEST_CASE("topk: every variant compiles under NVRTC without spills", "[topk][nvr
     CHECK(count(" 0 bytes spill stores, 0 bytes spill loads") == 3);
     CHECK(out.lowered_names.size() == 3);
   }
+  // The score variants of THD blocks with topk_lean_window_blocks: lean's key-column row-window
+  // variants (bf16 and fp32 W), one q-tile for S_q.
+  for (DType w : {DType::bf16, DType::f32}) {
+    const KernelSpec spec = lean_spec(8, 0, w, false, Layout::thd_global, DType::bf16, false, 64, 2, false, false, true);
+    const GeneratedSource g = render(spec);
+    INFO(g.name);
+    const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
+    CHECK_FALSE(out.cubin.empty());
+    INFO(out.log);
+    CHECK(out.log.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
+    CHECK(out.log.find("bytes spill stores") == out.log.rfind("bytes spill stores"));  // one kernel
+  }
 }
 
 TEST_CASE("topk: THD blocks pad their score calls to whole q-tiles where the rows exist", "[topk][planner]") {
@@ -283,6 +311,10 @@ TEST_CASE("topk: THD blocks pad their score calls to whole q-tiles where the row
   p.s_k = 3000;  // max_seqlen_k
   const TopkBlocking bl = topk_blocking(p, dev, uint64_t(3000) * 4 * 512, 0, 8);  // 512-row blocks
   REQUIRE(bl.rows == 512);
+  // off (the default): generic takes every height, nothing is padded
+  for_each_topk_block(p, bl, [&](const TopkBlock& b) { CHECK(b.n_win == b.n); });
+  CHECK(&family_of_inner(p, dev) == &generic_family());
+  set_topk_lean_window_blocks(true);
   int64_t next = 0, blocks = 0;
   for_each_topk_block(p, bl, [&](const TopkBlock& b) {
     INFO("block at " << b.row0 << " of " << b.n << " rows, score call " << b.n_win);
@@ -300,4 +332,6 @@ TEST_CASE("topk: THD blocks pad their score calls to whole q-tiles where the row
   });
   CHECK(next == p.t_q);
   CHECK(blocks >= 8);
+  CHECK(&family_of_inner(p, dev) == &lean_family());
+  set_topk_lean_window_blocks(std::nullopt);
 }

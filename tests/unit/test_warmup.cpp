@@ -224,15 +224,22 @@ TEST_CASE("manifest: a top-k line implies the top-k variant and the score varian
   // 16384 keys: 4096-row blocks, lean
   CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=16384 ratio=1\n", "m"), h200) ==
         std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(4096, 16384, DType::bf16, false), gen_bf16});
-  // THD blocks have explicit windows: at H 32 generic (lean's row windows are H 64), whichever
-  // the hatch; at H 64 lean's row-windows variant, one for every block height (2 blocks of 8192
-  // rows here), and generic for the hatch.
-  CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n", "m"), h200) ==
-        std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)});
-  CHECK(manifest_specs(parse_manifest("op=topk layout=thd_local sq=16384 sk=16384 w=f32 family=topk_unfused\n", "m"), h200) ==
+  // THD blocks have explicit windows: generic, whichever the hatch (topk_lean_window_blocks off);
+  // with it on, at H 64 lean's row-windows variant, one for every block height (2 blocks of 8192
+  // rows here), and generic for the hatch (at H 32 generic: lean's row windows are H 64).
+  const std::string thd32 = "op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n";
+  const std::string thd64 = "op=topk layout=thd_local sq=16384 sk=16384 w=f32 family=topk_unfused\n";
+  const std::vector<KernelSpec> gen32{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)};
+  const std::vector<KernelSpec> gen64{topk_unfused_spec(Layout::thd_local), generic_spec(64, DType::f32, false, Layout::bshd)};
+  CHECK(manifest_specs(parse_manifest(thd32, "m"), h200) == gen32);
+  CHECK(manifest_specs(parse_manifest(thd64, "m"), h200) == gen64);
+  set_topk_lean_window_blocks(true);
+  CHECK(manifest_specs(parse_manifest(thd32, "m"), h200) == gen32);
+  CHECK(manifest_specs(parse_manifest(thd64, "m"), h200) ==
         std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local),
                                 lean_spec(8, 0, DType::f32, false, Layout::thd_global, DType::bf16, false, 64, 2, false, false, true),
                                 generic_spec(64, DType::f32, false, Layout::bshd)});
+  set_topk_lean_window_blocks(std::nullopt);
   // The same variants as planning the line's problem through the family's own inner problems.
   const auto lines = parse_manifest("op=topk sq=16384 sk=4096 ratio=4 scale=both\n", "m");
   const auto specs = manifest_specs(lines, h200);
@@ -275,16 +282,20 @@ TEST_CASE("manifest: a top-k line's blocks are planned per distinct shape, not p
   const DeviceInfo h200 = DeviceInfo::h200();
   // sms=1: blocks of 8 rows of 2^31 keys, 2^28 blocks; BSHD with a huge B; THD of one segment.
   const auto t0 = std::chrono::steady_clock::now();
-  // (the top-k family's variant and generic's; THD blocks at H 64 also lean's row-windows variant,
-  // one for every block height)
-  for (const auto& [line, n] : std::vector<std::pair<const char*, std::size_t>>{
-           {"op=topk sq=2147483647 sk=2147483647 ratio=2147483647 sms=1 batch=2147483647 heads=16\n", 2},
-           {"op=topk layout=thd_local sq=2147483647 sk=2147483647 sms=1 w=f32\n", 3},
-           {"op=topk layout=thd_local sq=2147483647 sk=1 k=1\n", 3}}) {
-    INFO(line);
-    const auto specs = manifest_specs(parse_manifest(line, "m"), h200);
-    CHECK(specs.size() == n);
+  // (the top-k family's variant and generic's; with topk_lean_window_blocks, THD blocks at H 64
+  // also lean's row-windows variant, one for every block height)
+  for (bool lean_windows : {false, true}) {
+    set_topk_lean_window_blocks(lean_windows);
+    for (const auto& [line, n] : std::vector<std::pair<const char*, std::size_t>>{
+             {"op=topk sq=2147483647 sk=2147483647 ratio=2147483647 sms=1 batch=2147483647 heads=16\n", 2},
+             {"op=topk layout=thd_local sq=2147483647 sk=2147483647 sms=1 w=f32\n", lean_windows ? 3 : 2},
+             {"op=topk layout=thd_local sq=2147483647 sk=1 k=1\n", lean_windows ? 3 : 2}}) {
+      INFO(line << " lean windows " << lean_windows);
+      const auto specs = manifest_specs(parse_manifest(line, "m"), h200);
+      CHECK(specs.size() == n);
+    }
   }
+  set_topk_lean_window_blocks(std::nullopt);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
   // The distinct shapes themselves: a full block and the tail, once each whatever B.
   const auto& fam = topk_unfused_family();
