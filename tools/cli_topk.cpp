@@ -317,31 +317,27 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
       };
       const Named un = run_named(dsa_indexer::KernelFamily::topk_unfused);
       const Named fu = run_named(dsa_indexer::KernelFamily::topk_fused);
-      const bool fused_ran = fu.ran, fused_equal = fu.equal;
-      const size_t ws_fused = fu.ws;
-      const Timed &fc = fu.cold, &fw = fu.warm;
       std::string auto_family = "?";
       {
         const dd::Problem tp = dd::validate_topk(sets[0].tq, sets[0].tk, sets[0].tw, indices_desc(c.p, ind[0], k), opt, t, nullptr);
         auto_family = dd::choose_family(tp, dev, dsa_indexer::KernelFamily::automatic, false).option();
       }
       const double topk_bytes = double(ws_bytes) + double(rows) * k * 4, score_bytes = double(rows) * cols * 4;
-      const double fused_bytes = double(ws_fused) + double(rows) * k * 4;
-      const bool ok = chk.mismatches == 0 && select_equal && (!fused_ran || fused_equal) && (!un.ran || un.equal);
+      const double fused_bytes = double(fu.ws) + double(rows) * k * 4;
+      const bool ok = chk.mismatches == 0 && select_equal && (!fu.ran || fu.equal) && (!un.ran || un.equal);
       const std::string verdict = ok ? fmt::format("ok ({} rows)", chk.rows)
                                      : fmt::format("FAILED: {} of {} rows differ{}{}{}{}", chk.mismatches, chk.rows,
                                                    select_equal ? "" : ", select alone != indexer_topk",
-                                                   !fused_ran || fused_equal ? "" : ", fused != automatic",
+                                                   !fu.ran || fu.equal ? "" : ", fused != automatic",
                                                    !un.ran || un.equal ? "" : ", unfused != automatic",
                                                    chk.first.empty() ? "" : "; " + chk.first);
-      auto opt_us = [&](const Timed& tm) { return fused_ran ? fmt::format("{:.1f}", tm.median_us) : std::string("-"); };
       auto named_us = [](const Named& n, const Timed& tm) { return n.ran ? fmt::format("{:.1f}", tm.median_us) : std::string("-"); };
       fmt::print("{:<36} {:>5} {:>13} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} {:>9} {:>9} {:>9.1f} {:>9.0f} {:>9.0f} {:>6.3f} "
                  "{:>9} {:>9} {:>6} {:>9}  {}\n",
                  c.name, k, auto_family, sc.median_us, sw.median_us, tc.median_us, tw.median_us, tc.median_us / sc.median_us,
-                 tw.median_us / sw.median_us, named_us(un, un.cold), named_us(un, un.warm), sel.median_us, mib(topk_bytes), mib(score_bytes), topk_bytes / score_bytes, opt_us(fc),
-                 opt_us(fw), fused_ran ? fmt::format("{:.3f}", fc.median_us / sc.median_us) : std::string("-"),
-                 fused_ran ? fmt::format("{:.0f}", mib(fused_bytes)) : std::string("-"), verdict);
+                 tw.median_us / sw.median_us, named_us(un, un.cold), named_us(un, un.warm), sel.median_us, mib(topk_bytes), mib(score_bytes), topk_bytes / score_bytes, named_us(fu, fu.cold),
+                 named_us(fu, fu.warm), fu.ran ? fmt::format("{:.3f}", fu.cold.median_us / sc.median_us) : std::string("-"),
+                 fu.ran ? fmt::format("{:.0f}", mib(fused_bytes)) : std::string("-"), verdict);
       std::fflush(stdout);
       json += fmt::format("{}    {{\"name\": \"{}\", \"k\": {}, \"rows\": {}, \"cols\": {}, \"scores_cold_us\": {:.2f}, \"scores_warm_us\": {:.2f}, "
                           "\"topk_cold_us\": {:.2f}, \"topk_cold_min_us\": {:.2f}, \"topk_warm_us\": {:.2f}, \"select_us\": {:.2f}, "
@@ -351,9 +347,9 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
                           "\"unfused_warm_us\": {}, \"unfused_workspace_bytes\": {}}}",
                           json.empty() ? "" : ",\n", c.name, k, rows, cols, sc.median_us, sw.median_us, tc.median_us, tc.min_us,
                           tw.median_us, sel.median_us, ws_bytes, rows * k * 4, rows * cols * 4, chk.rows, chk.mismatches,
-                          select_equal ? "true" : "false", fused_ran ? fmt::format("{:.2f}", fc.median_us) : "null",
-                          fused_ran ? fmt::format("{:.2f}", fw.median_us) : "null", ws_fused,
-                          fused_ran ? (fused_equal ? "true" : "false") : "null", auto_family,
+                          select_equal ? "true" : "false", fu.ran ? fmt::format("{:.2f}", fu.cold.median_us) : "null",
+                          fu.ran ? fmt::format("{:.2f}", fu.warm.median_us) : "null", fu.ws,
+                          fu.ran ? (fu.equal ? "true" : "false") : "null", auto_family,
                           un.ran ? fmt::format("{:.2f}", un.cold.median_us) : "null", un.ran ? fmt::format("{:.2f}", un.warm.median_us) : "null",
                           un.ws);
     }

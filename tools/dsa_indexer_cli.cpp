@@ -757,7 +757,7 @@ void build_cli(Cli& cli) {
         return {};
       });
   cli.value(bench, "topk-budget", "top-k rows: the workspace budget in MiB of both paths' blocks (default: the "
-                                  "library's, 256 MiB unfused, 512 MiB fused)")->check(CLI::Range(1, 1 << 20));
+                                  "library's, 256 MiB)")->check(CLI::Range(1, 1 << 20));
   bench->add_flag_callback("--topk-one-wave", [&cli] { cli.args.opt["topk-one-wave"] = "1"; },
                            "top-k rows: the unfused path's blocks hold one wave of 8-row q-tiles at least, beyond the budget at "
                            "long S_k (before session 22), instead of staying within it (lean's split variant)");

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The top-k rows at long S_k under three blockings, one device call (session 22): the library's
-# default (unfused within 256 MiB at any S_k, lean split blocks; fused: 512 MiB), both paths at a
-# 256 MiB budget, and the unfused path's blocks of one wave of rows at least (before session 22).
-# Usage:
+# The top-k rows at long S_k under two blockings, one device call (session 22): the library's
+# default (both paths within 256 MiB at any S_k; unfused blocks of fewer rows than a wave run lean
+# split) and the unfused path's blocks of one wave of rows at least (before session 22). Usage:
 #   tools/topk_budget_probe.sh OUTDIR [k list] [case substrings...]
 set -u
 out=$1; ks=${2:-512,2048}; shift 2 || shift $#
@@ -11,12 +10,9 @@ b=build/tools/dsa-indexer
 mkdir -p "$out"
 for c in "${cases[@]}"; do
   tag=${c// /_}
-  for v in default b256 onewave; do
-    case $v in
-      default) extra=() ;;
-      b256) extra=(--topk-budget 256) ;;
-      onewave) extra=(--topk-one-wave) ;;
-    esac
+  for v in default onewave; do
+    extra=()
+    [[ $v == onewave ]] && extra=(--topk-one-wave)
     echo "== $c / $v" | tee -a "$out/probe.log"
     timeout 200 $b bench --op topk --reps 10 --topk-k "$ks" --match "$c" "${extra[@]}" \
       --json "$out/probe_${tag}_$v.json" 2>&1 | grep -E "^topk|error|Error|budget" | tee -a "$out/probe.log"

@@ -40,6 +40,15 @@ TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
   return topk_blocking(p, dev, g_budget.load(std::memory_order_relaxed), 0, g_wave.load(std::memory_order_relaxed) ? 0 : 8);
 }
 
+// Rows of a block's score call with explicit windows: n up to whole 8-row q-tiles (lean's
+// row-windows gate), where the call has that many rows from the block's first (`left`); the
+// workspace holds them (a block's rows are at most the blocking's, a multiple of 8).
+int64_t padded_rows(int64_t n, int64_t left) {
+  if (!topk_lean_window_blocks()) return n;  // generic takes any height
+  const int64_t up = (n + 7) / 8 * 8;
+  return up <= left ? up : n;
+}
+
 constexpr const char* kTopkLayoutChoices[] = {"bshd", "thd"};
 constexpr const char* kTopkLayoutLiterals[] = {"dsa::kLayoutBshd", "dsa::kLayoutThdLocal"};
 
@@ -92,7 +101,7 @@ class TopkUnfusedFamily final : public Family {
     if (p.rows == 0) return v;  // an empty plan launches nothing
     std::set<std::pair<int64_t, int64_t>> shapes;
     for_each_topk_block(p, unfused_blocking(p, dev), [&](const TopkBlock& b) {
-      if (b.width > 0 && shapes.insert({b.n_win, b.width}).second) v.push_back(topk_block_problem(p, b, nullptr, nullptr, nullptr, nullptr));
+      if (b.width > 0 && shapes.insert({b.score_rows(), b.width}).second) v.push_back(topk_block_problem(p, b, nullptr, nullptr, nullptr, nullptr));
     }, /*shapes_only=*/true);
     return v;
   }
@@ -134,17 +143,6 @@ class TopkUnfusedFamily final : public Family {
   }
 };
 
-}  // namespace
-
-namespace {
-// Rows of a block's score call with explicit windows: n up to whole 8-row q-tiles (lean's
-// row-windows gate), where the call has that many rows from the block's first (`left`); the
-// workspace holds them (a block's rows are at most the blocking's, a multiple of 8).
-int64_t padded_rows(int64_t n, int64_t left) {
-  if (!topk_lean_window_blocks()) return n;  // generic takes any height
-  const int64_t up = (n + 7) / 8 * 8;
-  return up <= left ? up : n;
-}
 }  // namespace
 
 // Calls f(block) for every block of the call, in output-row order.
@@ -220,7 +218,7 @@ Problem topk_block_problem(const Problem& p, const TopkBlock& b, void* scores, c
   s.op = Operation::scores;
   s.layout = Layout::bshd;
   s.batch = 1;
-  const int64_t n = b.n_win > 0 ? b.n_win : b.n;  // the score call's rows (padding included)
+  const int64_t n = b.score_rows();  // the score call's rows (padding included)
   s.rows = s.s_q = s.t_q = n;
   s.s_k = s.t_k = s.out_cols = b.width;
   s.heads = p.heads;
@@ -297,7 +295,7 @@ void launch_topk_rows(const Plan& plan, const LoadedKernel& k, dsa::TopkBlockArg
   rb.row0 = b.row0;
   rb.batch = b.batch;
   rb.n_rows = b.n;
-  rb.n_win = std::max(b.n_win, b.n);
+  rb.n_win = b.score_rows();
   rb.k_base = b.k_base;
   KernelLaunch rows = plan.launches[0];
   rows.grid[0] = static_cast<uint32_t>((rb.n_win + kTopkRowsThreads - 1) / kTopkRowsThreads);

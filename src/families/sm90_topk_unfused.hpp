@@ -69,6 +69,7 @@ struct TopkBlock {
   int64_t n_win = 0;                   // rows of the block's score call: n, or with explicit
                                        // windows n rounded up to whole 8-row q-tiles where the
                                        // call has those rows (the padding's windows are empty)
+  int64_t score_rows() const { return n_win > n ? n_win : n; }  // (n_win 0: not set, n)
 };
 // Calls f(block) for every block of the call, in output-row order. `shapes_only`
 // (inner_problems): at least one block of every distinct (rows, width) shape, skipping the
