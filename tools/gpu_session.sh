@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -418,6 +418,14 @@ if [[ " $steps " == *" s22d "* ]]; then
   run topk_bench_thd_lean 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-lean-windows
   run gpu_lean_windows 90 $b/tests/dsa_gpu_tests "[lean_windows]" --durations yes
   run sanitize_memcheck_topk_thd 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: THD local and global indices"
+fi
+# s23a (not in all): s22d, then lean THD keyed on one q-tile (every THD variant: one compile for
+# every T_q; its code is byte-identical, session 23): the THD cases of lean, lean heads, lean lse,
+# lean4, FP8 and the golden digests.
+if [[ " $steps " == *" s23a "* ]]; then
+  run gpu_lean_thd 240 $b/tests/dsa_gpu_tests "[lean][thd]" --durations yes
+  run gpu_lean_thd_more 200 $b/tests/dsa_gpu_tests "lean lse: THD packings against the oracle and bitwise against generic,lean4: THD against the fp64 oracle\, bitwise against generic and two consumers,fp8: THD layouts against the fp64 oracle" --durations yes
+  run gpu_digests 120 $b/tests/dsa_gpu_tests "[digests]" --durations yes
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

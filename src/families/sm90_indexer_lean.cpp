@@ -48,7 +48,7 @@ uint32_t spec_smem(DType w, int stages, DType qk, int consumers, bool thd, bool 
 }
 // The q-tile: 512 packed (token, head) rows, 8 / 16 / 32 tokens at H 64 / 32 / 16 (BSHD and THD).
 int64_t q_tile(const Problem& p) { return LeanGeometry::tokens_per_tile(p.heads); }
-// THD: T_q rounded up to the q-tile (the variant's kSeqQ).
+// THD: T_q rounded up to the q-tile (its items; the variant carries one q-tile as kSeqQ).
 int64_t round_to_tile(const Problem& p) { return (p.t_q + q_tile(p) - 1) / q_tile(p) * q_tile(p); }
 
 // Work items: q-tiles x B (BSHD), the q-tiles of T_q (THD).
@@ -171,11 +171,8 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   if (row_windows(p)) {  // the THD kernel's plan of the call's view, its kRowWindows variant
     Plan plan = lean_plan(row_windows_view(p), dev, purpose, family, extra_smem, false);
     plan.spec.values[kRowWindowsSlot] = 1;
-    // The THD kernel's code does not depend on its S_q constant (session 22: the cubins of sq
-    // 2048 and 8192 have byte-identical sections, row windows and packed THD alike; T_q, the
-    // items and the schedule are launch arguments), so a row-window variant carries one q-tile:
-    // one compile serves every height (the unfused top-k's blocks, DeepGEMM's logits calls).
-    plan.spec.values[kSeqQ] = q_tile(p);
+    // As every THD variant it carries one q-tile as T_q (below): one compile serves every height
+    // (the unfused top-k's blocks, DeepGEMM's logits calls).
     return plan;
   }
   Plan plan;
@@ -192,7 +189,10 @@ Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, con
   if (consumers == 4 && p.has_lse && p.qk_dtype == DType::e4m3 && (p.is_thd() || p.heads == 16 || split_here)) consumers = 2;
   plan.tokens_per_tile = static_cast<int32_t>(q_tile(p));
   if (p.is_thd()) {
-    plan.spec = lean_spec(round_to_tile(p), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype, false, p.heads,
+    // One q-tile as T_q: the THD kernel's code does not depend on it (session 22-23: the cubins
+    // of T_q 8 and 8192 have byte-identical code, constant-0, shared and info sections; T_q, the
+    // items and the schedule are launch arguments), so one compile serves every packing.
+    plan.spec = lean_spec(q_tile(p), 0, p.w_dtype, p.sm_scale == 1.0f, p.layout, p.qk_dtype, false, p.heads,
                           consumers, p.has_lse, free_running);
     plan.tiles_per_batch = plan.num_tiles = work_items(p);
   } else {

@@ -2,8 +2,8 @@
 // sm90_indexer_lean: the per-shape fast path (H 64, D 128, no LSE, no explicit windows).
 // BSHD: compiled per (S_q, S_k, W dtype, scale variant); the planner's q-tile order and CTA
 // policy are emitted into the source, and the batch size is a launch argument.
-// THD: compiled per (T_q rounded up to the q-tile, W dtype, scale variant, column mode); T_k,
-// the segment boundaries and the offsets are launch arguments, and so is the q-tile order,
+// THD: compiled per (W dtype, scale variant, column mode); T_q, T_k, the segment boundaries and
+// the offsets are launch arguments (the variant carries one q-tile as T_q), and so is the q-tile order,
 // planned per packing from the host cu_seqlens (and memoized per packing).
 #include <memory>
 #include <vector>
@@ -136,7 +136,7 @@ void lean_render_schedule(const KernelSpec& spec, GeneratedSource& g);
 // hold one per protocol, the fused top-k's sweep).
 void lean_launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream, void* extra, const char* what,
                  int function = 0);
-// s_q: S_q (BSHD) or T_q rounded up to the q-tile (THD); s_k: S_k (BSHD) or 0 (THD).
+// s_q: S_q (BSHD) or one q-tile (THD: the planner's; the code does not depend on it); s_k: S_k (BSHD) or 0 (THD).
 KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout layout = Layout::bshd,
                      DType qk = DType::bf16, bool split = false, int64_t heads = 64, int consumers = 2, bool lse = false,
                      bool free_running = false, bool row_windows = false);

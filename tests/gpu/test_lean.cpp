@@ -260,11 +260,12 @@ TEST_CASE("lean THD: bf16 W and fp32 W of the same values give the same bits, ru
   run_determinism_and_w_dtype(KernelFamily::lean, p);
 }
 
-TEST_CASE("lean THD: 20 packings of one T_q compile once", "[lean][thd]") {
-  // T_q 2043..2048 round to the same 2048-row key; T_k and the boundaries change every time
+TEST_CASE("lean THD: 20 packings of 20 T_q compile once", "[lean][thd]") {
+  // the variant carries one q-tile as T_q: T_q 2048 down to 1098 (lean's gate: a q-tile per SM;
+  // not all multiples of the q-tile), T_k and the boundaries change every time, one compile
   auto stats0 = dsa_indexer::kernel_cache_stats();
   for (int i = 0; i < 20; ++i) {
-    HostProblem p = random_packing(2048 - (i % 6), 1 + (i % 4), 1000 + static_cast<uint64_t>(i));
+    HostProblem p = random_packing(2048 - 50 * i - (i % 6), 1 + (i % 4), 1000 + static_cast<uint64_t>(i));
     dsa_support::fill_random(p, 1100 + static_cast<uint64_t>(i));
     auto dp = dsa_support::upload(p);
     auto r = dsa_support::run(p, dp, KernelFamily::lean);

@@ -71,10 +71,10 @@ TEST_CASE("dispatch: THD calls that pass the lean gates go lean, in both column 
   CHECK(std::string(lean_family().check(p, DeviceInfo::h200()).failed) == "host cu_seqlens");
 }
 
-TEST_CASE("dispatch: the lean THD key ignores T_k and the segment boundaries", "[dispatch][thd]") {
+TEST_CASE("dispatch: the lean THD key ignores T_q, T_k and the segment boundaries", "[dispatch][thd]") {
   std::mt19937 rng(11);
   const KernelSpec first = make_plan(prob(PackedCall({8192}, {4096})), DeviceInfo::h200(), lean_family()).spec;
-  CHECK(first.shape_key() == "thd_local.sq8192.sk0.wbf16.scale1.s5");
+  CHECK(first.shape_key() == "thd_local.sq8.sk0.wbf16.scale1.s5");
   for (int i = 0; i < 20; ++i) {
     // a random packing of 8185..8192 tokens into 1..9 segments (empty and one-token ones too)
     const int n = 1 + static_cast<int>(rng() % 9);
@@ -93,11 +93,15 @@ TEST_CASE("dispatch: the lean THD key ignores T_k and the segment boundaries", "
     CHECK(plan.num_tiles == 1024);
     CHECK(plan.schedule != nullptr);
   }
-  // what the key does hold: T_q rounded up to the q-tile, the columns, W, the scale variant
+  // T_q is not in the key (the variant carries one q-tile; T_q rounded up to it counts the items)
+  const Plan other = make_plan(prob(PackedCall({1500, 37, 2000}, {700, 10, 900})), DeviceInfo::h200(), lean_family());
+  CHECK(other.spec == first);
+  CHECK(other.num_tiles == (3537 + 7) / 8);
+  // what the key does hold: the columns, W, the scale variant
   CHECK(make_plan(prob(PackedCall({8193}, {4096})), DeviceInfo::h200(), lean_family()).spec.shape_key() ==
-        "thd_local.sq8200.sk0.wbf16.scale1.s5");
+        "thd_local.sq8.sk0.wbf16.scale1.s5");
   CHECK(make_plan(prob(PackedCall({8192}, {4096}, true)), DeviceInfo::h200(), lean_family()).spec.shape_key() ==
-        "thd_global.sq8192.sk0.wbf16.scale1.s5");
+        "thd_global.sq8.sk0.wbf16.scale1.s5");
 }
 
 TEST_CASE("dispatch: automatic goes lean where every gate holds, else generic", "[dispatch]") {

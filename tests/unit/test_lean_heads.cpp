@@ -64,7 +64,8 @@ TEST_CASE("lean heads: THD at H 32 and 16 plans q-tiles of 16 and 32 tokens; the
   for (int64_t h : {64, 32, 16}) {
     INFO("H " << h);
     const int64_t tile = 512 / h;
-    // T_q 6001 (not a multiple of any tile): rounded up to the q-tile in the key
+    // T_q 6001 (not a multiple of any tile): rounded up to the q-tile in the items; the key
+    // carries one q-tile
     PackedCall t({4096, 1905}, {2048, 1000}, false, static_cast<int>(h));
     const Problem p = problem(t);
     REQUIRE(&choose_family(p, dev, KernelFamily::lean, false) == &lean_family());
@@ -72,7 +73,7 @@ TEST_CASE("lean heads: THD at H 32 and 16 plans q-tiles of 16 and 32 tokens; the
     const int64_t rounded = (6001 + tile - 1) / tile * tile;
     CHECK(plan.tokens_per_tile == tile);
     CHECK(plan.num_tiles == rounded / tile);
-    CHECK_THAT(plan.spec.shape_key(), Contains("thd_local.sq" + std::to_string(rounded) + ".sk0"));
+    CHECK_THAT(plan.spec.shape_key(), Contains("thd_local.sq" + std::to_string(tile) + ".sk0"));
     CHECK((plan.spec.shape_key().find(".h" + std::to_string(h)) != std::string::npos) == (h != 64));
     // the planner's per-tile KV counts follow the q-tile
     CHECK(lean_thd_tile_kv(p.cu_q_host, p.cu_k_host, p.t_q, p.ratio, tile).size() == static_cast<std::size_t>(rounded / tile));

@@ -128,7 +128,7 @@ TEST_CASE("manifest values are range-checked as the public API checks them", "[w
                          DeviceInfo::h200());
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
   REQUIRE(specs.size() == 2);  // lean, and generic for the escape hatch
-  CHECK(specs[0].shape_key() == "thd_global.sq2147483448.sk0.wf32.scaleany.s5");
+  CHECK(specs[0].shape_key() == "thd_global.sq8.sk0.wf32.scaleany.s5");
 }
 
 TEST_CASE("manifest: batch= and sms= are what a gate reads besides the shape", "[warmup]") {
