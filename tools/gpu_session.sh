@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -426,6 +426,30 @@ if [[ " $steps " == *" s23a "* ]]; then
   run gpu_lean_thd 240 $b/tests/dsa_gpu_tests "[lean][thd]" --durations yes
   run gpu_lean_thd_more 200 $b/tests/dsa_gpu_tests "lean lse: THD packings against the oracle and bitwise against generic,lean4: THD against the fp64 oracle\, bitwise against generic and two consumers,fp8: THD layouts against the fp64 oracle" --durations yes
   run gpu_digests 120 $b/tests/dsa_gpu_tests "[digests]" --durations yes
+fi
+# s23b (not in all): where the fused path's time goes at long rows: every kernel's device time
+# (ncu, gpu__time_duration) in the top-k bench's S_k 131072 row at k 2048 (two reps: the scores
+# alone, the automatic call = fused, unfused and fused by name), summed per kernel name.
+if [[ " $steps " == *" s23b "* ]]; then
+  run ncu_long 420 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    --kernel-name regex:"sm90_" --launch-count 600 $b/tools/dsa-indexer bench --op topk --reps 2 --topk-k 2048 --match "S_k 131072"
+  python3 - "$out/ncu_long.log" >"$out/ncu_long_summary.txt" 2>&1 <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, body = rows[0], rows[1:]
+ki, mi, vi = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+seq, agg = [], collections.OrderedDict()
+for r in body:
+    if r[mi] != "gpu__time_duration.sum": continue
+    name = r[ki].split("(")[0][:90]
+    ns = float(r[vi].replace(",", ""))
+    seq.append((name, ns))
+    a = agg.setdefault(name, [0, 0.0]); a[0] += 1; a[1] += ns
+for n, (c, t) in agg.items(): print(f"{c:5d} launches {t/1e6:10.3f} ms total {t/c/1e3:10.1f} us mean  {n}")
+print("sequence (name, us):")
+for n, t in seq: print(f"{t/1e3:10.1f}  {n}")
+PY
+  tail -n 20 "$out/ncu_long_summary.txt"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"
