@@ -197,8 +197,9 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   const uint64_t budget = o.budget_mib << 20;
   dd::set_topk_unfused_blocking(budget, o.one_wave);
   dd::set_topk_fused_budget(budget);
-  dd::set_topk_lean_window_blocks(o.lean_windows ? std::optional<bool>(true) : std::nullopt);
-  if (o.lean_windows) fmt::print("\nbench --op topk: blocks with explicit windows (THD) on lean's row-windows variant\n");
+  dd::set_topk_lean_window_blocks(o.lean_windows);
+  if (o.lean_windows)
+    fmt::print("\nbench --op topk: blocks with explicit windows (THD) on {}\n", *o.lean_windows ? "lean's row-windows variant" : "generic");
   if (budget != 0 || o.one_wave)
     fmt::print("\nbench --op topk: block budget {} MiB (0: the library's){}\n", o.budget_mib,
                o.one_wave ? "; unfused blocks of one wave of rows at least (beyond the budget at long S_k)" : "");

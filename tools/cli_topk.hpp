@@ -4,6 +4,7 @@
 // and the command line; bench/peers.py --op topk runs the same shapes (topk_bench_cases below,
 // which python/tests/test_bench_tools.py reads back from this file's source).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,9 @@ struct TopkBenchOptions {
   std::string match;    // only the shapes whose name contains it
   uint64_t budget_mib = 0;  // both paths' block budget (0: the library's)
   bool one_wave = false;    // the unfused path's blocks of one wave of rows at least (the old blocking)
-  bool lean_windows = false;  // blocks with explicit windows (THD) on lean's row windows (topk_lean_window_blocks)
+  // blocks with explicit windows (THD) on lean's row windows (topk_lean_window_blocks; unset: the
+  // library's default, on)
+  std::optional<bool> lean_windows;
 };
 
 // "2048,512" -> {2048, 512}; throws dsa_indexer::InvalidArgument naming --topk-k for anything

@@ -641,7 +641,7 @@ int run_bench(const Args& a) {
     to.match = a.get("match");
     to.budget_mib = std::stoull(a.get("topk-budget", "0"));
     to.one_wave = a.has("topk-one-wave");
-    to.lean_windows = a.has("topk-lean-windows");
+    if (a.has("topk-lean-windows")) to.lean_windows = a.get("topk-lean-windows") == "on";
     json += ",\n  \"topk_cases\": [\n" + dsa_cli::run_topk_bench(to) + "\n  ]";
   }
   json += "\n}\n";
@@ -761,9 +761,9 @@ void build_cli(Cli& cli) {
   bench->add_flag_callback("--topk-one-wave", [&cli] { cli.args.opt["topk-one-wave"] = "1"; },
                            "top-k rows: the unfused path's blocks hold one wave of 8-row q-tiles at least, beyond the budget at "
                            "long S_k (before session 22), instead of staying within it (lean's split variant)");
-  bench->add_flag_callback("--topk-lean-windows", [&cli] { cli.args.opt["topk-lean-windows"] = "1"; },
-                           "top-k rows: the unfused path's blocks with explicit windows (THD) on lean's row-windows variant "
-                           "(off by default until a GPU run has checked it)");
+  cli.value(bench, "topk-lean-windows", "top-k rows: the unfused path's blocks with explicit windows (THD) on lean's "
+                                        "row-windows variant (on, the library's default) or on generic (off, before session 23)")
+      ->check(CLI::IsMember({"on", "off"}));
   cli.value(bench, "in", "input precision of q and k: bf16 (the default: the scores and top-k rows) or e4m3 (the FP8 rows of issue 22: "
                         "S_q 8192 / S_k 4096 ratio 2, S_q 2048 with S_k 8192 and 65536 ending at S_k (ratio 1, offset "
                         "S_k - S_q - 1), S_q 16384 / S_k 8192; per-row fp32 q_scale and k_scale; families by --family, "

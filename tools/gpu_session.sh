@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -414,8 +414,8 @@ fi
 if [[ " $steps " == *" s22d "* ]]; then
   run gpu_topk_thd 40 $b/tests/dsa_gpu_tests "topk: THD local and global indices" --durations yes
   run gpu_topk_fp8 60 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores" --durations yes
-  run topk_bench_thd 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
-  run topk_bench_thd_lean 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-lean-windows
+  run topk_bench_thd 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-lean-windows off
+  run topk_bench_thd_lean 40 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-lean-windows on
   run gpu_lean_windows 90 $b/tests/dsa_gpu_tests "[lean_windows]" --durations yes
   run sanitize_memcheck_topk_thd 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk: THD local and global indices"
 fi
@@ -450,6 +450,18 @@ print("sequence (name, us):")
 for n, t in seq: print(f"{t/1e3:10.1f}  {n}")
 PY
   tail -n 20 "$out/ncu_long_summary.txt"
+fi
+# s23c (not in all): ncu's full set of one lean scores launch and one fused sweep launch of the
+# top-k bench's S_k 131072 row (k 2048): their details pages and raw metrics side by side.
+if [[ " $steps " == *" s23c "* ]]; then
+  for kern in "sm90_indexer_lean<" "sm90_topk_fused_sweep<"; do
+    tag=${kern%%<*}
+    run "ncu_full_$tag" 200 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:"$kern" \
+      --launch-count 1 -o "$out/$tag" $b/tools/dsa-indexer bench --op topk --reps 1 --topk-k 2048 --match "S_k 131072"
+    [[ -f $out/$tag.ncu-rep ]] && "$ncu_bin" --import "$out/$tag.ncu-rep" --page details >"$out/${tag}_details.txt" 2>&1
+    [[ -f $out/$tag.ncu-rep ]] && "$ncu_bin" --import "$out/$tag.ncu-rep" --page raw --csv >"$out/${tag}_raw.csv" 2>&1
+    rm -f "$out/$tag.ncu-rep"
+  done
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

@@ -88,8 +88,8 @@ class TopkUnfusedFamily final : public Family {
     return plan;
   }
 
-  // Blocks with explicit windows (THD, BSHD products past 2^31): generic, or, with
-  // topk_lean_window_blocks(), dispatched like any score call: lean's row-windows variant where
+  // Blocks with explicit windows (THD, BSHD products past 2^31): with topk_lean_window_blocks()
+  // (the default) dispatched like any score call: lean's row-windows variant where
   // its gates hold (whole q-tiles, which the padding gives every block but a tail at the call's
   // last row; one wave), one compile for every block height, else generic.
   KernelFamily inner_family(const Problem& inner) const override {

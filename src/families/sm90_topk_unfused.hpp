@@ -47,12 +47,11 @@ TopkBlocking topk_blocking(const Problem& p, const DeviceInfo& dev, uint64_t bud
 // Measurements: another budget (0: the default) and the old one-wave blocks.
 void set_topk_unfused_blocking(uint64_t budget, bool one_wave);
 // Blocks with explicit windows (THD; BSHD past S_k x ratio 2^31) on lean's row-windows variant,
-// their score calls padded to whole q-tiles (TopkBlock::n_win), instead of generic: built in
-// session 22 (CPU-tested: the variant's code does not depend on the height, so one compile serves
-// every block; the padding's windows are empty and the workspace rows the selection reads keep
-// their places), not yet run on a GPU, so off until `tools/gpu_session.sh s22d` has passed
-// ([topk]'s saturated THD case turns it on by set_topk_lean_window_blocks).
-inline constexpr bool kTopkLeanWindowBlocks = false;
+// their score calls padded to whole q-tiles (TopkBlock::n_win), instead of generic (the variant's
+// code does not depend on the height, so one compile serves every block; the padding's windows
+// are empty and the workspace rows the selection reads keep their places). Checked on a GPU in
+// session 23 (`tools/gpu_session.sh s22d`; set_topk_lean_window_blocks(false): generic, as before).
+inline constexpr bool kTopkLeanWindowBlocks = true;
 bool topk_lean_window_blocks();
 void set_topk_lean_window_blocks(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of

@@ -81,9 +81,9 @@ TEST_CASE("every lean variant of the default manifest compiles without spills", 
   // lines' automatic calls take the fused path; these are the escape hatch's): 4096 x 16384
   // (lean), 1024 x 65536, 512 x 131072 and 256 x 262144 (split; the S_q 16384 / S_k 4096 block
   // is a scores line's shape). The FP8 headline line: its lean FP8 variant. The FP8 window-start
-  // line (DeepGEMM's compressed logits): lean's row-windows variant (the THD top-k line's blocks
-  // stay generic while topk_lean_window_blocks is off).
-  CHECK(specs.size() == 31);
+  // line (DeepGEMM's compressed logits): lean's row-windows variant (FP8, local columns). The THD
+  // top-k line's blocks: lean's bf16 row-windows variant with key columns.
+  CHECK(specs.size() == 32);
   auto res = compile_all(specs);
   check_cubins(res, 1);
   for (const auto& r : res) {

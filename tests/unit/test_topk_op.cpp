@@ -311,10 +311,11 @@ TEST_CASE("topk: THD blocks pad their score calls to whole q-tiles where the row
   p.s_k = 3000;  // max_seqlen_k
   const TopkBlocking bl = topk_blocking(p, dev, uint64_t(3000) * 4 * 512, 0, 8);  // 512-row blocks
   REQUIRE(bl.rows == 512);
-  // off (the default): generic takes every height, nothing is padded
+  // off: generic takes every height, nothing is padded
+  set_topk_lean_window_blocks(false);
   for_each_topk_block(p, bl, [&](const TopkBlock& b) { CHECK(b.n_win == b.n); });
   CHECK(&family_of_inner(p, dev) == &generic_family());
-  set_topk_lean_window_blocks(true);
+  set_topk_lean_window_blocks(std::nullopt);  // on, the default
   int64_t next = 0, blocks = 0;
   for_each_topk_block(p, bl, [&](const TopkBlock& b) {
     INFO("block at " << b.row0 << " of " << b.n << " rows, score call " << b.n_win);

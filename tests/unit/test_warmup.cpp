@@ -224,16 +224,18 @@ TEST_CASE("manifest: a top-k line implies the top-k variant and the score varian
   // 16384 keys: 4096-row blocks, lean
   CHECK(manifest_specs(parse_manifest("op=topk sq=8192 sk=16384 ratio=1\n", "m"), h200) ==
         std::vector<KernelSpec>{topk_unfused_spec(Layout::bshd), lean_spec(4096, 16384, DType::bf16, false), gen_bf16});
-  // THD blocks have explicit windows: generic, whichever the hatch (topk_lean_window_blocks off);
-  // with it on, at H 64 lean's row-windows variant, one for every block height (2 blocks of 8192
-  // rows here), and generic for the hatch (at H 32 generic: lean's row windows are H 64).
+  // THD blocks have explicit windows: with topk_lean_window_blocks off generic, whichever the
+  // hatch; on (the default), at H 64 lean's row-windows variant, one for every block height (2
+  // blocks of 8192 rows here), and generic for the hatch (at H 32 generic: lean's row windows
+  // are H 64).
   const std::string thd32 = "op=topk layout=thd_local heads=32 sq=16384 sk=16384 w=f32 lse=1 family=topk_unfused\n";
   const std::string thd64 = "op=topk layout=thd_local sq=16384 sk=16384 w=f32 family=topk_unfused\n";
   const std::vector<KernelSpec> gen32{topk_unfused_spec(Layout::thd_local), generic_spec(32, DType::f32, false, Layout::bshd)};
   const std::vector<KernelSpec> gen64{topk_unfused_spec(Layout::thd_local), generic_spec(64, DType::f32, false, Layout::bshd)};
+  set_topk_lean_window_blocks(false);
   CHECK(manifest_specs(parse_manifest(thd32, "m"), h200) == gen32);
   CHECK(manifest_specs(parse_manifest(thd64, "m"), h200) == gen64);
-  set_topk_lean_window_blocks(true);
+  set_topk_lean_window_blocks(std::nullopt);
   CHECK(manifest_specs(parse_manifest(thd32, "m"), h200) == gen32);
   CHECK(manifest_specs(parse_manifest(thd64, "m"), h200) ==
         std::vector<KernelSpec>{topk_unfused_spec(Layout::thd_local),
