@@ -454,9 +454,9 @@ fi
 # s23c (not in all): ncu's full set of one lean scores launch and one fused sweep launch of the
 # top-k bench's S_k 131072 row (k 2048): their details pages and raw metrics side by side.
 if [[ " $steps " == *" s23c "* ]]; then
-  for kern in "sm90_indexer_lean<" "sm90_topk_fused_sweep<"; do
-    tag=${kern%%<*}
-    run "ncu_full_$tag" 200 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:"$kern" \
+  for kern in "sm90_topk_fused_sweep" "sm90_indexer_lean"; do
+    tag=$kern
+    run "ncu_full_$tag" 200 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name "$kern" \
       --launch-count 1 -o "$out/$tag" $b/tools/dsa-indexer bench --op topk --reps 1 --topk-k 2048 --match "S_k 131072"
     [[ -f $out/$tag.ncu-rep ]] && "$ncu_bin" --import "$out/$tag.ncu-rep" --page details >"$out/${tag}_details.txt" 2>&1
     [[ -f $out/$tag.ncu-rep ]] && "$ncu_bin" --import "$out/$tag.ncu-rep" --page raw --csv >"$out/${tag}_raw.csv" 2>&1
