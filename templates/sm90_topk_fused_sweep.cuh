@@ -41,6 +41,12 @@
 
 namespace dsa {
 
+// The sampled protocol's appends after the cut (kTopkPart, rendered only when set: the variants
+// without it keep their sources): 0, a shared atomic per warp, row and tile for the positions;
+// 1, warp-private partitions of the row's buffer past the sample, positions counted in
+// registers, compacted by the selectors after the item (LeanTopkEpilogue).
+DSA_CONFIG_OR(TopkPartOf, kTopkPart, bool, false)
+
 struct LeanTopkRow {
   u64 thr;        // append when composite > thr (0: every visible cell)
   u32 count;      // entries in the row's buffer
@@ -405,6 +411,14 @@ struct LeanTopkEpilogue {
   static constexpr bool kSelects = true;
   static constexpr bool kSampled = kProto == kLeanTopkSampled;
   static_assert(kSampled || kProto == kLeanTopkExact, "sm90_topk_fused_sweep: the protocol is sampled or exact");
+  // Sampled, partitioned appends (TopkPartOf): past the sample [0, m), warp w of a consumer
+  // appends row t's cells to [m + w q, m + (w + 1) q), q = (ld - m) / 4, at positions its lanes
+  // count in a register (the 8 lanes of a token see the same ballots); at the item's end lanes
+  // 0..3 store their token's count in kOffPart, and the selectors move partitions 1..3 down
+  // behind partition 0 so that the candidates kernel sees one list [0, count).
+  static constexpr bool kPart = kSampled && TopkPartOf<Cfg>::value;
+  static constexpr int kOffPart = kOffItemDone + T::kConsumers * 8;  // u32 [parity][row][warp]
+  static_assert(kOffPart + 2 * kTileRows * 4 * 4 <= kOffFull, "sm90_topk_fused_sweep: the partition counts must fit the slots");
   // The selectors' registers: the exact protocol's keep rows (80 spilled 4 bytes, 72 48 bytes;
   // the consumers get 208); the sampled protocol's set rows up and write counts (lean's own
   // producer budget: the consumers get lean's).
@@ -427,6 +441,8 @@ struct LeanTopkEpilogue {
   mutable u32 tk = 1;                // sampled: the row's cut (1 until it: every visible cell)
   mutable u32 count_at = 0;          // sampled: the shared address of this lane's row's scnt, this item
   mutable u64* row_buf = nullptr;    // sampled: this lane's row's buffer, this item
+  mutable u32 pc = 0, pcap = 0, pbase = 0, pslot = 0;  // kPart: this lane's token's partition (count,
+                                                       // capacity, first entry) and its count's slot
 
   __device__ __forceinline__ static void init_barriers(u8* smem) {
     u64* f = reinterpret_cast<u64*>(smem + kOffFull);
@@ -483,6 +499,13 @@ struct LeanTopkEpilogue {
       count_at = smem_addr(&live_rows(item)[t].scnt);
       row_buf = reinterpret_cast<u64*>(cand) + (ln.q_row0 + t) * ld;
       mbarrier_wait(reinterpret_cast<u64*>(smem + kOffReady) + (item & 1), (item >> 1) & 1);  // the rows are set up
+      if constexpr (kPart) {
+        const u32 m = live_rows(item)[t].m;
+        pcap = static_cast<u32>(ld) > m ? (static_cast<u32>(ld) - m) / 4u : 0u;
+        pbase = m + static_cast<u32>(warp_in_wg) * pcap;
+        pslot = (((item & 1u) * kTileRows + static_cast<u32>(cg * kRows + t)) * 4u + static_cast<u32>(warp_in_wg));
+        pc = 0u;
+      }
     }
     if (iter == ns) cut(live_rows(item), warp_in_wg, lane, t);
     const bool sample = iter < ns;
@@ -495,6 +518,16 @@ struct LeanTopkEpilogue {
     // the 8 lanes of this lane's token (token_quarter depends on lane & 3), led by the lowest
     const u32 mt = 0x11111111u << (lane & 3), lt = (1u << lane) - 1u;
     const u32 n0 = __popc(b0 & mt), n = n0 + __popc(b1 & mt);
+    if constexpr (kPart) {
+      if (!sample) {  // the warp's partition: positions from its lanes' count, no atomic
+        const u32 pos[2] = {pc + __popc(b0 & mt & lt), pc + n0 + __popc(b1 & mt & lt)};
+        pc += n;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (take[j] && pos[j] < pcap) row_buf[pbase + pos[j]] = topk_composite(key[j], static_cast<u32>(rel0 + col0 + 8 * j));
+        return;
+      }
+    }
     u32 base = 0;
     if (lane < 4 && n != 0u) base = atom_shared_add_u32(count_at + (sample ? 0u : 4u), n);  // scnt, else cnt
     base = __shfl_sync(0xffffffffu, base, lane & 3);
@@ -550,6 +583,9 @@ struct LeanTopkEpilogue {
   __device__ __forceinline__ void after_tile(const LeanLane&) const {}
   __device__ __forceinline__ void end_item(const LeanLane& ln) const {
     if (!kSampled || ln.n_kv == 0) return;
+    if constexpr (kPart) {
+      if ((threadIdx.x & 31u) < 4u) reinterpret_cast<u32*>(smem + kOffPart)[pslot] = pc;  // lanes 0..3: tokens 0..3
+    }
     mbarrier_arrive(reinterpret_cast<u64*>(smem + kOffItemDone) + cg);  // (release: the item's stores and counts)
     iter = 0;
     tk = 1u;
@@ -628,11 +664,49 @@ struct LeanTopkEpilogue {
       const bool have_n = next_item(kn, tile_n, b_n);
       if (have_n) set_up(tile_n, b_n, p ^ 1u);
       for (int g = 0; g < T::kConsumers; ++g) mbarrier_wait(&item_done[g], p);
+      if constexpr (kPart) {
+        // Partitions 1..3 of each row move down behind partition 0, in ascending chunks of a
+        // warp (a chunk's destination never reaches the next chunk's source: it starts at or
+        // below the source); rows that fail (bad sample, a partition overflowed) are redone.
+        const u32* pcount = reinterpret_cast<const u32*>(smem + kOffPart);
+        for (int r = s; r < kTileRows; r += kSelectors) {
+          const LeanTopkLive& L = live[p * kTileRows + r];
+          const u32* c = pcount + (p * kTileRows + static_cast<u32>(r)) * 4u;
+          const u32 m = L.m, q = static_cast<u32>(ta.cand_ld) > m ? (static_cast<u32>(ta.cand_ld) - m) / 4u : 0u;
+          if (L.r == kLeanTopkBadSample || c[0] > q || c[1] > q || c[2] > q || c[3] > q) continue;
+          u64* buf = reinterpret_cast<u64*>(ta.cand) + (row0 + r) * ta.cand_ld;
+          u32 dst = m + c[0];
+          for (u32 w = 1; w < 4u; ++w) {
+            const u32 src = m + w * q, n = c[w];
+            if (dst != src)
+              for (u32 i = 0; i < n; i += 32u) {
+                const u32 e = i + static_cast<u32>(lane);
+                u64 v = 0;
+                if (e < n) v = __ldcg(buf + src + e);
+                __syncwarp();
+                if (e < n) buf[dst + e] = v;
+                __syncwarp();
+              }
+            dst += n;
+          }
+        }
+      }
       if (lane == 0)
         for (int r = s; r < kTileRows; r += kSelectors) {
           const LeanTopkLive& L = live[p * kTileRows + r];
-          const u32 n = L.cnt, rr = L.r;
-          const bool bad = rr == kLeanTopkBadSample, over = n > static_cast<u32>(ta.cand_ld);
+          u32 n = L.cnt;
+          bool part_over = false;
+          if constexpr (kPart) {  // m + the partitions' entries (each at most q kept)
+            const u32* c = reinterpret_cast<const u32*>(smem + kOffPart) + (p * kTileRows + static_cast<u32>(r)) * 4u;
+            const u32 q = static_cast<u32>(ta.cand_ld) > L.m ? (static_cast<u32>(ta.cand_ld) - L.m) / 4u : 0u;
+            n = L.m;
+            for (int w = 0; w < 4; ++w) {
+              part_over = part_over || c[w] > q;
+              n += c[w] > q ? q : c[w];
+            }
+          }
+          const u32 rr = L.r;
+          const bool bad = rr == kLeanTopkBadSample, over = part_over || n > static_cast<u32>(ta.cand_ld);
           const bool below = rr != 0u && (n - L.m) + rr < k;  // every cell after the cut is >= tk
           const i32 kept = static_cast<i32>(over ? static_cast<u32>(ta.cand_ld) : n);
           count[row0 + r] = bad || over || below ? -1 - kept : kept;

@@ -198,6 +198,10 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_unfused_blocking(budget, o.one_wave);
   dd::set_topk_fused_budget(budget);
   dd::set_topk_lean_window_blocks(o.lean_windows);
+  dd::set_topk_fused_part(o.fused_part);
+  if (o.fused_part)
+    fmt::print("\nbench --op topk: the fused sweep's appends after the cut {}\n",
+               *o.fused_part ? "in warp-private partitions (no atomic)" : "by a shared atomic per warp and tile");
   if (o.lean_windows)
     fmt::print("\nbench --op topk: blocks with explicit windows (THD) on {}\n", *o.lean_windows ? "lean's row-windows variant" : "generic");
   if (budget != 0 || o.one_wave)

@@ -20,6 +20,7 @@ struct TopkBenchOptions {
   // blocks with explicit windows (THD) on lean's row windows (topk_lean_window_blocks; unset: the
   // library's default, on)
   std::optional<bool> lean_windows;
+  std::optional<bool> fused_part;  // the fused sweep's partitioned appends (topk_fused_part; unset: the default)
 };
 
 // "2048,512" -> {2048, 512}; throws dsa_indexer::InvalidArgument naming --topk-k for anything

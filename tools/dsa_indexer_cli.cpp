@@ -642,6 +642,7 @@ int run_bench(const Args& a) {
     to.budget_mib = std::stoull(a.get("topk-budget", "0"));
     to.one_wave = a.has("topk-one-wave");
     if (a.has("topk-lean-windows")) to.lean_windows = a.get("topk-lean-windows") == "on";
+    if (a.has("topk-fused-part")) to.fused_part = a.get("topk-fused-part") == "on";
     json += ",\n  \"topk_cases\": [\n" + dsa_cli::run_topk_bench(to) + "\n  ]";
   }
   json += "\n}\n";
@@ -763,6 +764,9 @@ void build_cli(Cli& cli) {
                            "long S_k (before session 22), instead of staying within it (lean's split variant)");
   cli.value(bench, "topk-lean-windows", "top-k rows: the unfused path's blocks with explicit windows (THD) on lean's "
                                         "row-windows variant (on, the library's default) or on generic (off, before session 23)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cli.value(bench, "topk-fused-part", "top-k rows: the fused sweep's appends after the cut in warp-private partitions "
+                                      "(on) or by a shared atomic per warp and tile (off, the library's default)")
       ->check(CLI::IsMember({"on", "off"}));
   cli.value(bench, "in", "input precision of q and k: bf16 (the default: the scores and top-k rows) or e4m3 (the FP8 rows of issue 22: "
                         "S_q 8192 / S_k 4096 ratio 2, S_q 2048 with S_k 8192 and 65536 ending at S_k (ratio 1, offset "

@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -462,6 +462,22 @@ if [[ " $steps " == *" s23c "* ]]; then
     [[ -f $out/$tag.ncu-rep ]] && "$ncu_bin" --import "$out/$tag.ncu-rep" --page raw --csv >"$out/${tag}_raw.csv" 2>&1
     rm -f "$out/$tag.ncu-rep"
   done
+fi
+# s24a (not in all): the fused sweep's partitioned appends (set_topk_fused_part, built in session 23
+# without a device; off until this passes): [topk_fused_part] (bitwise against the unfused path),
+# memcheck and racecheck over its small case, the bench's S_k 131072 and 16384 rows with the
+# appends both ways (fused by name in every row; auto = fused at 131072), and every kernel's time
+# of the S_k 131072 row with them on (as s23b).
+if [[ " $steps " == *" s24a "* ]]; then
+  run gpu_topk_fused_part 240 $b/tests/dsa_gpu_tests "[topk_fused_part]" --durations yes
+  run sanitize_memcheck_part 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: partitioned appends, small, for the sanitizers"
+  run sanitize_racecheck_part 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: partitioned appends, small, for the sanitizers"
+  for part in off on; do
+    run "topk_bench_part_$part" 120 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 1" --topk-fused-part $part
+  done
+  run ncu_long_part 200 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    --kernel-name regex:"sm90_topk_(fused_sweep|candidates)" --launch-count 40 $b/tools/dsa-indexer bench --op topk --reps 1 --topk-k 2048 \
+    --match "S_k 131072" --topk-fused-part on
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

@@ -34,6 +34,7 @@ struct TopkSweepOutputs {
   int32_t refresh = 0;     // appends between threshold refreshes
   int32_t mode = 0;        // dsa::kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
   float margin = 0.0f;     // sampled: the cut's margin (standard deviations)
+  bool part = false;       // sampled: warp-private partitions past the sample (the sweep's kTopkPart)
 };
 
 struct Problem {

@@ -39,6 +39,10 @@ std::atomic<bool> g_margin_set{false};
 std::atomic<float> g_margin{0.0f};
 std::atomic<uint32_t*> g_stats{nullptr};
 std::atomic<uint64_t> g_budget{0};
+std::atomic<int> g_part{-1};
+// The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
+// variants from before keep their sources and keys).
+std::size_t part_slot() { return lean_family().params().size(); }
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
@@ -69,6 +73,7 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   const float margin = topk_fused_margin();
   s.sweep.mode = std::isnan(margin) ? dsa::kLeanTopkExact : dsa::kLeanTopkSampled;
   s.sweep.margin = std::isnan(margin) ? 0.0f : margin;
+  s.sweep.part = s.sweep.mode == dsa::kLeanTopkSampled && topk_fused_part();
   s.call = &p;
   s.call_family = KernelFamily::topk_fused;
   return s;
@@ -94,7 +99,16 @@ class TopkFusedSweepFamily final : public Family {
   DType input_dtype() const override { return DType::bf16; }
   int auto_priority() const override { return 1; }
   bool fast_path() const override { return true; }
-  const std::vector<ParamDesc>& params() const override { return lean_family().params(); }
+  const std::vector<ParamDesc>& params() const override {
+    static const std::vector<ParamDesc> p = [] {
+      std::vector<ParamDesc> v = lean_family().params();
+      ParamDesc part{"kTopkPart", ParamDesc::integer, "bool", "part"};
+      part.omit_zero = true;
+      v.push_back(part);
+      return v;
+    }();
+    return p;
+  }
   Gate check(const Problem& p, const DeviceInfo& dev) const override {
     if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
     // the selection epilogue keeps one row per consumer warp: 4 tokens per consumer
@@ -104,7 +118,9 @@ class TopkFusedSweepFamily final : public Family {
   }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
-    return lean_plan(p, dev, purpose, *this, kSweepSmem, /*split=*/false);
+    Plan plan = lean_plan(p, dev, purpose, *this, kSweepSmem, /*split=*/false);
+    if (p.sweep.part) plan.spec.values[part_slot()] = 1;
+    return plan;
   }
   void render(const KernelSpec& spec, GeneratedSource& g) const override {
     lean_render_schedule(spec, g);
@@ -307,6 +323,12 @@ void set_topk_fused_margin(std::optional<float> margin) {
   g_margin.store(margin.value_or(0.0f), std::memory_order_relaxed);
   g_margin_set.store(margin.has_value(), std::memory_order_relaxed);
 }
+
+bool topk_fused_part() {
+  const int v = g_part.load(std::memory_order_relaxed);
+  return v < 0 ? kTopkFusedPart : v != 0;
+}
+void set_topk_fused_part(std::optional<bool> on) { g_part.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed); }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
 void set_topk_fused_budget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }

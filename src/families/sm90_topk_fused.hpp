@@ -65,6 +65,15 @@ inline constexpr float kTopkFusedMargin = 5.0f;
 // fail, which tests use to exercise the redo launch).
 float topk_fused_margin();
 void set_topk_fused_margin(std::optional<float> margin);
+// The sampled sweep's appends after the cut: a shared atomic per warp, row and tile for the
+// positions (the default), or warp-private partitions of the row's buffer counted in registers
+// and compacted by the selector warps after each item (the sweep variant's kTopkPart; session 23:
+// ncu found the atomic path on the consumers' critical path in 88 % of warp-tiles at S_k 131072,
+// docs/PERF_NOTES.md). Built in session 23 without a device run: off until a GPU has checked it
+// (`tools/gpu_session.sh s24a`); set_topk_fused_part(true) turns it on for tests and timing.
+inline constexpr bool kTopkFusedPart = false;
+bool topk_fused_part();
+void set_topk_fused_part(std::optional<bool> on);  // nullopt: kTopkFusedPart
 // Measurements: device memory of dsa::kLeanTopkStats u32 counters that every later sampled
 // sweep launch adds its rows to (by how they ended, and the entries kept: LeanTopkStat in
 // sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.

@@ -194,3 +194,36 @@ TEST_CASE("topk fused: small, for the sanitizers", "[topk_fused_small]") {
   p.offsets = {1536 - 1056 - 1};
   check_fused(p, 261, {64});
 }
+
+// The sampled sweep's partitioned appends (set_topk_fused_part; kTopkFusedPart, off until this
+// passes on a GPU): warp-private partitions past the sample, compacted by the selectors. The
+// same outputs as the unfused path at every k and ratio, with ties, offsets and B 3, long rows
+// (S_k 16384 and 65536), and a tiny buffer whose partitions overflow into the redo launch.
+TEST_CASE("topk fused: partitioned appends, equal to the unfused path", "[topk_fused][topk_fused_part]") {
+  namespace dd = dsa_indexer::detail;
+  dd::set_topk_fused_part(true);
+  check_fused(bshd(1, 1056, 4096, 64, 2), 301, {1, 7, 64, 512, 2048});
+  check_fused(bshd(2, 1056, 1500, 64, 4), 302, {64, 512});
+  check_fused(bshd(1, 1056, 2500, 64, 1), 303, {7, 512}, Ties::repeated_keys_and_zero_rows);
+  check_fused(bshd(1, 1056, 2500, 64, 2), 304, {7, 2048}, Ties::two_values);
+  check_fused(bshd(1, 1056, 3000, 64, 1), 305, {7, 64}, Ties::none, /*entries=*/64);
+  HostProblem a = bshd(3, 1056, 2000, 64, 1);
+  a.offsets = {INT32_MAX - 3000, -500, 700};
+  check_fused(a, 306, {7, 512});
+  HostProblem l = bshd(1, 1056, 16384, 64, 1);
+  l.offsets = {16384 - 1056 - 1};
+  check_fused(l, 307, {64, 2048});
+  HostProblem v = bshd(1, 1056, 65536, 64, 1);
+  v.offsets = {65536 - 1056 - 1};
+  check_fused(v, 308, {2048});
+  dd::set_topk_fused_part(std::nullopt);
+}
+
+TEST_CASE("topk fused: partitioned appends, small, for the sanitizers", "[topk_fused_small][topk_fused_part]") {
+  namespace dd = dsa_indexer::detail;
+  dd::set_topk_fused_part(true);
+  HostProblem p = bshd(1, 1056, 1536, 64, 1);
+  p.offsets = {1536 - 1056 - 1};
+  check_fused(p, 311, {64});
+  dd::set_topk_fused_part(std::nullopt);
+}

@@ -191,6 +191,36 @@ TEST_CASE("topk fused: every variant of the default manifest's top-k shapes comp
   CHECK(sweeps >= 5);  // the block shapes of each line, bf16 and fp32 W, both scale variants
 }
 
+// The partitioned appends (set_topk_fused_part): their own sweep variants (the key's part1; the
+// default variants keep their keys and sources), compiled without spills, bf16 and fp32 W.
+TEST_CASE("topk fused: the partitioned sweep variants compile without spills, keyed apart", "[topk][nvrtc]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const std::vector<ManifestProblem> lines = parse_manifest(
+      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 k=2048 family=topk_fused\n",
+      "test");
+  auto sweeps = [&] {
+    std::vector<KernelSpec> v;
+    for (const KernelSpec& s : manifest_specs(lines, dev))
+      if (std::string(s.family->name()) == "sm90_topk_fused_sweep") v.push_back(s);
+    return v;
+  };
+  const std::vector<KernelSpec> plain = sweeps();
+  set_topk_fused_part(true);
+  const std::vector<KernelSpec> part = sweeps();
+  set_topk_fused_part(std::nullopt);
+  REQUIRE(part.size() == plain.size());
+  REQUIRE(!part.empty());
+  for (std::size_t i = 0; i < part.size(); ++i) {
+    INFO(part[i].shape_key());
+    CHECK(part[i].shape_key() == plain[i].shape_key() + ".part1");
+    CHECK(plain[i].shape_key().find("part") == std::string::npos);
+    CHECK_THAT(render(part[i]).text, Contains("kTopkPart = 1"));
+    CHECK(render(plain[i]).text.find("kTopkPart") == std::string::npos);
+  }
+  check_compiles_without_spills(part, "sm90_topk");
+}
+
 TEST_CASE("topk fused: the sweep's plan fits the device's shared memory", "[topk]") {
   // The selector epilogue's slots and rows beside lean's 5 KV stages; fp32 weights (a second
   // weight buffer) leave room for 4 stages only, and the plan gives one up (the same products).
