@@ -37,7 +37,7 @@ enum class WindowColumns : int32_t { key = 0, window_start = 1 };
 // windows, DSA_INDEXER_DISABLE_LEAN unset, LSE bitwise generic's except its split variant's
 // (within 2e-7 x max(1, |lse|), bitwise run to run); BSHD: S_q a multiple of 8
 // and q-tiles x B >= the device's SMs, compiled per (S_q, S_k); THD: ceil(T_q / 8) >= the
-// device's SMs, compiled per T_q rounded up to 8, whatever T_k and the segment boundaries; it
+// device's SMs, compiled once whatever T_q, T_k and the segment boundaries; it
 // also serves BSHD H 32 and 16 (q-tiles of 16 and 32 tokens) and BSHD calls with fewer q-tiles
 // x B than SMs (its split variant; with LSE it takes B x S_q x chunks x 8 bytes from the
 // driver's stream-ordered pool on `stream` for the call, capturable into a CUDA graph));

@@ -68,7 +68,7 @@ inline std::vector<CallCase> every_family_calls() {
   ThdCall global;
   make_thd(global, 64, true);
   v.push_back(call_case("generic thd global H64", global));
-  // lean THD: the key holds T_q rounded up to 8, never T_k or the boundaries
+  // lean THD: the key holds one q-tile as T_q, never T_q itself, T_k or the boundaries
   PackedCall packed({3000, 1, 0, 5190}, {1500, 1, 7, 2595});
   v.push_back(call_case("lean thd local, 4 segments", packed));
   PackedCall packed_global({4000, 4189}, {2000, 2094}, true);
