@@ -39,7 +39,7 @@ std::atomic<bool> g_margin_set{false};
 std::atomic<float> g_margin{0.0f};
 std::atomic<uint32_t*> g_stats{nullptr};
 std::atomic<uint64_t> g_budget{0};
-std::atomic<int> g_part{-1};
+FlagOverride g_part;
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
@@ -324,11 +324,8 @@ void set_topk_fused_margin(std::optional<float> margin) {
   g_margin_set.store(margin.has_value(), std::memory_order_relaxed);
 }
 
-bool topk_fused_part() {
-  const int v = g_part.load(std::memory_order_relaxed);
-  return v < 0 ? kTopkFusedPart : v != 0;
-}
-void set_topk_fused_part(std::optional<bool> on) { g_part.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed); }
+bool topk_fused_part() { return g_part.get(kTopkFusedPart); }
+void set_topk_fused_part(std::optional<bool> on) { g_part.set(on); }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
 void set_topk_fused_budget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }

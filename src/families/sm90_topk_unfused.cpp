@@ -33,7 +33,7 @@ constexpr int64_t kLongRow = 8192;
 
 std::atomic<uint64_t> g_budget{0};
 std::atomic<bool> g_wave{false};
-std::atomic<int> g_lean_windows{-1};
+FlagOverride g_lean_windows;
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
 TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
@@ -332,13 +332,8 @@ void set_topk_unfused_blocking(uint64_t budget, bool one_wave) {
   g_wave.store(one_wave, std::memory_order_relaxed);
 }
 
-bool topk_lean_window_blocks() {
-  const int v = g_lean_windows.load(std::memory_order_relaxed);
-  return v < 0 ? kTopkLeanWindowBlocks : v != 0;
-}
-void set_topk_lean_window_blocks(std::optional<bool> on) {
-  g_lean_windows.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed);
-}
+bool topk_lean_window_blocks() { return g_lean_windows.get(kTopkLeanWindowBlocks); }
+void set_topk_lean_window_blocks(std::optional<bool> on) { g_lean_windows.set(on); }
 
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev) {
   const int64_t half_wave = int64_t(dev.sm_count) * 4;  // 8-row q-tiles on half of the SMs
