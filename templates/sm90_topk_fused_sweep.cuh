@@ -419,6 +419,12 @@ struct LeanTopkEpilogue {
   static constexpr bool kPart = kSampled && TopkPartOf<Cfg>::value;
   static constexpr int kOffPart = kOffItemDone + T::kConsumers * 8;  // u32 [parity][row][warp]
   static_assert(kOffPart + 2 * kTileRows * 4 * 4 <= kOffFull, "sm90_topk_fused_sweep: the partition counts must fit the slots");
+  // kPart: the entries of each of a row's 4 partitions (ld entries, m of them the sample's), and
+  // the index of row r's (0..7) first partition count in kOffPart in item parity p.
+  __device__ __forceinline__ static u32 part_cap(i64 ld, u32 m) {
+    return static_cast<u32>(ld) > m ? (static_cast<u32>(ld) - m) / 4u : 0u;
+  }
+  __device__ __forceinline__ static u32 part_slot(u32 p, u32 r) { return (p * kTileRows + r) * 4u; }
   // The selectors' registers: the exact protocol's keep rows (80 spilled 4 bytes, 72 48 bytes;
   // the consumers get 208); the sampled protocol's set rows up and write counts (lean's own
   // producer budget: the consumers get lean's).
@@ -501,9 +507,9 @@ struct LeanTopkEpilogue {
       mbarrier_wait(reinterpret_cast<u64*>(smem + kOffReady) + (item & 1), (item >> 1) & 1);  // the rows are set up
       if constexpr (kPart) {
         const u32 m = live_rows(item)[t].m;
-        pcap = static_cast<u32>(ld) > m ? (static_cast<u32>(ld) - m) / 4u : 0u;
+        pcap = part_cap(ld, m);
         pbase = m + static_cast<u32>(warp_in_wg) * pcap;
-        pslot = (((item & 1u) * kTileRows + static_cast<u32>(cg * kRows + t)) * 4u + static_cast<u32>(warp_in_wg));
+        pslot = part_slot(item & 1u, static_cast<u32>(cg * kRows + t)) + static_cast<u32>(warp_in_wg);
         pc = 0u;
       }
     }
@@ -671,8 +677,8 @@ struct LeanTopkEpilogue {
         const u32* pcount = reinterpret_cast<const u32*>(smem + kOffPart);
         for (int r = s; r < kTileRows; r += kSelectors) {
           const LeanTopkLive& L = live[p * kTileRows + r];
-          const u32* c = pcount + (p * kTileRows + static_cast<u32>(r)) * 4u;
-          const u32 m = L.m, q = static_cast<u32>(ta.cand_ld) > m ? (static_cast<u32>(ta.cand_ld) - m) / 4u : 0u;
+          const u32* c = pcount + part_slot(p, static_cast<u32>(r));
+          const u32 m = L.m, q = part_cap(ta.cand_ld, m);
           if (L.r == kLeanTopkBadSample || c[0] > q || c[1] > q || c[2] > q || c[3] > q) continue;
           u64* buf = reinterpret_cast<u64*>(ta.cand) + (row0 + r) * ta.cand_ld;
           u32 dst = m + c[0];
@@ -697,8 +703,8 @@ struct LeanTopkEpilogue {
           u32 n = L.cnt;
           bool part_over = false;
           if constexpr (kPart) {  // m + the partitions' entries (each at most q kept)
-            const u32* c = reinterpret_cast<const u32*>(smem + kOffPart) + (p * kTileRows + static_cast<u32>(r)) * 4u;
-            const u32 q = static_cast<u32>(ta.cand_ld) > L.m ? (static_cast<u32>(ta.cand_ld) - L.m) / 4u : 0u;
+            const u32* c = reinterpret_cast<const u32*>(smem + kOffPart) + part_slot(p, static_cast<u32>(r));
+            const u32 q = part_cap(ta.cand_ld, L.m);
             n = L.m;
             for (int w = 0; w < 4; ++w) {
               part_over = part_over || c[w] > q;
