@@ -430,8 +430,10 @@ struct LeanTopkEpilogue {
   // producer budget: the consumers get lean's).
   static constexpr int kProducerRegs = kSampled ? 0 : 88;
   // The exact protocol's consumers (208 registers) keep the weights packed (widened at use): as
-  // fp32 in registers they spilled 64 bytes; the sampled protocol's (232) hold them widened.
-  static constexpr bool kNarrowWeights = !kSampled;
+  // fp32 in registers they spilled 64 bytes; the sampled protocol's (232) hold them widened, but
+  // FP8's (w x q_scale, fp32) beside the k scales spilled 44-64 bytes there, so FP8 reads them from
+  // the item's shared copy per KV tile (the same values).
+  static constexpr bool kNarrowWeights = !kSampled || T::kFp8;
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
   static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
@@ -818,15 +820,16 @@ struct LeanTopkRuns {
 
 // BSHD: the planner's schedule is compiled in, as for the scores kernel of the same key. kProto:
 // kLeanTopkSampled serves sampled launches, kLeanTopkExact exact and redo launches (the host
-// launches the one of LeanTopkArgs::mode).
+// launches the one of LeanTopkArgs::mode). The parameters are the scores kernel's up to the FP8
+// scales (bf16 or E4M3 q / k: the same main loop, head sum and k scale as the scores kernel of the
+// block's shape, so the same bits per cell), then the sweep's own.
 template <class Cfg, class Sched, int kProto>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_topk_fused_sweep(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
-                          const LeanTopkArgs t) {
+                          const DsaScales sc, const LeanTopkArgs t) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: BSHD only");
-  static_assert(!LeanTraits<Cfg>::kFp8, "sm90_topk_fused_sweep: bf16 inputs only (the top-k operation's)");
   const i32* redo = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo ? reinterpret_cast<const i32*>(t.count) : nullptr;
-  lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, DsaScales{}, t, LeanTopkRuns<Cfg, Sched>{{}, redo});
+  lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, sc, t, LeanTopkRuns<Cfg, Sched>{{}, redo});
 }
 
 }  // namespace dsa

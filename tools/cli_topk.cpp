@@ -145,7 +145,8 @@ Check check_rows(const HostProblem& p, const DeviceBuffer& scores, const DeviceB
 
 std::vector<DeviceProblem> upload_sets(HostProblem& p, uint64_t seed, int max_sets) {
   fill_random(p, seed);
-  const double set_bytes = (p.q.size() + p.k.size() + p.w_bf16.size()) * 2.0 + p.rows() * static_cast<double>(p.cols()) * 4;
+  const double set_bytes = (p.q.size() + p.k.size() + p.w_bf16.size()) * 2.0 + double(p.q8.size() + p.k8.size()) +
+                           p.rows() * static_cast<double>(p.cols()) * 4;
   const int nsets = std::min(max_sets, std::max(2, static_cast<int>(std::ceil(200e6 / set_bytes))));
   std::vector<DeviceProblem> sets;
   for (int i = 0; i < nsets; ++i) {
@@ -190,6 +191,11 @@ std::vector<int> parse_topk_ks(const std::string& list) {
 std::string run_topk_bench(const TopkBenchOptions& o) {
   std::vector<TopkCase> cases = topk_bench_cases();
   if (o.quick) cases.resize(2);
+  if (o.fp8)
+    for (TopkCase& c : cases) {
+      c.name += " e4m3";
+      c.p.fp8 = true;  // q_scale (token, head) and k_scale (token) given: fill_random draws them
+    }
   if (!o.match.empty())
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const TopkCase& c) { return c.name.find(o.match) == std::string::npos; }),
                 cases.end());

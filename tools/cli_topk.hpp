@@ -21,6 +21,7 @@ struct TopkBenchOptions {
   // library's default, on)
   std::optional<bool> lean_windows;
   std::optional<bool> fused_part;  // the fused sweep's partitioned appends (topk_fused_part; unset: the default)
+  bool fp8 = false;  // E4M3 q and k with per-token q and k scales (bench --op topk --in e4m3), W bf16
 };
 
 // "2048,512" -> {2048, 512}; throws dsa_indexer::InvalidArgument naming --topk-k for anything

@@ -4,7 +4,7 @@
 //   demo [--cache-dir DIR] [--op scores|topk]                 default problem, checked and timed
 //   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick] [--match TEXT] [--thd-order balanced|static|both]
 //         [--op scores|topk|both] [--topk-k 2048,512]            (top-k rows: tools/cli_topk.cpp)
-//         [--in bf16|e4m3]                                       (FP8 rows: tools/cli_fp8.cpp)
+//         [--in bf16|e4m3]                                       (FP8 rows: tools/cli_fp8.cpp; with --op topk the top-k rows)
 //   jitcost [--cache-dir DIR] [--json FILE], version, --version
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -506,8 +506,8 @@ int run_fp8_bench(const Args& a) {
 
 int run_bench(const Args& a) {
   const bool fp8 = a.get("in", "bf16") == "e4m3";
-  if (fp8 && a.get("op", "scores") != "scores") {
-    fmt::print(stderr, "bench: --in e4m3 runs the FP8 scores rows only; --op {} is for bf16 inputs\n", a.get("op"));
+  if (fp8 && a.get("op", "scores") == "both") {
+    fmt::print(stderr, "bench: --in e4m3 runs the FP8 scores rows (--op scores) or the FP8 top-k rows (--op topk), not both\n");
     return kExitUsage;
   }
   std::string why;
@@ -515,7 +515,7 @@ int run_bench(const Args& a) {
     fmt::print(stderr, "bench: needs a Hopper GPU ({})\n", why);
     return kExitNoGpu;
   }
-  if (fp8) return run_fp8_bench(a);
+  if (fp8 && a.get("op", "scores") == "scores") return run_fp8_bench(a);
   const int reps = std::stoi(a.get("reps", "20"));
   const auto fams = bench_families(a.get("family", "lean,generic"));
   const bool quick = a.has("quick");
@@ -643,6 +643,7 @@ int run_bench(const Args& a) {
     to.one_wave = a.has("topk-one-wave");
     if (a.has("topk-lean-windows")) to.lean_windows = a.get("topk-lean-windows") == "on";
     if (a.has("topk-fused-part")) to.fused_part = a.get("topk-fused-part") == "on";
+    to.fp8 = fp8;
     json += ",\n  \"topk_cases\": [\n" + dsa_cli::run_topk_bench(to) + "\n  ]";
   }
   json += "\n}\n";
@@ -773,7 +774,8 @@ void build_cli(Cli& cli) {
                         "S_k - S_q - 1), S_q 16384 / S_k 8192; per-row fp32 q_scale and k_scale; families by --family, "
                         "default generic,lean,auto; our bf16 lean on the same inputs; the same run's cuBLASLt FP8 GEMM "
                         "ceiling; sampled rows against the fp64 oracle on the dequantized inputs, every cell bitwise "
-                        "against generic FP8; exit 1 when a check fails). With e4m3, --op must be scores")
+                        "against generic FP8; exit 1 when a check fails). With --op topk, e4m3 gives the top-k rows' shapes on "
+                        "E4M3 q and k with both scales (the same columns as bf16). --op both is bf16 only")
       ->check(CLI::IsMember({"bf16", "e4m3"}));
   bench->add_flag_callback("--quick", [&cli] { cli.args.opt["quick"] = "1"; }, "the first four shapes only (top-k: two; e4m3: the headline one)");
 

@@ -302,8 +302,8 @@ void lean_launch(const Problem& call, const Plan& plan, const LoadedKernel& k, C
   lse.rows = p.rows;
   if (!p.is_thd()) {
     // The scores kernel's fourth parameter is the FP8 scales, its fifth the lse; another
-    // epilogue's kernel (extra) takes its own arguments fourth and no more. The split variant's
-    // fifth is its chunks, its sixth the lse.
+    // epilogue's kernel (extra) takes its own arguments fifth instead. The split variant's fifth
+    // is its chunks, its sixth the lse.
     dsa::LeanSplit split{plan.kv_parts, plan.kv_chunk};
     if (plan.kv_parts > 0) {
       void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, &scales, &split, &lse};
@@ -315,7 +315,7 @@ void lean_launch(const Problem& call, const Plan& plan, const LoadedKernel& k, C
       }
       return;
     }
-    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, extra ? extra : &scales, &lse};
+    void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args, &scales, extra ? extra : &lse};
     launch_one(k.functions.at(static_cast<size_t>(function)), plan.launches[0], stream, params, what);
     return;
   }

@@ -97,6 +97,9 @@ class TopkFusedSweepFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_fused_sweep; }
   Operation operation() const override { return Operation::topk_sweep; }
   DType input_dtype() const override { return DType::bf16; }
+  // E4M3 q / k with their scales: lean's FP8 main loop, head sum and k scale (the same bits as the
+  // FP8 scores kernel of the block's shape), then the same selection.
+  bool serves_input(DType d) const override { return d == DType::bf16 || d == DType::e4m3; }
   int auto_priority() const override { return 1; }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {
@@ -149,6 +152,8 @@ class TopkFusedFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_fused; }
   Operation operation() const override { return Operation::topk; }
   DType input_dtype() const override { return DType::bf16; }
+  // FP8 as the unfused path: the block problems carry the dtype and their rows' and keys' scales.
+  bool serves_input(DType d) const override { return d == DType::bf16 || d == DType::e4m3; }
   // Above the unfused path, for the automatic calls its policy takes (auto_applies).
   int auto_priority() const override { return 2; }
   // Automatic calls come here only where the unfused path's blocks would fall under half a wave
@@ -159,8 +164,9 @@ class TopkFusedFamily final : public Family {
   // keep the unfused path: the fused one is up to 11 % slower there (19-34 % at ratio 4).
   // Rows whose planned candidates pass the sweep's kLeanTopkMaxLd (k 2048 past about 300k keys)
   // would overflow into the exact redo: those keep the unfused path too.
+  // FP8 calls keep the unfused path until the fused one is measured on them (by name it serves).
   bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {
-    return topk_unfused_short_blocks(p, dev) && topk_fused_candidates_fit(p.topk.k, p.s_k);
+    return p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) && topk_fused_candidates_fit(p.topk.k, p.s_k);
   }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {

@@ -33,10 +33,21 @@ namespace {
 
 enum class Ties { none, repeated_keys_and_zero_rows, two_values };
 
+// Key row dst becomes a copy of key row src (FP8: its codes and its scale).
+void copy_key_row(HostProblem& p, int64_t dst, int64_t src) {
+  const int64_t D = 128;
+  if (!p.fp8) {
+    std::memcpy(&p.k[dst * D], &p.k[src * D], D * 2);
+    return;
+  }
+  std::memcpy(&p.k8[dst * D], &p.k8[src * D], D);
+  if (!p.k_scale.empty()) p.k_scale[dst] = p.k_scale[src];
+}
+
 void make_ties(HostProblem& p, Ties ties) {
-  const int64_t D = 128, kr = p.t_k();
+  const int64_t kr = p.t_k();
   if (ties == Ties::repeated_keys_and_zero_rows) {
-    for (int64_t j = 0; j + 3 < kr; j += 5) std::memcpy(&p.k[(j + 3) * D], &p.k[j * D], D * 2);
+    for (int64_t j = 0; j + 3 < kr; j += 5) copy_key_row(p, j + 3, j);
     for (int64_t r = 0; r < p.rows(); r += 7)
       for (int h = 0; h < p.heads; ++h) {
         p.w_bf16[r * p.heads + h] = 0;
@@ -44,7 +55,7 @@ void make_ties(HostProblem& p, Ties ties) {
       }
   } else if (ties == Ties::two_values) {
     // Every key row is one of two: each row's scores take two values (per batch entry).
-    for (int64_t j = 2; j < kr; ++j) std::memcpy(&p.k[j * D], &p.k[(j % 2) * D], D * 2);
+    for (int64_t j = 2; j < kr; ++j) copy_key_row(p, j, j % 2);
   }
 }
 
@@ -226,4 +237,33 @@ TEST_CASE("topk fused: partitioned appends, small, for the sanitizers", "[topk_f
   p.offsets = {1536 - 1056 - 1};
   check_fused(p, 311, {64});
   dd::set_topk_fused_part(std::nullopt);
+}
+
+// FP8 (E4M3 q / k with per-token scales): the sweep runs lean's FP8 main loop, so the fused
+// outputs equal the unfused path's (whose blocks take the FP8 score families) bit for bit: every
+// k, ratio 1/2/4, q and k scales given or not, fp32 W, ties (repeated key rows with their scales,
+// two values, zero weights), offsets and B 3, a long row, a tiny buffer, the partitioned appends.
+TEST_CASE("topk fused: FP8 inputs, equal to the unfused path", "[topk_fused][topk_fused_fp8][fp8]") {
+  check_fused(fp8_inputs(bshd(1, 1056, 4096, 64, 2), true, true), 401, {1, 7, 64, 512, 2048});
+  check_fused(fp8_inputs(bshd(2, 1056, 1500, 64, 4), false, true, false), 402, {64, 512});
+  check_fused(fp8_inputs(bshd(1, 1056, 2500, 64, 1), true, false), 403, {7, 512}, Ties::repeated_keys_and_zero_rows);
+  check_fused(fp8_inputs(bshd(1, 1056, 2500, 64, 2), true, true), 404, {7, 2048}, Ties::two_values);
+  check_fused(fp8_inputs(bshd(1, 1056, 3000, 64, 1), true, true), 405, {7, 64}, Ties::none, /*entries=*/64);
+  HostProblem a = fp8_inputs(bshd(3, 1056, 2000, 64, 1), true, true);
+  a.offsets = {INT32_MAX - 3000, -500, 700};
+  a.w_f32 = true;
+  check_fused(a, 406, {7, 512});
+  HostProblem l = fp8_inputs(bshd(1, 1056, 16384, 64, 1), true, true);
+  l.offsets = {16384 - 1056 - 1};
+  check_fused(l, 407, {64, 2048});
+  namespace dd = dsa_indexer::detail;
+  dd::set_topk_fused_part(true);
+  check_fused(fp8_inputs(bshd(1, 1056, 4096, 64, 2), true, true), 408, {7, 2048});
+  dd::set_topk_fused_part(std::nullopt);
+}
+
+TEST_CASE("topk fused: FP8, small, for the sanitizers", "[topk_fused_small][topk_fused_fp8]") {
+  HostProblem p = fp8_inputs(bshd(1, 1056, 1536, 64, 1), true, true);
+  p.offsets = {1536 - 1056 - 1};
+  check_fused(p, 411, {64});
 }

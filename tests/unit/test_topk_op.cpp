@@ -12,6 +12,7 @@
 #include "dsa_indexer/topk.hpp"
 #include "families/sm90_indexer_generic.hpp"
 #include "families/sm90_indexer_lean.hpp"
+#include "families/sm90_topk_fused.hpp"
 #include "families/sm90_topk_unfused.hpp"
 #include "jit/codegen.hpp"
 #include "jit/nvrtc_compiler.hpp"
@@ -174,7 +175,7 @@ TEST_CASE("topk: the dispatcher offers a family only to its own operation", "[to
   CHECK_THROWS_WITH(choose_family(f8, dev, KernelFamily::topk_unfused, false), Contains("q/k dtype: expected bf16 or e4m3, got f16"));
 }
 
-TEST_CASE("topk: FP8 calls go unfused; their blocks are FP8 score problems with the block's scales", "[topk][dispatch][fp8]") {
+TEST_CASE("topk: FP8 calls take either path; their blocks are FP8 score problems with the block's scales", "[topk][dispatch][fp8]") {
   const DeviceInfo dev = DeviceInfo::h200();
   // B 2, S_q 1056 (a block of 1056 rows per batch entry), S_k 3000, q_scale (B, S_q, H), k_scale (B, S_k)
   TopkCall tc = topk_call(2, 1056, 3000, 64);
@@ -185,8 +186,16 @@ TEST_CASE("topk: FP8 calls go unfused; their blocks are FP8 score problems with 
   tc.c.opt.ratio = 1;
   const Problem t = vt(tc);
   CHECK(t.qk_dtype == DType::e4m3);
-  CHECK(&choose_family(t, dev, KernelFamily::automatic, false) == &topk_unfused_family());  // the fused sweep is bf16
-  CHECK_THROWS_WITH(choose_family(t, dev, KernelFamily::topk_fused, false), Contains("q/k dtype"));
+  // automatic: unfused at this length (the policy is the bf16 one); by name the fused path's
+  // sweeps are FP8 lean problems with the same block scales
+  CHECK(&choose_family(t, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+  CHECK(&choose_family(t, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+  for (const Problem& s : topk_fused_family().inner_problems(t, dev)) {
+    CHECK(s.qk_dtype == DType::e4m3);
+    CHECK(s.has_q_scale);
+    CHECK(s.has_k_scale);
+    CHECK(&choose_family(s, dev, KernelFamily::topk_fused_sweep, false) == &topk_fused_sweep_family());
+  }
   const auto inner = topk_unfused_family().inner_problems(t, dev);
   REQUIRE_FALSE(inner.empty());
   for (const Problem& s : inner) {
