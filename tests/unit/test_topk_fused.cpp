@@ -191,6 +191,17 @@ TEST_CASE("topk fused: every variant of the default manifest's top-k shapes comp
   CHECK(sweeps >= 5);  // the block shapes of each line, bf16 and fp32 W, both scale variants
 }
 
+namespace {
+// The distinct sweep variants the manifest lines imply, in their order.
+std::vector<KernelSpec> sweep_specs(const std::vector<ManifestProblem>& lines, const DeviceInfo& dev) {
+  std::vector<KernelSpec> v;
+  std::set<std::string> seen;
+  for (const KernelSpec& s : manifest_specs(lines, dev))
+    if (std::string(s.family->name()) == "sm90_topk_fused_sweep" && seen.insert(s.variant_key()).second) v.push_back(s);
+  return v;
+}
+}  // namespace
+
 // FP8 (E4M3 q / k with their scales): the sweep is lean's FP8 main loop with the selection
 // epilogue, both protocols' kernels, bf16 and fp32 W, the partitioned appends too.
 TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][nvrtc][fp8]") {
@@ -199,14 +210,7 @@ TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][n
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 k=2048 family=topk_fused\n"
       "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 in=e4m3 k=512 family=topk_fused\n",
       "test");
-  auto sweeps = [&] {
-    std::vector<KernelSpec> v;
-    std::set<std::string> seen;
-    for (const KernelSpec& s : manifest_specs(lines, dev))
-      if (std::string(s.family->name()) == "sm90_topk_fused_sweep" && seen.insert(s.variant_key()).second) v.push_back(s);
-    return v;
-  };
-  std::vector<KernelSpec> specs = sweeps();
+  std::vector<KernelSpec> specs = sweep_specs(lines, dev);
   REQUIRE(specs.size() >= 2);
   for (const KernelSpec& s : specs) {
     INFO(s.variant_key());
@@ -214,7 +218,7 @@ TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][n
     CHECK(s.dynamic_smem <= static_cast<uint32_t>(dev.max_smem_optin));
   }
   set_topk_fused_part(true);
-  const std::vector<KernelSpec> part = sweeps();
+  const std::vector<KernelSpec> part = sweep_specs(lines, dev);
   set_topk_fused_part(std::nullopt);
   specs.insert(specs.end(), part.begin(), part.end());
   check_compiles_without_spills(specs, "sm90_topk");
@@ -228,15 +232,9 @@ TEST_CASE("topk fused: the partitioned sweep variants compile without spills, ke
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
       "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 k=2048 family=topk_fused\n",
       "test");
-  auto sweeps = [&] {
-    std::vector<KernelSpec> v;
-    for (const KernelSpec& s : manifest_specs(lines, dev))
-      if (std::string(s.family->name()) == "sm90_topk_fused_sweep") v.push_back(s);
-    return v;
-  };
-  const std::vector<KernelSpec> plain = sweeps();
+  const std::vector<KernelSpec> plain = sweep_specs(lines, dev);
   set_topk_fused_part(true);
-  const std::vector<KernelSpec> part = sweeps();
+  const std::vector<KernelSpec> part = sweep_specs(lines, dev);
   set_topk_fused_part(std::nullopt);
   REQUIRE(part.size() == plain.size());
   REQUIRE(!part.empty());
