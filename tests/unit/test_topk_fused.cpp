@@ -193,7 +193,8 @@ TEST_CASE("topk fused: every variant of the default manifest's top-k shapes comp
 
 namespace {
 // The distinct sweep variants the manifest lines imply, in their order.
-std::vector<KernelSpec> sweep_specs(const std::vector<ManifestProblem>& lines, const DeviceInfo& dev) {
+std::vector<KernelSpec> sweep_specs(const char* manifest, const DeviceInfo& dev) {
+  const std::vector<ManifestProblem> lines = parse_manifest(manifest, "test");
   std::vector<KernelSpec> v;
   std::set<std::string> seen;
   for (const KernelSpec& s : manifest_specs(lines, dev))
@@ -206,10 +207,9 @@ std::vector<KernelSpec> sweep_specs(const std::vector<ManifestProblem>& lines, c
 // epilogue, both protocols' kernels, bf16 and fp32 W, the partitioned appends too.
 TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][nvrtc][fp8]") {
   const DeviceInfo dev = DeviceInfo::h200();
-  const std::vector<ManifestProblem> lines = parse_manifest(
+  const char* lines =
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 k=2048 family=topk_fused\n"
-      "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 in=e4m3 k=512 family=topk_fused\n",
-      "test");
+      "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 in=e4m3 k=512 family=topk_fused\n";
   std::vector<KernelSpec> specs = sweep_specs(lines, dev);
   REQUIRE(specs.size() >= 2);
   for (const KernelSpec& s : specs) {
@@ -228,10 +228,9 @@ TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][n
 // default variants keep their keys and sources), compiled without spills, bf16 and fp32 W.
 TEST_CASE("topk fused: the partitioned sweep variants compile without spills, keyed apart", "[topk][nvrtc]") {
   const DeviceInfo dev = DeviceInfo::h200();
-  const std::vector<ManifestProblem> lines = parse_manifest(
+  const char* lines =
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
-      "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 k=2048 family=topk_fused\n",
-      "test");
+      "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 k=2048 family=topk_fused\n";
   const std::vector<KernelSpec> plain = sweep_specs(lines, dev);
   set_topk_fused_part(true);
   const std::vector<KernelSpec> part = sweep_specs(lines, dev);
