@@ -102,8 +102,13 @@ TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall und
     // the fused workspace: blocks of full waves, less than the unfused one
     CHECK(make_plan(a, dev, topk_fused_family()).workspace_bytes < make_plan(a, dev, topk_unfused_family()).workspace_bytes);
   }
-  // lse, few rows (S_q under half a wave), or candidates past the sweep's limit: unfused
+  // lse, FP8 (served by name, not yet measured), few rows (S_q under half a wave), or candidates
+  // past the sweep's limit: unfused
   CHECK(automatic(topk_problem(1, 4096, 131072, 2048, 1, true)) == &topk_unfused_family());
+  Problem fp8 = topk_problem(1, 4096, 131072, 2048);
+  fp8.qk_dtype = DType::e4m3;
+  CHECK(automatic(fp8) == &topk_unfused_family());
+  CHECK(&choose_family(fp8, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
   const Problem few = topk_problem(1, 512, 262144, 2048);
   CHECK_FALSE(topk_unfused_short_blocks(few, dev));
   CHECK(automatic(few) == &topk_unfused_family());
