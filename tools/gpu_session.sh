@@ -470,8 +470,8 @@ fi
 # of the S_k 131072 row with them on (as s23b).
 if [[ " $steps " == *" s24a "* ]]; then
   run gpu_topk_fused_part 240 $b/tests/dsa_gpu_tests "[topk_fused_part]" --durations yes
-  run sanitize_memcheck_part 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: partitioned appends, small, for the sanitizers"
-  run sanitize_racecheck_part 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: partitioned appends, small, for the sanitizers"
+  run sanitize_memcheck_part 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_part]"
+  run sanitize_racecheck_part 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_part]"
   for part in off on; do
     run "topk_bench_part_$part" 120 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 1" --topk-fused-part $part
   done
@@ -485,8 +485,8 @@ fi
 if [[ " $steps " == *" s24b "* ]]; then
   run gpu_topk_fused_fp8 300 $b/tests/dsa_gpu_tests "[topk_fused_fp8]" --durations yes
   run gpu_topk_fp8 120 $b/tests/dsa_gpu_tests "topk: FP8 inputs select exactly from the FP8 scores"
-  run sanitize_memcheck_fused_fp8 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: FP8, small, for the sanitizers"
-  run sanitize_racecheck_fused_fp8 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: FP8, small, for the sanitizers"
+  run sanitize_memcheck_fused_fp8 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_fp8_small]"
+  run sanitize_racecheck_fused_fp8 120 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_fp8_small]"
   run topk_bench_fp8 180 $b/tools/dsa-indexer bench --op topk --in e4m3 --reps 10 --topk-k 2048,512 --match "S_k 1"
 fi
 # s24 (not in all): s24a and s24b's essentials in one call of under 10 minutes, by priority:
@@ -495,9 +495,9 @@ fi
 if [[ " $steps " == *" s24 "* ]]; then
   run gpu_topk_fused_part 150 $b/tests/dsa_gpu_tests "[topk_fused_part]"
   run gpu_topk_fused_fp8 150 $b/tests/dsa_gpu_tests "[topk_fused_fp8]"
-  run sanitize_memcheck_part 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: partitioned appends, small, for the sanitizers"
-  run sanitize_memcheck_fused_fp8 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: FP8, small, for the sanitizers"
-  run sanitize_racecheck_part 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: partitioned appends, small, for the sanitizers"
+  run sanitize_memcheck_part 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_part]"
+  run sanitize_memcheck_fused_fp8 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_fp8_small]"
+  run sanitize_racecheck_part 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_part]"
   for part in off on; do
     run "topk_bench_part_$part" 70 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 131072" --topk-fused-part $part
   done
@@ -511,8 +511,8 @@ fi
 if [[ " $steps " == *" s24c "* ]]; then
   run gpu_topk_fused_part 120 $b/tests/dsa_gpu_tests "[topk_fused_part]"
   run gpu_topk_fused_fp8 120 $b/tests/dsa_gpu_tests "[topk_fused_fp8]"
-  run sanitize_memcheck_part 45 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: partitioned appends, small, for the sanitizers"
-  run sanitize_memcheck_fused_fp8 45 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "topk fused: FP8, small, for the sanitizers"
+  run sanitize_memcheck_part 45 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_part]"
+  run sanitize_memcheck_fused_fp8 45 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_fp8_small]"
   for part in off on; do
     run "topk_bench_part_$part" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 131072" --topk-fused-part $part
   done

@@ -40,6 +40,7 @@ std::atomic<float> g_margin{0.0f};
 std::atomic<uint32_t*> g_stats{nullptr};
 std::atomic<uint64_t> g_budget{0};
 FlagOverride g_part;
+FlagOverride g_fp8;
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
@@ -97,9 +98,10 @@ class TopkFusedSweepFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_fused_sweep; }
   Operation operation() const override { return Operation::topk_sweep; }
   DType input_dtype() const override { return DType::bf16; }
-  // E4M3 q / k with their scales: lean's FP8 main loop, head sum and k scale (the same bits as the
-  // FP8 scores kernel of the block's shape), then the same selection.
-  bool serves_input(DType d) const override { return d == DType::bf16 || d == DType::e4m3; }
+  // E4M3 q / k with their scales (only with topk_fused_fp8(): not yet correct on a GPU): lean's FP8
+  // main loop, head sum and k scale (the FP8 scores kernel's of the block's shape), then the same
+  // selection.
+  bool serves_input(DType d) const override { return d == DType::bf16 || (d == DType::e4m3 && topk_fused_fp8()); }
   int auto_priority() const override { return 1; }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {
@@ -152,8 +154,9 @@ class TopkFusedFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_fused; }
   Operation operation() const override { return Operation::topk; }
   DType input_dtype() const override { return DType::bf16; }
-  // FP8 as the unfused path: the block problems carry the dtype and their rows' and keys' scales.
-  bool serves_input(DType d) const override { return d == DType::bf16 || d == DType::e4m3; }
+  // FP8 as the unfused path (only with topk_fused_fp8(), above): the block problems carry the dtype
+  // and their rows' and keys' scales.
+  bool serves_input(DType d) const override { return d == DType::bf16 || (d == DType::e4m3 && topk_fused_fp8()); }
   // Above the unfused path, for the automatic calls its policy takes (auto_applies).
   int auto_priority() const override { return 2; }
   // Automatic calls come here only where the unfused path's blocks would fall under half a wave
@@ -164,7 +167,7 @@ class TopkFusedFamily final : public Family {
   // keep the unfused path: the fused one is up to 11 % slower there (19-34 % at ratio 4).
   // Rows whose planned candidates pass the sweep's kLeanTopkMaxLd (k 2048 past about 300k keys)
   // would overflow into the exact redo: those keep the unfused path too.
-  // FP8 calls keep the unfused path until the fused one is measured on them (by name it serves).
+  // FP8 calls keep the unfused path (the fused one serves them only for tests, above).
   bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {
     return p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) && topk_fused_candidates_fit(p.topk.k, p.s_k);
   }
@@ -331,6 +334,8 @@ void set_topk_fused_margin(std::optional<float> margin) {
 }
 
 bool topk_fused_part() { return g_part.get(kTopkFusedPart); }
+bool topk_fused_fp8() { return g_fp8.get(kTopkFusedFp8); }
+void set_topk_fused_fp8(std::optional<bool> on) { g_fp8.set(on); }
 void set_topk_fused_part(std::optional<bool> on) { g_part.set(on); }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
