@@ -506,7 +506,8 @@ int run_fp8_bench(const Args& a) {
 
 int run_bench(const Args& a) {
   const bool fp8 = a.get("in", "bf16") == "e4m3";
-  if (fp8 && a.get("op", "scores") == "both") {
+  const std::string op = a.get("op", "scores");
+  if (fp8 && op == "both") {
     fmt::print(stderr, "bench: --in e4m3 runs the FP8 scores rows (--op scores) or the FP8 top-k rows (--op topk), not both\n");
     return kExitUsage;
   }
@@ -515,13 +516,12 @@ int run_bench(const Args& a) {
     fmt::print(stderr, "bench: needs a Hopper GPU ({})\n", why);
     return kExitNoGpu;
   }
-  if (fp8 && a.get("op", "scores") == "scores") return run_fp8_bench(a);
+  if (fp8 && op == "scores") return run_fp8_bench(a);
   const int reps = std::stoi(a.get("reps", "20"));
   const auto fams = bench_families(a.get("family", "lean,generic"));
   const bool quick = a.has("quick");
   const std::string thd_orders = a.get("thd-order", "balanced");
   const std::string mode = a.get("mode", "both");  // cold, warm or both (a power probe times one alone)
-  const std::string op = a.get("op", "scores");
   const bool want_scores = op != "topk", want_topk = op != "scores";
   std::vector<BenchCase> cases;
   for (int64_t sq : {2048, 4096, 8192, 16384}) cases.push_back({fmt::format("bshd H64 r2 S_q {}", sq), bshd(sq, sq / 2, 2, 64)});

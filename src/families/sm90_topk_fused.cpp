@@ -44,6 +44,8 @@ FlagOverride g_fp8;
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
+// Both fused families' inputs: bf16, and E4M3 only with topk_fused_fp8() (not yet correct on a GPU).
+bool fused_serves_input(DType d) { return d == DType::bf16 || (d == DType::e4m3 && topk_fused_fp8()); }
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
@@ -98,10 +100,9 @@ class TopkFusedSweepFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_fused_sweep; }
   Operation operation() const override { return Operation::topk_sweep; }
   DType input_dtype() const override { return DType::bf16; }
-  // E4M3 q / k with their scales (only with topk_fused_fp8(): not yet correct on a GPU): lean's FP8
-  // main loop, head sum and k scale (the FP8 scores kernel's of the block's shape), then the same
-  // selection.
-  bool serves_input(DType d) const override { return d == DType::bf16 || (d == DType::e4m3 && topk_fused_fp8()); }
+  // E4M3 q / k with their scales (fused_serves_input): lean's FP8 main loop, head sum and k scale
+  // (the FP8 scores kernel's of the block's shape), then the same selection.
+  bool serves_input(DType d) const override { return fused_serves_input(d); }
   int auto_priority() const override { return 1; }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {
@@ -154,9 +155,9 @@ class TopkFusedFamily final : public Family {
   KernelFamily id() const override { return KernelFamily::topk_fused; }
   Operation operation() const override { return Operation::topk; }
   DType input_dtype() const override { return DType::bf16; }
-  // FP8 as the unfused path (only with topk_fused_fp8(), above): the block problems carry the dtype
-  // and their rows' and keys' scales.
-  bool serves_input(DType d) const override { return d == DType::bf16 || (d == DType::e4m3 && topk_fused_fp8()); }
+  // FP8 as the unfused path (fused_serves_input): the block problems carry the dtype and their
+  // rows' and keys' scales.
+  bool serves_input(DType d) const override { return fused_serves_input(d); }
   // Above the unfused path, for the automatic calls its policy takes (auto_applies).
   int auto_priority() const override { return 2; }
   // Automatic calls come here only where the unfused path's blocks would fall under half a wave

@@ -206,8 +206,8 @@ TEST_CASE("topk fused: small, for the sanitizers", "[topk_fused_small]") {
   check_fused(p, 261, {64});
 }
 
-// The sampled sweep's partitioned appends (set_topk_fused_part; kTopkFusedPart, off until this
-// passes on a GPU): warp-private partitions past the sample, compacted by the selectors. The
+// The sampled sweep's partitioned appends (set_topk_fused_part; kTopkFusedPart, off: exact on an
+// H100 but slower, session 24): warp-private partitions past the sample, compacted by the selectors. The
 // same outputs as the unfused path at every k and ratio, with ties, offsets and B 3, long rows
 // (S_k 16384 and 65536), and a tiny buffer whose partitions overflow into the redo launch.
 TEST_CASE("topk fused: partitioned appends, equal to the unfused path", "[topk_fused][topk_fused_part]") {

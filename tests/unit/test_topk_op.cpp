@@ -200,7 +200,7 @@ TEST_CASE("topk: FP8 calls go unfused; their blocks are FP8 score problems with 
     CHECK(s.qk_dtype == DType::e4m3);
     CHECK(s.has_q_scale);
     CHECK(s.has_k_scale);
-    CHECK(s.qk_dtype == DType::e4m3);  // (by name the sweep refuses it again without the override)
+    // (by name the sweep refuses it again without the override)
     CHECK_THROWS_WITH(choose_family(s, dev, KernelFamily::topk_fused_sweep, false), Contains("q/k dtype"));
   }
   const auto inner = topk_unfused_family().inner_problems(t, dev);
