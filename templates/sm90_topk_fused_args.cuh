@@ -17,6 +17,9 @@ struct LeanTopkArgs {
   i32 mode;      // kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
   float margin;   // kLeanTopkSampled: the cut's margin in standard deviations (z)
   u64 stats;     // optional (0), sampled launches: u32 [kLeanTopkStats] counters the sweep adds to
+  u64 fail;      // u8 [rows]: the sampled launch writes whether row r failed (count < 0), the redo
+                 // launch reads it to pick its q-tiles (not the counts, which its selectors rewrite
+                 // while the other roles may not have reached the q-tile yet)
 };
 
 // The sampled sweep's row counters (LeanTopkArgs::stats; measurements, not the operation): rows

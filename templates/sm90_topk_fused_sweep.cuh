@@ -398,7 +398,7 @@ struct LeanTopkEpilogue {
   static constexpr int kOffEmpty = kOffFull + T::kConsumers * kSlots * 8;
   static constexpr int kSmemBytes = kOffEmpty + T::kConsumers * kSlots * 8;
   // The sampled protocol's state lies over the exact protocol's stage slots, which it does not
-  // use (a launch runs one protocol; the exact one overwrites the sampled barriers, unused then):
+  // use (a launch runs one protocol, and initializes only its own barriers: init_barriers):
   // 5 KV stages and the slots fill an SM's shared memory.
   static constexpr int kOffLive = kOffKeys;                                          // [parity][row] LeanTopkLive
   static constexpr int kOffReady = kOffLive + 2 * kTileRows * sizeof(LeanTopkLive);  // [parity]
@@ -452,15 +452,23 @@ struct LeanTopkEpilogue {
   mutable u32 pc = 0, pcap = 0, pbase = 0, pslot = 0;  // kPart: this lane's token's partition (count,
                                                        // capacity, first entry) and its count's slot
 
+  // Only the launch's own protocol's barriers: the sampled ones (ready, item done) lie in the
+  // exact protocol's key slots, and shared memory that holds a live mbarrier must not be written
+  // by ordinary stores (PTX: invalidate it first). Session 25: initialized in exact launches too,
+  // they corrupted the keys of slot 0's words 128..135 (consumer 0's token 2, columns 16..23) on
+  // an H100, from time to time and mostly under FP8 (docs/PERF_NOTES.md).
   __device__ __forceinline__ static void init_barriers(u8* smem) {
-    u64* f = reinterpret_cast<u64*>(smem + kOffFull);
-    u64* e = reinterpret_cast<u64*>(smem + kOffEmpty);
-    for (int i = 0; i < T::kConsumers * kSlots; ++i) {
-      mbarrier_init(&f[i], 128);         // every thread of the consumer
-      mbarrier_init(&e[i], kSelectors * 32);  // every selector lane (an arrival releases only its own reads)
+    if constexpr (!kSampled) {
+      u64* f = reinterpret_cast<u64*>(smem + kOffFull);
+      u64* e = reinterpret_cast<u64*>(smem + kOffEmpty);
+      for (int i = 0; i < T::kConsumers * kSlots; ++i) {
+        mbarrier_init(&f[i], 128);              // every thread of the consumer
+        mbarrier_init(&e[i], kSelectors * 32);  // every selector lane (an arrival releases only its own reads)
+      }
+    } else {
+      for (int p = 0; p < 2; ++p) mbarrier_init(reinterpret_cast<u64*>(smem + kOffReady) + p, kSelectors);
+      for (int g = 0; g < T::kConsumers; ++g) mbarrier_init(reinterpret_cast<u64*>(smem + kOffItemDone) + g, 128);
     }
-    for (int p = 0; p < 2; ++p) mbarrier_init(reinterpret_cast<u64*>(smem + kOffReady) + p, kSelectors);
-    for (int g = 0; g < T::kConsumers; ++g) mbarrier_init(reinterpret_cast<u64*>(smem + kOffItemDone) + g, 128);
   }
 
   __device__ __forceinline__ LeanTopkEpilogue(const Args& ta, u8* smem_generic, int cg_, int, int)
@@ -616,6 +624,7 @@ struct LeanTopkEpilogue {
     u64* ready = reinterpret_cast<u64*>(smem + kOffReady);
     u64* item_done = reinterpret_cast<u64*>(smem + kOffItemDone);
     i32* count = reinterpret_cast<i32*>(ta.count);
+    u8* fail = reinterpret_cast<u8*>(ta.fail);
     const u32 k = static_cast<u32>(ta.k);
     const i64 rounds = work.rounds();
     // The next item with KV tiles from round kk on (rows of items without any are written empty).
@@ -626,7 +635,10 @@ struct LeanTopkEpilogue {
         const i32 tok0 = tile * kTileRows;
         if (lean_item<Cfg>(a, b).n_kv(tok0) > 0) return true;
         if (lane == 0)
-          for (int r = s; r < kTileRows; r += kSelectors) count[static_cast<i64>(b) * T::kSeqQ + tok0 + r] = 0;
+          for (int r = s; r < kTileRows; r += kSelectors) {
+            count[static_cast<i64>(b) * T::kSeqQ + tok0 + r] = 0;
+            fail[static_cast<i64>(b) * T::kSeqQ + tok0 + r] = 0;
+          }
       }
       return false;
     };
@@ -717,7 +729,9 @@ struct LeanTopkEpilogue {
           const bool bad = rr == kLeanTopkBadSample, over = part_over || n > static_cast<u32>(ta.cand_ld);
           const bool below = rr != 0u && (n - L.m) + rr < k;  // every cell after the cut is >= tk
           const i32 kept = static_cast<i32>(over ? static_cast<u32>(ta.cand_ld) : n);
-          count[row0 + r] = bad || over || below ? -1 - kept : kept;
+          const bool failed = bad || over || below;
+          count[row0 + r] = failed ? -1 - kept : kept;
+          fail[row0 + r] = failed ? 1 : 0;
           if (ta.stats != 0ull) {
             u32* st = reinterpret_cast<u32*>(ta.stats);
             atomicAdd(&st[bad    ? kLeanTopkStatBadSample
@@ -805,7 +819,7 @@ struct LeanTopkEpilogue {
 template <class Cfg, class Sched>
 struct LeanTopkRuns {
   LeanStaticRuns<Sched> runs;
-  const i32* redo;  // the sampled launch's counts (redo launches), else null
+  const u8* redo;  // the sampled launch's failed rows (redo launches: LeanTopkArgs::fail), else null
   __device__ __forceinline__ i32 policy() const { return runs.policy(); }
   __device__ __forceinline__ bool tile(i64 r, i32& t) const {
     if (!runs.tile(r, t)) return false;
@@ -813,7 +827,7 @@ struct LeanTopkRuns {
     constexpr int kRows = LeanTraits<Cfg>::kTokensPerTile;
     bool failed = false;
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) failed |= redo[static_cast<i64>(t) * kRows + i] < 0;
+    for (int i = 0; i < kRows; ++i) failed |= redo[static_cast<i64>(t) * kRows + i] != 0;
     return failed;
   }
 };
@@ -828,7 +842,7 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_topk_fused_sweep(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
                           const DsaScales sc, const LeanTopkArgs t) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: BSHD only");
-  const i32* redo = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo ? reinterpret_cast<const i32*>(t.count) : nullptr;
+  const u8* redo = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo ? reinterpret_cast<const u8*>(t.fail) : nullptr;
   lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, sc, t, LeanTopkRuns<Cfg, Sched>{{}, redo});
 }
 

@@ -29,6 +29,7 @@ struct TopkOutputs {
 struct TopkSweepOutputs {
   void* cand = nullptr;    // u64 rows x ld
   void* count = nullptr;   // int32 rows
+  void* fail = nullptr;    // uint8 rows: the sampled launch's failed rows, which its redo reads
   int64_t ld = 0;          // entries per row
   int32_t k = 0;
   int32_t refresh = 0;     // appends between threshold refreshes

@@ -50,17 +50,20 @@ bool fused_serves_input(DType d) { return d == DType::bf16 || (d == DType::e4m3 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
   const uint64_t budget = g_budget.load(std::memory_order_relaxed);
-  return topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4);
+  // per row: its candidates, its count, its failed flag (the sampled sweep's, for the redo)
+  return topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4 + 1);
 }
 
 struct Buffers {
   uint64_t* cand;
   int32_t* count;
+  uint8_t* fail;
   int64_t ld;
 };
 Buffers buffers(const Problem& p, const TopkBlocking& bl, unsigned char* ws) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
-  return Buffers{reinterpret_cast<uint64_t*>(ws), reinterpret_cast<int32_t*>(ws + uint64_t(bl.rows) * uint64_t(ld) * 8), ld};
+  unsigned char* count = ws + uint64_t(bl.rows) * uint64_t(ld) * 8;
+  return Buffers{reinterpret_cast<uint64_t*>(ws), reinterpret_cast<int32_t*>(count), count + uint64_t(bl.rows) * 4, ld};
 }
 
 // The sweep problem of one block: the block's score problem (its windows: the block's causal
@@ -70,6 +73,7 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   s.op = Operation::topk_sweep;
   s.sweep.cand = buf.cand;
   s.sweep.count = buf.count;
+  s.sweep.fail = buf.fail;
   s.sweep.ld = buf.ld;
   s.sweep.k = p.topk.k;
   s.sweep.refresh = topk_fused_refresh();
@@ -86,7 +90,7 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
 std::vector<Problem> sweep_shapes(const Problem& p, const DeviceInfo& dev) {
   std::vector<Problem> v;
   std::set<std::pair<int64_t, int64_t>> shapes;
-  const Buffers none{nullptr, nullptr, topk_fused_candidates(p.topk.k, p.s_k)};
+  const Buffers none{nullptr, nullptr, nullptr, topk_fused_candidates(p.topk.k, p.s_k)};
   for_each_topk_block(p, fused_blocking(p, dev), [&](const TopkBlock& b) {
     if (b.width > 0 && shapes.insert({b.n, b.width}).second) v.push_back(sweep_problem(p, b, none, nullptr));
   }, /*shapes_only=*/true);
@@ -138,6 +142,7 @@ class TopkFusedSweepFamily final : public Family {
     dsa::LeanTopkArgs t{};
     t.cand = reinterpret_cast<uintptr_t>(p.sweep.cand);
     t.count = reinterpret_cast<uintptr_t>(p.sweep.count);
+    t.fail = reinterpret_cast<uintptr_t>(p.sweep.fail);
     t.cand_ld = p.sweep.ld;
     t.k = p.sweep.k;
     t.refresh = p.sweep.refresh;
