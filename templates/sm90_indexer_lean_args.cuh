@@ -89,6 +89,15 @@ DSA_HOST_DEVICE constexpr i32 lean_tile_at(i32 i, i32 n) {
     return kS * (j / (kS - 1)) + o + (o >= kS / 2 ? 1 : 0);
   }
 }
+// lean_tile_at with the stride a run-time value (the top-k lse replay, sm90_topk_lse.cuh; the
+// unit tests hold the two equal).
+DSA_HOST_DEVICE constexpr i32 lean_tile_at_rt(i32 i, i32 n, i32 s) {
+  if (s == 1) return i;
+  const i32 ns = n > s / 2 ? (n - s / 2 + s - 1) / s : 0;
+  if (i < ns) return s / 2 + s * i;
+  const i32 j = i - ns, o = j % (s - 1);
+  return s * (j / (s - 1)) + o + (o >= s / 2 ? 1 : 0);
+}
 
 // The split variant's launch parameter: each q-tile's KV tiles in `parts` chunks of `chunk`
 // tiles (parts = ceil(the most KV tiles a q-tile can need / chunk)), planned per call from the

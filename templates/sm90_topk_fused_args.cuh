@@ -20,6 +20,8 @@ struct LeanTopkArgs {
   u64 fail;      // u8 [rows]: the sampled launch writes whether row r failed (count < 0), the redo
                  // launch reads it to pick its q-tiles (not the counts, which its selectors rewrite
                  // while the other roles may not have reached the q-tile yet)
+  u64 lse;       // kTopkLse: float, row r's lse at lse[r * lse_stride] (sm90_topk_lse.cuh's order)
+  i64 lse_stride;
 };
 
 // The sampled sweep's row counters (LeanTopkArgs::stats; measurements, not the operation): rows
@@ -70,6 +72,8 @@ constexpr int kLeanTopkRowBytes = 1056;
 // state lies over the slots) (LeanTopkEpilogue asserts it).
 constexpr int kLeanTopkSlots = 4;
 constexpr int kLeanTopkSweepSmemBytes = 8 * kLeanTopkRowBytes + 2 * kLeanTopkSlots * (4 * kLeanTopkTileCols * 4 + 16);
+// kTopkLse adds the consumers' lane states at an item's end: [consumer][warp][token] {m, s}.
+constexpr int kLeanTopkLseBytes = 2 * 4 * 4 * 16;
 
 // The visible cells of a row's window [0, hi) in the sample tiles (s/2 + s j) of stride kS (the
 // unit tests check it on the CPU against a count).

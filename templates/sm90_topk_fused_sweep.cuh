@@ -38,6 +38,7 @@
 #include "sm90_indexer_lean.cuh"
 #include "sm90_topk_fused_args.cuh"
 #include "sm90_topk_common.cuh"
+#include "sm90_topk_lse.cuh"
 
 namespace dsa {
 
@@ -46,6 +47,9 @@ namespace dsa {
 // 1, warp-private partitions of the row's buffer past the sample, positions counted in
 // registers, compacted by the selectors after the item (LeanTopkEpilogue).
 DSA_CONFIG_OR(TopkPartOf, kTopkPart, bool, false)
+// The call's lse (kTopkLse, rendered only when set): the consumers keep each row's running
+// (max, sum of exp) in the order of sm90_topk_lse.cuh and write the row's lse at the item's end.
+DSA_CONFIG_OR(TopkLseOf, kTopkLse, bool, false)
 
 struct LeanTopkRow {
   u64 thr;        // append when composite > thr (0: every visible cell)
@@ -396,7 +400,11 @@ struct LeanTopkEpilogue {
   static constexpr int kOffKeys = kTileRows * kLeanTopkRowBytes;
   static constexpr int kOffFull = kOffKeys + T::kConsumers * kSlots * kSlotWords * 4;
   static constexpr int kOffEmpty = kOffFull + T::kConsumers * kSlots * 8;
-  static constexpr int kSmemBytes = kOffEmpty + T::kConsumers * kSlots * 8;
+  // kLse: the consumers' lane states at an item's end, [consumer][warp][token] (m, s), after the
+  // rest (the exact protocol uses all of it)
+  static constexpr bool kLse = TopkLseOf<Cfg>::value;
+  static constexpr int kOffLse = kOffEmpty + T::kConsumers * kSlots * 8;
+  static constexpr int kSmemBytes = kOffLse + (kLse ? kLeanTopkLseBytes : 0);
   // The sampled protocol's state lies over the exact protocol's stage slots, which it does not
   // use (a launch runs one protocol, and initializes only its own barriers: init_barriers):
   // 5 KV stages and the slots fill an SM's shared memory.
@@ -432,12 +440,15 @@ struct LeanTopkEpilogue {
   // The exact protocol's consumers (208 registers) keep the weights packed (widened at use): as
   // fp32 in registers they spilled 64 bytes; the sampled protocol's (232) hold them widened, but
   // FP8's (w x q_scale, fp32) beside the k scales spilled 44-64 bytes there, so FP8 reads them from
-  // the item's shared copy per KV tile (the same values).
-  static constexpr bool kNarrowWeights = !kSampled || T::kFp8;
+  // the item's shared copy per KV tile (the same values). With the lse's lane state beside them
+  // the bf16 ones spilled 36-40 bytes (session 25): packed too.
+  static constexpr bool kNarrowWeights = !kSampled || T::kFp8 || TopkLseOf<Cfg>::value;
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
   static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
-  static_assert(kSmemBytes == kLeanTopkSweepSmemBytes, "sm90_topk_fused_sweep: host and template disagree on shared memory");
+  static_assert(kSmemBytes == kLeanTopkSweepSmemBytes + (kLse ? kLeanTopkLseBytes : 0),
+                "sm90_topk_fused_sweep: host and template disagree on shared memory");
+  static_assert(kLeanTopkLseBytes == T::kConsumers * 4 * kRows * 16 && kOffLse % 16 == 0, "sm90_topk_fused_sweep: the lse states");
   static_assert(kOffKeys % 16 == 0 && kOffFull % 8 == 0 && kOffLive % 16 == 0, "sm90_topk_fused_sweep: alignment");
 
   u8* smem;
@@ -451,6 +462,15 @@ struct LeanTopkEpilogue {
   mutable u64* row_buf = nullptr;    // sampled: this lane's row's buffer, this item
   mutable u32 pc = 0, pcap = 0, pbase = 0, pslot = 0;  // kPart: this lane's token's partition (count,
                                                        // capacity, first entry) and its count's slot
+  // kLse: this lane's slot of its token's row (sm90_topk_lse.cuh), and where the row's lse goes
+  template <bool kOn, int = 0>
+  struct LseState {
+    TopkLaneLse st;
+    const Args* args;  // the kernel's parameter (__grid_constant__): lse, lse_stride, read at the end
+  };
+  template <int D>
+  struct LseState<false, D> {};
+  mutable LseState<kLse> lse;
 
   // Only the launch's own protocol's barriers: the sampled ones (ready, item done) lie in the
   // exact protocol's key slots, and shared memory that holds a live mbarrier must not be written
@@ -472,7 +492,12 @@ struct LeanTopkEpilogue {
   }
 
   __device__ __forceinline__ LeanTopkEpilogue(const Args& ta, u8* smem_generic, int cg_, int, int)
-      : smem(lean_topk_shared(smem_generic)), cand(ta.cand), ld(ta.cand_ld), cg(cg_) {}
+      : smem(lean_topk_shared(smem_generic)), cand(ta.cand), ld(ta.cand_ld), cg(cg_) {
+    if constexpr (kLse) {
+      lse.st.reset();
+      lse.args = &ta;
+    }
+  }
 
   // Sampled: this consumer's 4 rows' state for the item (its parity; `item`: the items with KV
   // tiles before it, the kernel's count).
@@ -493,6 +518,9 @@ struct LeanTopkEpilogue {
       const float v = Cfg::kUnitScale ? part[j] : part[j] * sm_scale;
       const bool vis = !masked || (rel >= ln.w_lo[0] && rel < ln.w_hi[0]);
       key[j] = vis ? topk_key(v) : 0u;
+      if constexpr (kLse) {
+        if (vis) lse.st.push(v);  // the row's cells of this lane's slot: tile order, then j
+      }
     }
     if constexpr (!kSampled) {
       u32* keys = reinterpret_cast<u32*>(smem + kOffKeys) + cg * kSlots * kSlotWords;
@@ -597,7 +625,38 @@ struct LeanTopkEpilogue {
     tk = x > 1u ? x : 1u;
   }
   __device__ __forceinline__ void after_tile(const LeanLane&) const {}
+  // kLse: every row of the item gets its lse (-inf without a visible cell): the 8 lanes of a
+  // token by butterfly (xor 4, 8, 16: slots i ^ 1, i ^ 2, i ^ 4), then the 4 warps in order
+  // through shared memory, between two barriers of the consumer's 128 threads.
+  __device__ __forceinline__ void lse_finish(const LeanLane& ln) const {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    lse.st.merge_xor(4);
+    lse.st.merge_xor(8);
+    lse.st.merge_xor(16);
+    u8* states = smem + kOffLse + cg * 4 * kRows * 16;  // [warp][token] {m, pad, s}
+    if (lane < 4) {
+      u8* e = states + (warp * kRows + token_quarter(lane)) * 16;
+      *reinterpret_cast<float*>(e) = lse.st.m;
+      *reinterpret_cast<double*>(e + 8) = lse.st.s;
+    }
+    const u32 bar = lean_consumer_bar<T>(cg);
+    named_barrier_sync(bar, 128);
+    if (warp == 0 && lane < kRows) {
+      TopkLaneLse r;
+      r.m = *reinterpret_cast<const float*>(states + lane * 16);
+      r.s = *reinterpret_cast<const double*>(states + lane * 16 + 8);
+#pragma unroll
+      for (int w = 1; w < 4; ++w) {
+        const u8* e = states + (w * kRows + lane) * 16;
+        r.merge(*reinterpret_cast<const float*>(e), *reinterpret_cast<const double*>(e + 8));
+      }
+      reinterpret_cast<float*>(lse.args->lse)[(ln.q_row0 + lane) * lse.args->lse_stride] = r.value();
+    }
+    named_barrier_sync(bar, 128);
+    lse.st.reset();
+  }
   __device__ __forceinline__ void end_item(const LeanLane& ln) const {
+    if constexpr (kLse) lse_finish(ln);
     if (!kSampled || ln.n_kv == 0) return;
     if constexpr (kPart) {
       if ((threadIdx.x & 31u) < 4u) reinterpret_cast<u32*>(smem + kOffPart)[pslot] = pc;  // lanes 0..3: tokens 0..3
@@ -840,7 +899,7 @@ struct LeanTopkRuns {
 template <class Cfg, class Sched, int kProto>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_topk_fused_sweep(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
-                          const DsaScales sc, const LeanTopkArgs t) {
+                          const DsaScales sc, const __grid_constant__ LeanTopkArgs t) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: BSHD only");
   const u8* redo = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo ? reinterpret_cast<const u8*>(t.fail) : nullptr;
   lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, sc, t, LeanTopkRuns<Cfg, Sched>{{}, redo});

@@ -19,7 +19,8 @@
 //   the exact value and the same bits run to run.
 // - lse = log(sum over all visible cells of exp(score)): NaN (0x7fffffff) if a NaN is visible,
 //   +inf if +inf is, -inf for an empty or all -inf row; else m + log(sum exp(x - m)), fp64 sum
-//   in a fixed order.
+//   in a fixed order (BSHD with topk_lse_lanes: the fused sweep's lane order, sm90_topk_lse.cuh,
+//   its own kernel, so that both paths give the same bits).
 //
 // Algorithm (one CTA per row, rows strided over the grid; details above the kernel):
 //   fast path: rows of at most kTopkCandCap cells are the candidates; longer rows take a

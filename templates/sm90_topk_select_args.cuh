@@ -39,4 +39,13 @@ struct TopkSelectArgs {
   float* lse; i64 lse_stride;       // optional: log(sum over all visible cells exp(score))
 };
 
+// The top-k lse of a BSHD block in the fused sweep's order (sm90_topk_lse.cuh).
+struct TopkLseArgs {
+  const float* scores; i64 ld;      // the block's scores: row r at scores[r * ld]
+  const TopkRow* rows; i64 n_rows;  // visible columns [lo, hi) per row; q-tiles of 8 rows from 0
+  i32 sample_stride;                // lean_topk_sample_stride(S_k): the sweep's tile order
+  i32 pad;
+  float* lse; i64 lse_stride;       // out: row r's lse at lse[r * lse_stride]
+};
+
 }  // namespace dsa

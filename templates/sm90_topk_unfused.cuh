@@ -5,8 +5,10 @@
 // block's score call (in the block's key columns) and as the selection's TopkRow; (2) a score
 // family fills the block's rows of the workspace; (3) sm90_topk_select picks each row's k best.
 // The windows are the score operation's own, so the selected scores are bitwise the values
-// indexer_forward returns for those cells.
+// indexer_forward returns for those cells. With an lse output, BSHD blocks take it from
+// sm90_topk_lse (the fused sweep's order, sm90_topk_lse.cuh), THD blocks from the selection.
 #include "dsa_window.cuh"
+#include "sm90_topk_lse.cuh"
 #include "sm90_topk_select.cuh"
 #include "sm90_topk_unfused_args.cuh"
 

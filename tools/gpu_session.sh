@@ -501,13 +501,15 @@ if [[ " $steps " == *" s24c "* ]]; then
     run "topk_bench_part_$part" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 131072" --topk-fused-part $part
   done
 fi
-# s25a (not in all): the fused path on FP8 inputs after session 25's fix (each sweep protocol
-# initializes only its own mbarriers): [topk_fused_fp8] and [topk_fused] (bitwise against the
-# unfused path), memcheck over both small cases. s25b: racecheck over them, and the FP8 top-k
-# bench rows at S_k 16384 and 131072 (k 2048 and 512).
+# s25a (not in all): session 25's fused path: FP8 inputs after the barrier fix ([topk_fused_fp8]),
+# the lse through both paths ([topk_fused]: fused == unfused bitwise with lse in every protocol;
+# [topk]: the unfused path against the reference, its BSHD lse from sm90_topk_lse), memcheck over
+# both small fused cases. s25b: racecheck over them, and the FP8 top-k bench rows at S_k 16384 and
+# 131072 (k 2048 and 512).
 if [[ " $steps " == *" s25a "* ]]; then
-  run gpu_topk_fused_fp8 240 $b/tests/dsa_gpu_tests "[topk_fused_fp8]" --durations yes
+  run gpu_topk_fused_fp8 200 $b/tests/dsa_gpu_tests "[topk_fused_fp8]" --durations yes
   run gpu_topk_fused 240 $b/tests/dsa_gpu_tests "[topk_fused]" --durations yes
+  run gpu_topk 150 $b/tests/dsa_gpu_tests "[topk]" --durations yes
   run sanitize_memcheck_fused_fp8 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_fp8_small]"
   run sanitize_memcheck_fused 60 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
 fi

@@ -36,6 +36,9 @@ struct TopkSweepOutputs {
   int32_t mode = 0;        // dsa::kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
   float margin = 0.0f;     // sampled: the cut's margin (standard deviations)
   bool part = false;       // sampled: warp-private partitions past the sample (the sweep's kTopkPart)
+  bool has_lse = false;    // the call has an lse output (the sweep's kTopkLse)
+  float* lse = nullptr;    // it, at the block's first row (null when planning)
+  int64_t lse_stride = 0;  // between rows
 };
 
 struct Problem {

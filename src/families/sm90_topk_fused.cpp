@@ -44,6 +44,7 @@ FlagOverride g_fp8;
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
+std::size_t lse_slot() { return part_slot() + 1; }
 // Both fused families' inputs: bf16, and E4M3 only with topk_fused_fp8() (not yet correct on a GPU).
 bool fused_serves_input(DType d) { return d == DType::bf16 || (d == DType::e4m3 && topk_fused_fp8()); }
 
@@ -81,6 +82,11 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   s.sweep.mode = std::isnan(margin) ? dsa::kLeanTopkExact : dsa::kLeanTopkSampled;
   s.sweep.margin = std::isnan(margin) ? 0.0f : margin;
   s.sweep.part = s.sweep.mode == dsa::kLeanTopkSampled && topk_fused_part();
+  s.sweep.has_lse = p.has_lse;
+  if (p.lse != nullptr) {  // the block's rows of the call's lse (a block lies in one batch entry)
+    s.sweep.lse = static_cast<float*>(p.lse) + b.batch * p.lse_stride[0] + b.row0 * p.lse_stride[1];
+    s.sweep.lse_stride = p.lse_stride[1];
+  }
   s.call = &p;
   s.call_family = KernelFamily::topk_fused;
   return s;
@@ -115,6 +121,9 @@ class TopkFusedSweepFamily final : public Family {
       ParamDesc part{"kTopkPart", ParamDesc::integer, "bool", "part"};
       part.omit_zero = true;
       v.push_back(part);
+      ParamDesc lse{"kTopkLse", ParamDesc::integer, "bool", "tlse"};
+      lse.omit_zero = true;
+      v.push_back(lse);
       return v;
     }();
     return p;
@@ -123,13 +132,15 @@ class TopkFusedSweepFamily final : public Family {
     if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
     // the selection epilogue keeps one row per consumer warp: 4 tokens per consumer
     if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
-    if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");  // its epilogue writes none
+    // (the call's lse comes as sweep.has_lse, written by the sweep's own epilogue: kTopkLse)
+    if (p.has_lse) return Gate::fail("lse", "none of the scores kind", "an lse output");
     return lean_check(p, dev, /*split=*/false);
   }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
-    Plan plan = lean_plan(p, dev, purpose, *this, kSweepSmem, /*split=*/false);
+    Plan plan = lean_plan(p, dev, purpose, *this, kSweepSmem + (p.sweep.has_lse ? dsa::kLeanTopkLseBytes : 0), /*split=*/false);
     if (p.sweep.part) plan.spec.values[part_slot()] = 1;
+    if (p.sweep.has_lse) plan.spec.values[lse_slot()] = 1;
     return plan;
   }
   void render(const KernelSpec& spec, GeneratedSource& g) const override {
@@ -143,6 +154,8 @@ class TopkFusedSweepFamily final : public Family {
     t.cand = reinterpret_cast<uintptr_t>(p.sweep.cand);
     t.count = reinterpret_cast<uintptr_t>(p.sweep.count);
     t.fail = reinterpret_cast<uintptr_t>(p.sweep.fail);
+    t.lse = reinterpret_cast<uintptr_t>(p.sweep.lse);
+    t.lse_stride = p.sweep.lse_stride;
     t.cand_ld = p.sweep.ld;
     t.k = p.sweep.k;
     t.refresh = p.sweep.refresh;
@@ -185,7 +198,7 @@ class TopkFusedFamily final : public Family {
 
   Gate check(const Problem& p, const DeviceInfo& dev) const override {
     if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
-    if (p.has_lse) return Gate::fail("lse", "not requested", "an lse output");
+    if (p.has_lse && !topk_lse_lanes()) return Gate::fail("lse", "none (the lane-order lse is off: kTopkLseLanes)", "an lse output");
     if (!topk_causal_blocks(p))
       return Gate::fail("S_k x ratio", "<= 2^31 (blocks of rows are causal problems)", std::to_string(p.s_k * p.ratio));
     if (p.rows == 0) return Gate::pass();
@@ -198,7 +211,7 @@ class TopkFusedFamily final : public Family {
   }
   std::string gate_key(const Problem& p, const DeviceInfo& dev) const override {
     std::string k = layout_name(p.layout);
-    k += p.has_lse ? ".lse1" : ".lse0";
+    k += p.has_lse ? (topk_lse_lanes() ? ".lse1.ll1" : ".lse1.ll0") : ".lse0";
     k += topk_causal_blocks(p) ? ".cb1" : ".cb0";
     k += ".r" + std::to_string(p.rows == 0 ? 0 : 1);
     if (!p.is_thd() && p.rows > 0)

@@ -19,6 +19,7 @@
 #include "jit/runtime.hpp"
 #include "ops/compile_mode.hpp"
 #include "ops/scores_args.hpp"
+#include "sm90_topk_fused_args.cuh"
 #include "sm90_topk_unfused_args.cuh"
 
 namespace dsa_indexer::detail {
@@ -29,11 +30,13 @@ enum Slot { kLayout };
 // ones (measured on the H200, docs/PERF_NOTES.md); no row cache in shared memory (it did not
 // pay: the sampled threshold reads a long row once), so several CTAs share an SM.
 constexpr int kSelectThreadsShort = 256, kSelectThreadsLong = 512;
+constexpr int kLseWarps = 8;  // rows per CTA of sm90_topk_lse
 constexpr int64_t kLongRow = 8192;
 
 std::atomic<uint64_t> g_budget{0};
 std::atomic<bool> g_wave{false};
 FlagOverride g_lean_windows;
+FlagOverride g_lse_lanes;
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
 TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
@@ -85,6 +88,8 @@ class TopkUnfusedFamily final : public Family {
       sel.block[0] = static_cast<uint32_t>(threads);
       sel.smem = plan.spec.dynamic_smem;
     }
+    KernelLaunch& lse = plan.launches[plan.n_launches++];  // BSHD lse: sm90_topk_lse, a warp per row
+    lse.block[0] = 32 * kLseWarps;
     return plan;
   }
 
@@ -110,6 +115,7 @@ class TopkUnfusedFamily final : public Family {
     g.kernels.push_back("dsa::sm90_topk_rows<DsaKernelConfig::kLayout>");
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsShort));
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsLong));
+    g.kernels.push_back(fmt::format("dsa::sm90_topk_lse<{}>", kLseWarps));
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
@@ -134,11 +140,14 @@ class TopkUnfusedFamily final : public Family {
       sa.scores = reinterpret_cast<const float*>(ws);
       sa.ld = b.width;
       set_topk_outputs(sa, p, b, rb.rows);
-      if (p.lse) {
-        sa.lse = static_cast<float*>(p.lse) + b.batch * p.lse_stride[0] + b.row0 * p.lse_stride[1];
+      float* lse = p.lse ? static_cast<float*>(p.lse) + b.batch * p.lse_stride[0] + b.row0 * p.lse_stride[1] : nullptr;
+      const bool lanes = !p.is_thd() && topk_lse_lanes();  // BSHD: the fused sweep's order
+      if (lse && !lanes) {  // the selection's fp64 two-pass sum
+        sa.lse = lse;
         sa.lse_stride = p.lse_stride[1];
       }
       launch_topk_select(plan, k, sa, b.width, stream);
+      if (lse && lanes) launch_topk_lse(plan, k, sa, lse, p.lse_stride[1], stream);
     });
   }
 };
@@ -310,6 +319,24 @@ const Family& topk_unfused_family() {
 
 int topk_select_threads(int64_t width) { return width > kLongRow ? kSelectThreadsLong : kSelectThreadsShort; }
 
+// BSHD: the block's lse in the fused sweep's order (sm90_topk_lse.cuh), a warp per row; the
+// sample stride is the sweep's for the call's S_k (the block's width).
+void launch_topk_lse(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, float* lse, int64_t stride,
+                     CUstream stream) {
+  dsa::TopkLseArgs args{};
+  args.scores = a.scores;
+  args.ld = a.ld;
+  args.rows = a.rows;
+  args.n_rows = a.n_rows;
+  args.sample_stride = dsa::lean_topk_sample_stride(a.ld);
+  args.lse = lse;
+  args.lse_stride = stride;
+  KernelLaunch l = plan.launches[3];
+  l.grid[0] = static_cast<uint32_t>((a.n_rows + kLseWarps - 1) / kLseWarps);
+  void* params[] = {&args};
+  launch_one(k.functions[3], l, stream, params, "cuLaunchKernelEx(sm90_topk_lse)");
+}
+
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream) {
   const int which = width > kLongRow ? 2 : 1;
   KernelLaunch sel = plan.launches[which];
@@ -333,6 +360,8 @@ void set_topk_unfused_blocking(uint64_t budget, bool one_wave) {
 }
 
 bool topk_lean_window_blocks() { return g_lean_windows.get(kTopkLeanWindowBlocks); }
+bool topk_lse_lanes() { return g_lse_lanes.get(kTopkLseLanes); }
+void set_topk_lse_lanes(std::optional<bool> on) { g_lse_lanes.set(on); }
 void set_topk_lean_window_blocks(std::optional<bool> on) { g_lean_windows.set(on); }
 
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev) {

@@ -19,6 +19,10 @@ KernelSpec topk_unfused_spec(Layout layout);
 // most `width` visible columns: what launch() runs after each block's scores, exposed so that a
 // tool can time the selection alone on score rows it holds (dsa-indexer bench --op topk).
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream);
+// BSHD blocks with an lse output: the rows' lse in the fused sweep's order (sm90_topk_lse.cuh),
+// over the block's scores and rows of `a` (launch 3 / function 3 of the unfused plan).
+void launch_topk_lse(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, float* lse, int64_t stride,
+                     CUstream stream);
 
 inline constexpr int kTopkRowsThreads = 256;  // sm90_topk_rows' block
 // The selection's block size for rows of at most `width` columns (256 or 512). The softmax's
@@ -54,6 +58,13 @@ void set_topk_unfused_blocking(uint64_t budget, bool one_wave);
 inline constexpr bool kTopkLeanWindowBlocks = true;
 bool topk_lean_window_blocks();
 void set_topk_lean_window_blocks(std::optional<bool> on);  // tests and measurements (nullopt: the default)
+// The lse of BSHD calls in the fused sweep's lane order (templates/sm90_topk_lse.cuh): the unfused
+// path's blocks take it from sm90_topk_lse, and the fused path serves lse calls (its sweep's
+// kTopkLse). Built in session 25 and not yet run on a GPU, so off: BSHD keeps the selection's
+// fp64 two-pass sum, and the fused path refuses lse, unless a test turns it on.
+inline constexpr bool kTopkLseLanes = false;
+bool topk_lse_lanes();
+void set_topk_lse_lanes(std::optional<bool> on);  // tests (nullopt: kTopkLseLanes)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
 // candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy).

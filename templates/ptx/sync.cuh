@@ -99,6 +99,7 @@ __device__ __forceinline__ u32 atom_shared_add_u32(u32 addr, u32 v) {
 }
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
 
 // bf16 bits -> fp32 (exact).
 __device__ __forceinline__ float bf16_bits_to_float(u16 h) { return __uint_as_float(static_cast<u32>(h) << 16); }

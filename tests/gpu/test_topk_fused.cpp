@@ -24,6 +24,7 @@
 #include "ops/topk.hpp"
 #include "gpu_cases.hpp"
 #include "gpu_runner.hpp"
+#include "../support/topk_reference.hpp"
 #include "topk_run.hpp"
 
 using namespace dsa_gpu_test;
@@ -61,6 +62,10 @@ void make_ties(HostProblem& p, Ties ties) {
 
 int64_t mismatches(const TopkOut& a, const TopkOut& b, std::string& first, int k) {
   int64_t bad = 0;
+  for (size_t r = 0; r < a.lse.size() && r < b.lse.size(); ++r)  // (lse: when both asked for it)
+    if (std::memcmp(&a.lse[r], &b.lse[r], 4) != 0 && bad++ == 0)
+      first = fmt::format("row {}: lse fused {} unfused {}", r, a.lse[r], b.lse[r]);
+  if (a.lse.size() != b.lse.size()) ++bad;
   for (size_t i = 0; i < a.indices.size(); ++i) {
     const bool same = a.indices[i] == b.indices[i] && std::memcmp(&a.values[i], &b.values[i], 4) == 0 &&
                       std::memcmp(&a.softmax[i], &b.softmax[i], 4) == 0;
@@ -104,6 +109,35 @@ void check_fused(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties 
         dsa_indexer::detail::set_topk_fused_refresh(-1);
         dsa_indexer::detail::set_topk_fused_margin(std::nullopt);
       }
+    // With the lse output (the fused sweep's lane order, which the unfused path replays over its
+    // block scores; topk_lse_lanes, off by default): every protocol's lse bits, with the indices,
+    // values and softmax; and the unfused replay within 1e-6 (relative) of the selection's fp64
+    // two-pass sum, the order it replaces
+    INFO("k " << k << " with lse");
+    const TopkOut two_pass = run_topk(p, dp, k, {KernelFamily::topk_unfused, true, false, true, /*lse=*/true});
+    dsa_indexer::detail::set_topk_lse_lanes(true);
+    const TopkOut u = run_topk(p, dp, k, {KernelFamily::topk_unfused, true, false, true, /*lse=*/true});
+    {
+      int64_t far = 0;
+      std::string first;
+      for (size_t r = 0; r < u.lse.size(); ++r)
+        if (!dsa_test::topk_close(u.lse[r], two_pass.lse[r], 1e-6) && far++ == 0)
+          first = fmt::format("row {}: lse {} two-pass {}", r, u.lse[r], two_pass.lse[r]);
+      INFO(first);
+      CHECK(far == 0);
+    }
+    for (int proto = 0; proto < 3; ++proto) {  // sampled (the default margin), its redo (margin -4), exact
+      namespace dd = dsa_indexer::detail;
+      dd::set_topk_fused_margin(proto == 0 ? std::optional<float>{} : proto == 1 ? std::optional<float>{-4.0f}
+                                                                                  : std::optional<float>{std::nanf("")});
+      const TopkOut f = run_topk(p, dp, k, {KernelFamily::topk_fused, true, false, true, /*lse=*/true});
+      std::string first;
+      const int64_t bad = mismatches(f, u, first, k);
+      INFO("protocol " << proto << ": " << first);
+      CHECK(bad == 0);
+    }
+    dsa_indexer::detail::set_topk_fused_margin(std::nullopt);
+    dsa_indexer::detail::set_topk_lse_lanes(std::nullopt);
   }
   dsa_indexer::detail::set_topk_fused_candidates(0);
   std::printf("topk fused case %-80s passed\n", p.describe().c_str());

@@ -87,7 +87,7 @@ TEST_CASE("lean lse: BSHD and THD take lean with lse, the split variant with a c
     CHECK(lean_check(p, dev).passed());
     CHECK_THAT(make_plan(p, dev, lean_family()).spec.shape_key(), Contains(".lse1"));
   }
-  // the fused top-k's sweep never takes lse
+  // the fused top-k's sweep never takes a scores lse (the call's comes as sweep.has_lse: kTopkLse)
   CHECK_FALSE(topk_fused_sweep_family().check(problem(with_lse(bshd_call(1, 8192, 4096, 64), 1, 8192)), dev).passed());
 }
 

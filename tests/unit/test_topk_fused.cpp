@@ -4,6 +4,7 @@
 // without spills.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <vector>
@@ -62,10 +63,25 @@ TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][di
   // the escape hatch: the unfused path
   CHECK(&choose_family(p, dev, KernelFamily::automatic, true) == &topk_unfused_family());
   CHECK(&choose_family(p, dev, KernelFamily::topk_unfused, false) == &topk_unfused_family());
-  // lse, an unsaturated block (fewer q-tiles than SMs), fp32... : the unfused path serves it
+  // lse: the fused path refuses it unless the lane-order lse is on (kTopkLseLanes, off until it
+  // runs on a GPU); then both paths serve it (the sweep's variant with kTopkLse, keyed apart,
+  // with its states' shared memory); an unsaturated block (fewer q-tiles than SMs): unfused
   const Problem with_lse = topk_problem(1, 2048, 4096, 512, 1, true);
   CHECK(&choose_family(with_lse, dev, KernelFamily::automatic, false) == &topk_unfused_family());
   CHECK_THROWS_WITH(choose_family(with_lse, dev, KernelFamily::topk_fused, false), Contains("family topk_fused: lse"));
+  set_topk_lse_lanes(true);
+  CHECK(&choose_family(with_lse, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+  {
+    const std::vector<Problem> a = topk_fused_family().inner_problems(p, dev), b = topk_fused_family().inner_problems(with_lse, dev);
+    REQUIRE(a.size() == 1);
+    REQUIRE(b.size() == 1);
+    const Plan pa = make_plan(a[0], dev, topk_fused_sweep_family()), pb = make_plan(b[0], dev, topk_fused_sweep_family());
+    CHECK(pb.spec.shape_key() == pa.spec.shape_key() + ".tlse1");
+    CHECK(pb.spec.dynamic_smem == pa.spec.dynamic_smem + static_cast<uint32_t>(dsa::kLeanTopkLseBytes));
+    CHECK(render(pa.spec).text.find("kTopkLse") == std::string::npos);
+    CHECK_THAT(render(pb.spec).text, Contains("kTopkLse = 1"));
+  }
+  set_topk_lse_lanes(std::nullopt);
   const Problem small = topk_problem(4, 512, 4096, 64);
   CHECK(&choose_family(small, dev, KernelFamily::automatic, false) == &topk_unfused_family());
   CHECK_THROWS_WITH(choose_family(small, dev, KernelFamily::topk_fused, false), Contains("grid saturation"));
@@ -102,9 +118,12 @@ TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall und
     // the fused workspace: blocks of full waves, less than the unfused one
     CHECK(make_plan(a, dev, topk_fused_family()).workspace_bytes < make_plan(a, dev, topk_unfused_family()).workspace_bytes);
   }
-  // lse, FP8 (refused: topk_fused_fp8), few rows (S_q under half a wave), or candidates past the
-  // sweep's limit: unfused
+  // with lse too when the lane-order lse is on; else lse, FP8 (refused: topk_fused_fp8), few rows
+  // (S_q under half a wave), or candidates past the sweep's limit: unfused
   CHECK(automatic(topk_problem(1, 4096, 131072, 2048, 1, true)) == &topk_unfused_family());
+  set_topk_lse_lanes(true);
+  CHECK(automatic(topk_problem(1, 4096, 131072, 2048, 1, true)) == &topk_fused_family());
+  set_topk_lse_lanes(std::nullopt);
   Problem fp8 = topk_problem(1, 4096, 131072, 2048);
   fp8.qk_dtype = DType::e4m3;
   CHECK(automatic(fp8) == &topk_unfused_family());
@@ -237,6 +256,33 @@ TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][n
   check_compiles_without_spills(specs, "sm90_topk");
 }
 
+// The lse (kTopkLse): both protocols' kernels with the consumers' lane states, bf16 and fp32 W and
+// FP8, long and short rows, the partitioned appends: no spills, within the shared memory.
+TEST_CASE("topk fused: the lse sweep variants compile without spills", "[topk][nvrtc]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const char* lines =
+      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 lse=1 k=2048 family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 lse=1 k=512 family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=16384 sk=4096   ratio=4 w=bf16 lse=1 k=2048 family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 lse=1 k=2048 family=topk_fused\n";
+  set_topk_fused_fp8(true);
+  set_topk_lse_lanes(true);
+  std::vector<KernelSpec> specs = sweep_specs(lines, dev);
+  set_topk_fused_part(true);
+  const std::vector<KernelSpec> part = sweep_specs(lines, dev);
+  set_topk_fused_part(std::nullopt);
+  set_topk_lse_lanes(std::nullopt);
+  set_topk_fused_fp8(std::nullopt);
+  specs.insert(specs.end(), part.begin(), part.end());
+  REQUIRE(specs.size() >= 8);
+  for (const KernelSpec& s : specs) {
+    INFO(s.variant_key());
+    CHECK_THAT(render(s).text, Contains("kTopkLse = 1"));
+    CHECK(s.dynamic_smem <= static_cast<uint32_t>(dev.max_smem_optin));
+  }
+  check_compiles_without_spills(specs, "sm90_topk");
+}
+
 // The partitioned appends (set_topk_fused_part): their own sweep variants (the key's part1; the
 // default variants keep their keys and sources), compiled without spills, bf16 and fp32 W.
 TEST_CASE("topk fused: the partitioned sweep variants compile without spills, keyed apart", "[topk][nvrtc]") {
@@ -303,6 +349,10 @@ void check_tile_order(int32_t n) {
   }
   CHECK(ok);
   for (int32_t t = 0; ok && t < n; ++t) CHECK(seen[static_cast<size_t>(t)] == 1);
+  // the lse replay's run-time form (sm90_topk_lse) walks the same order
+  bool same = true;
+  for (int32_t i = 0; i < n; ++i) same = same && dsa::lean_tile_at_rt(i, n, S) == dsa::lean_tile_at<S>(i, n);
+  CHECK(same);
   int32_t want = 0;
   for (int32_t t = 0; t < n; ++t) want += t % S == S / 2 ? 1 : 0;
   CHECK(ns == want);
@@ -326,6 +376,17 @@ TEST_CASE("topk fused: the sweep's sample-first tile order and sample sizes", "[
     check_tile_order<64>(n);
     check_tile_order<128>(n);
     for (int32_t i = 0; i < n; ++i) CHECK(dsa::lean_tile_at<1>(i, n) == i);  // the scores kernels: in order
+    for (int32_t i = 0; i < n; ++i) CHECK(dsa::lean_tile_at_rt(i, n, 1) == i);
+  }
+  // The lse's lane slots (sm90_topk_lse.cuh): slot (w, i) takes columns 64 kt + 16 w + i + 8 j,
+  // so over a q-tile's tiles the 32 slots x 2 cover each of its 64 n columns exactly once.
+  for (int32_t n : {1, 9, 40}) {
+    std::vector<int> seen(static_cast<size_t>(64 * n), 0);
+    for (int32_t it = 0; it < n; ++it)
+      for (int w = 0; w < 4; ++w)
+        for (int i = 0; i < 8; ++i)
+          for (int j = 0; j < 2; ++j) ++seen[static_cast<size_t>(dsa::lean_tile_at_rt(it, n, 16) * 64 + 16 * w + i + 8 * j)];
+    CHECK(std::count(seen.begin(), seen.end(), 1) == 64 * n);
   }
   for (int64_t hi = 0; hi < 5 * 64 * 16 + 70; hi += 13) check_sample_cells<16>(hi);
   for (int64_t hi : {int64_t(0), int64_t(511), int64_t(512), int64_t(513), int64_t(575), int64_t(576), int64_t(1024),
