@@ -433,6 +433,22 @@ struct LeanTopkEpilogue {
     return static_cast<u32>(ld) > m ? (static_cast<u32>(ld) - m) / 4u : 0u;
   }
   __device__ __forceinline__ static u32 part_slot(u32 p, u32 r) { return (p * kTileRows + r) * 4u; }
+  // kPart, a row after its item: whether a partition overflowed (its row is redone), and the
+  // entries kept (m + each partition's, at most its capacity each). The selectors' compaction
+  // and their counts both take it from here.
+  struct PartRow {
+    u32 q, n;
+    bool over;
+  };
+  __device__ __forceinline__ static PartRow part_row(const LeanTopkLive& L, const u32* c, i64 ld) {
+    PartRow r{part_cap(ld, L.m), L.m, false};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      r.over = r.over || c[w] > r.q;
+      r.n += c[w] > r.q ? r.q : c[w];
+    }
+    return r;
+  }
   // The selectors' registers: the exact protocol's keep rows (80 spilled 4 bytes, 72 48 bytes;
   // the consumers get 208); the sampled protocol's set rows up and write counts (lean's own
   // producer budget: the consumers get lean's).
@@ -751,8 +767,9 @@ struct LeanTopkEpilogue {
         for (int r = s; r < kTileRows; r += kSelectors) {
           const LeanTopkLive& L = live[p * kTileRows + r];
           const u32* c = pcount + part_slot(p, static_cast<u32>(r));
-          const u32 m = L.m, q = part_cap(ta.cand_ld, m);
-          if (L.r == kLeanTopkBadSample || c[0] > q || c[1] > q || c[2] > q || c[3] > q) continue;
+          const PartRow pr = part_row(L, c, ta.cand_ld);
+          if (L.r == kLeanTopkBadSample || pr.over) continue;
+          const u32 m = L.m, q = pr.q;
           u64* buf = reinterpret_cast<u64*>(ta.cand) + (row0 + r) * ta.cand_ld;
           u32 dst = m + c[0];
           for (u32 w = 1; w < 4u; ++w) {
@@ -776,13 +793,9 @@ struct LeanTopkEpilogue {
           u32 n = L.cnt;
           bool part_over = false;
           if constexpr (kPart) {  // m + the partitions' entries (each at most q kept)
-            const u32* c = reinterpret_cast<const u32*>(smem + kOffPart) + part_slot(p, static_cast<u32>(r));
-            const u32 q = part_cap(ta.cand_ld, L.m);
-            n = L.m;
-            for (int w = 0; w < 4; ++w) {
-              part_over = part_over || c[w] > q;
-              n += c[w] > q ? q : c[w];
-            }
+            const PartRow pr = part_row(L, reinterpret_cast<const u32*>(smem + kOffPart) + part_slot(p, static_cast<u32>(r)), ta.cand_ld);
+            n = pr.n;
+            part_over = pr.over;
           }
           const u32 rr = L.r;
           const bool bad = rr == kLeanTopkBadSample, over = part_over || n > static_cast<u32>(ta.cand_ld);

@@ -40,13 +40,12 @@ std::atomic<float> g_margin{0.0f};
 std::atomic<uint32_t*> g_stats{nullptr};
 std::atomic<uint64_t> g_budget{0};
 FlagOverride g_part;
-FlagOverride g_fp8;
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
 std::size_t lse_slot() { return part_slot() + 1; }
-// Both fused families' inputs: bf16, and E4M3 only with topk_fused_fp8() (not yet correct on a GPU).
-bool fused_serves_input(DType d) { return d == DType::bf16 || (d == DType::e4m3 && topk_fused_fp8()); }
+// Both fused families' inputs: bf16, and E4M3 with its scales (lean's FP8 main loop).
+bool fused_serves_input(DType d) { return d == DType::bf16 || d == DType::e4m3; }
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
@@ -186,7 +185,8 @@ class TopkFusedFamily final : public Family {
   // keep the unfused path: the fused one is up to 11 % slower there (19-34 % at ratio 4).
   // Rows whose planned candidates pass the sweep's kLeanTopkMaxLd (k 2048 past about 300k keys)
   // would overflow into the exact redo: those keep the unfused path too.
-  // FP8 calls keep the unfused path (the fused one serves them only for tests, above).
+  // FP8 calls keep the unfused path (the fused one serves them by name; its automatic use is
+  // not measured yet).
   bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {
     return p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) && topk_fused_candidates_fit(p.topk.k, p.s_k);
   }
@@ -353,8 +353,6 @@ void set_topk_fused_margin(std::optional<float> margin) {
 }
 
 bool topk_fused_part() { return g_part.get(kTopkFusedPart); }
-bool topk_fused_fp8() { return g_fp8.get(kTopkFusedFp8); }
-void set_topk_fused_fp8(std::optional<bool> on) { g_fp8.set(on); }
 void set_topk_fused_part(std::optional<bool> on) { g_part.set(on); }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }

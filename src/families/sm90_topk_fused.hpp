@@ -75,14 +75,6 @@ void set_topk_fused_margin(std::optional<float> margin);
 inline constexpr bool kTopkFusedPart = false;
 bool topk_fused_part();
 void set_topk_fused_part(std::optional<bool> on);  // nullopt: kTopkFusedPart
-// FP8 (E4M3 q / k) through the fused path: built in session 24 (the sweep on lean's FP8 main
-// loop), but on an H100 its outputs differed from the unfused path's and from run to run in
-// every protocol (passing under memcheck and racecheck, which serialize it): a timing-dependent
-// fault not found yet. So the fused families refuse FP8 (the unfused path serves it) unless a
-// test turns this on (the GPU cases [.topk_fused_fp8] reproduce it).
-inline constexpr bool kTopkFusedFp8 = false;
-bool topk_fused_fp8();
-void set_topk_fused_fp8(std::optional<bool> on);  // nullopt: kTopkFusedFp8
 // Measurements: device memory of dsa::kLeanTopkStats u32 counters that every later sampled
 // sweep launch adds its rows to (by how they ended, and the entries kept: LeanTopkStat in
 // sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.

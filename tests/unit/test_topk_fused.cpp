@@ -118,7 +118,7 @@ TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall und
     // the fused workspace: blocks of full waves, less than the unfused one
     CHECK(make_plan(a, dev, topk_fused_family()).workspace_bytes < make_plan(a, dev, topk_unfused_family()).workspace_bytes);
   }
-  // with lse too when the lane-order lse is on; else lse, FP8 (refused: topk_fused_fp8), few rows
+  // with lse too when the lane-order lse is on; else lse, FP8 (served by name only), few rows
   // (S_q under half a wave), or candidates past the sweep's limit: unfused
   CHECK(automatic(topk_problem(1, 4096, 131072, 2048, 1, true)) == &topk_unfused_family());
   set_topk_lse_lanes(true);
@@ -127,11 +127,7 @@ TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall und
   Problem fp8 = topk_problem(1, 4096, 131072, 2048);
   fp8.qk_dtype = DType::e4m3;
   CHECK(automatic(fp8) == &topk_unfused_family());
-  CHECK_THROWS_WITH(choose_family(fp8, dev, KernelFamily::topk_fused, false), Contains("q/k dtype"));
-  set_topk_fused_fp8(true);  // tests: served by name, never automatic
-  CHECK(automatic(fp8) == &topk_unfused_family());
   CHECK(&choose_family(fp8, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
-  set_topk_fused_fp8(std::nullopt);
   const Problem few = topk_problem(1, 512, 262144, 2048);
   CHECK_FALSE(topk_unfused_short_blocks(few, dev));
   CHECK(automatic(few) == &topk_unfused_family());
@@ -231,7 +227,7 @@ std::vector<KernelSpec> sweep_specs(const char* manifest, const DeviceInfo& dev)
 }
 }  // namespace
 
-// FP8 (E4M3 q / k with their scales; topk_fused_fp8, off: not yet correct on a GPU): the sweep is
+// FP8 (E4M3 q / k with their scales): the sweep is
 // lean's FP8 main loop with the selection epilogue, both protocols' kernels, bf16 and fp32 W, the
 // partitioned appends too.
 TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][nvrtc][fp8]") {
@@ -239,8 +235,6 @@ TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][n
   const char* lines =
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 k=2048 family=topk_fused\n"
       "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 in=e4m3 k=512 family=topk_fused\n";
-  CHECK_THROWS_WITH(sweep_specs(lines, dev), Contains("q/k dtype"));  // refused by default
-  set_topk_fused_fp8(true);
   std::vector<KernelSpec> specs = sweep_specs(lines, dev);
   REQUIRE(specs.size() >= 2);
   for (const KernelSpec& s : specs) {
@@ -251,7 +245,6 @@ TEST_CASE("topk fused: the FP8 sweep variants compile without spills", "[topk][n
   set_topk_fused_part(true);
   const std::vector<KernelSpec> part = sweep_specs(lines, dev);
   set_topk_fused_part(std::nullopt);
-  set_topk_fused_fp8(std::nullopt);
   specs.insert(specs.end(), part.begin(), part.end());
   check_compiles_without_spills(specs, "sm90_topk");
 }
@@ -265,14 +258,12 @@ TEST_CASE("topk fused: the lse sweep variants compile without spills", "[topk][n
       "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 lse=1 k=512 family=topk_fused\n"
       "op=topk layout=bshd heads=64 sq=16384 sk=4096   ratio=4 w=bf16 lse=1 k=2048 family=topk_fused\n"
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 lse=1 k=2048 family=topk_fused\n";
-  set_topk_fused_fp8(true);
   set_topk_lse_lanes(true);
   std::vector<KernelSpec> specs = sweep_specs(lines, dev);
   set_topk_fused_part(true);
   const std::vector<KernelSpec> part = sweep_specs(lines, dev);
   set_topk_fused_part(std::nullopt);
   set_topk_lse_lanes(std::nullopt);
-  set_topk_fused_fp8(std::nullopt);
   specs.insert(specs.end(), part.begin(), part.end());
   REQUIRE(specs.size() >= 8);
   for (const KernelSpec& s : specs) {

@@ -186,22 +186,17 @@ TEST_CASE("topk: FP8 calls go unfused; their blocks are FP8 score problems with 
   tc.c.opt.ratio = 1;
   const Problem t = vt(tc);
   CHECK(t.qk_dtype == DType::e4m3);
-  // the fused path refuses FP8 (topk_fused_fp8: not yet correct on a GPU); with the test
-  // override its sweeps are FP8 lean problems with the same block scales
-  CHECK(&choose_family(t, dev, KernelFamily::automatic, false) == &topk_unfused_family());
-  CHECK_THROWS_WITH(choose_family(t, dev, KernelFamily::topk_fused, false), Contains("q/k dtype"));
-  set_topk_fused_fp8(true);
+  // the fused path serves FP8 by name (automatic calls keep the unfused path); its sweeps are FP8
+  // lean problems with the same block scales
   CHECK(&choose_family(t, dev, KernelFamily::automatic, false) == &topk_unfused_family());
   CHECK(&choose_family(t, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
   const std::vector<Problem> sweeps = topk_fused_family().inner_problems(t, dev);
-  set_topk_fused_fp8(std::nullopt);
   REQUIRE_FALSE(sweeps.empty());
   for (const Problem& s : sweeps) {
     CHECK(s.qk_dtype == DType::e4m3);
     CHECK(s.has_q_scale);
     CHECK(s.has_k_scale);
-    // (by name the sweep refuses it again without the override)
-    CHECK_THROWS_WITH(choose_family(s, dev, KernelFamily::topk_fused_sweep, false), Contains("q/k dtype"));
+    CHECK(&choose_family(s, dev, KernelFamily::topk_fused_sweep, false) == &topk_fused_sweep_family());
   }
   const auto inner = topk_unfused_family().inner_problems(t, dev);
   REQUIRE_FALSE(inner.empty());
