@@ -196,6 +196,8 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
       c.name += " e4m3";
       c.p.fp8 = true;  // q_scale (token, head) and k_scale (token) given: fill_random draws them
     }
+  if (o.lse)
+    for (TopkCase& c : cases) c.name += " lse";
   if (!o.match.empty())
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const TopkCase& c) { return c.name.find(o.match) == std::string::npos; }),
                 cases.end());
@@ -205,6 +207,10 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_fused_budget(budget);
   dd::set_topk_lean_window_blocks(o.lean_windows);
   dd::set_topk_fused_part(o.fused_part);
+  dd::set_topk_lse_lanes(o.lse_lanes);
+  if (o.lse)
+    fmt::print("\nbench --op topk: with the lse output (scores and top-k), BSHD lse {}\n",
+               o.lse_lanes.value_or(dd::kTopkLseLanes) ? "in the fused sweep's lane order (both paths)" : "by the selection's two-pass sum (unfused only)");
   if (o.fused_part)
     fmt::print("\nbench --op topk: the fused sweep's appends after the cut {}\n",
                *o.fused_part ? "in warp-private partitions (no atomic)" : "by a shared atomic per warp and tile");
@@ -227,6 +233,13 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   for (auto& c : cases) {
     std::vector<DeviceProblem> sets = upload_sets(c.p, 42, 4);
     const int64_t rows = c.p.rows(), cols = c.p.cols();
+    std::vector<DeviceBuffer> lse_out;  // --topk-lse: each set's lse, (B, S_q) or (T_q)
+    if (o.lse)
+      for (DeviceProblem& s : sets) {
+        lse_out.emplace_back(static_cast<size_t>(rows) * 4);
+        s.opt.lse = c.p.thd() ? dsa_indexer::TensorDesc::contiguous(lse_out.back().get(), dsa_indexer::DType::f32, {rows})
+                              : dsa_indexer::TensorDesc::contiguous(lse_out.back().get(), dsa_indexer::DType::f32, {c.p.batch, c.p.s_q});
+      }
     const Timed sc = time_scores(sets, o.reps);  // also leaves every set's score matrix written
     const Timed sw = graph_times(o.reps, 10, [&](CUstream st) {
       dsa_indexer::indexer_forward(sets[0].tq, sets[0].tk, sets[0].tw, sets[0].tout, sets[0].opt, st);

@@ -22,6 +22,8 @@ struct TopkBenchOptions {
   std::optional<bool> lean_windows;
   std::optional<bool> fused_part;  // the fused sweep's partitioned appends (topk_fused_part; unset: the default)
   bool fp8 = false;  // E4M3 q and k with per-token q and k scales (bench --op topk --in e4m3), W bf16
+  bool lse = false;  // every call (scores and top-k) also writes the lse (shape names gain " lse")
+  std::optional<bool> lse_lanes;  // BSHD lse in the fused sweep's lane order (topk_lse_lanes; unset: the default)
 };
 
 // "2048,512" -> {2048, 512}; throws dsa_indexer::InvalidArgument naming --topk-k for anything

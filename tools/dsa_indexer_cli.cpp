@@ -4,6 +4,7 @@
 //   demo [--cache-dir DIR] [--op scores|topk]                 default problem, checked and timed
 //   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick] [--match TEXT] [--thd-order balanced|static|both]
 //         [--op scores|topk|both] [--topk-k 2048,512]            (top-k rows: tools/cli_topk.cpp)
+//         [--topk-lse] [--topk-lse-lanes on|off]                 (top-k rows with the lse output)
 //         [--in bf16|e4m3]                                       (FP8 rows: tools/cli_fp8.cpp; with --op topk the top-k rows)
 //   jitcost [--cache-dir DIR] [--json FILE], version, --version
 #include <CLI/CLI.hpp>
@@ -643,6 +644,8 @@ int run_bench(const Args& a) {
     to.one_wave = a.has("topk-one-wave");
     if (a.has("topk-lean-windows")) to.lean_windows = a.get("topk-lean-windows") == "on";
     if (a.has("topk-fused-part")) to.fused_part = a.get("topk-fused-part") == "on";
+    to.lse = a.has("topk-lse");
+    if (a.has("topk-lse-lanes")) to.lse_lanes = a.get("topk-lse-lanes") == "on";
     to.fp8 = fp8;
     json += ",\n  \"topk_cases\": [\n" + dsa_cli::run_topk_bench(to) + "\n  ]";
   }
@@ -768,6 +771,11 @@ void build_cli(Cli& cli) {
       ->check(CLI::IsMember({"on", "off"}));
   cli.value(bench, "topk-fused-part", "top-k rows: the fused sweep's appends after the cut in warp-private partitions "
                                       "(on) or by a shared atomic per warp and tile (off, the library's default)")
+      ->check(CLI::IsMember({"on", "off"}));
+  bench->add_flag_callback("--topk-lse", [&cli] { cli.args.opt["topk-lse"] = "1"; },
+                           "top-k rows: every call (the scores and the top-k) also writes the lse output");
+  cli.value(bench, "topk-lse-lanes", "top-k rows with --topk-lse: BSHD lse in the fused sweep's lane order, which lets the "
+                                     "fused path serve lse calls (on), or the selection's two-pass sum (off, the library's default)")
       ->check(CLI::IsMember({"on", "off"}));
   cli.value(bench, "in", "input precision of q and k: bf16 (the default: the scores and top-k rows) or e4m3 (the FP8 rows of issue 22: "
                         "S_q 8192 / S_k 4096 ratio 2, S_q 2048 with S_k 8192 and 65536 ending at S_k (ratio 1, offset "

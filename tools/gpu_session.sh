@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -517,6 +517,16 @@ if [[ " $steps " == *" s25b "* ]]; then
   run sanitize_racecheck_fused_fp8 150 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_fp8_small]"
   run sanitize_racecheck_fused 150 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
   run topk_bench_fp8 240 $b/tools/dsa-indexer bench --op topk --in e4m3 --reps 10 --topk-k 2048,512 --match "S_k 1"
+fi
+# s25c (not in all): what turning the lane-order lse on needs (kTopkLseLanes, session 25): the
+# replay kernel against the oracle on special cells ([topk_lse]), the lse rows of the top-k bench
+# with it on and off (S_k 16384 and 131072, k 2048), and the FP8 rows with the fused path by name.
+if [[ " $steps " == *" s25c "* ]]; then
+  run gpu_topk_lse 60 $b/tests/dsa_gpu_tests "[topk_lse]"
+  for lanes in off on; do
+    run "topk_bench_lse_$lanes" 150 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 1" --topk-lse --topk-lse-lanes $lanes
+  done
+  run topk_bench_fp8 150 $b/tools/dsa-indexer bench --op topk --in e4m3 --reps 10 --topk-k 2048 --match "S_k 1"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"

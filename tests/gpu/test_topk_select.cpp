@@ -229,10 +229,11 @@ float kind_value(RowKind kind, float x, float a, float b, std::uniform_real_dist
   return x;
 }
 
-// c.rows and c.scores (c.ld set) for rows of the given lengths and kinds: lo unaligned (0..7),
-// a random bias; cells outside a row's window are NaN or +inf so that a read outside [lo, hi)
-// would be selected.
-void fill_rows(HostCase& c, const std::vector<int32_t>& lens, const std::vector<RowKind>& kinds, std::mt19937& rng) {
+// c.rows and c.scores (c.ld set) for rows of the given lengths and kinds: lo unaligned (0..7)
+// unless `lo0` (BSHD's causal windows), a random bias; cells outside a row's window are NaN or
+// +inf so that a read outside [lo, hi) would be selected.
+void fill_rows(HostCase& c, const std::vector<int32_t>& lens, const std::vector<RowKind>& kinds, std::mt19937& rng,
+               bool lo0 = false) {
   const size_t n_rows = lens.size();
   c.scores.resize(n_rows * static_cast<size_t>(c.ld));
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -240,7 +241,7 @@ void fill_rows(HostCase& c, const std::vector<int32_t>& lens, const std::vector<
   std::uniform_int_distribution<int32_t> lo_d(0, 7), bias_d(-1000, 1000000);
   for (size_t r = 0; r < n_rows; ++r) {
     dsa::TopkRow row{};
-    row.lo = lo_d(rng);
+    row.lo = lo0 ? 0 : lo_d(rng);
     row.hi = row.lo + lens[r];
     row.bias = bias_d(rng);
     c.rows.push_back(row);
@@ -687,3 +688,81 @@ TEST_CASE("topk candidates: bitwise the select kernel's outputs from candidate l
   }
   std::printf("topk_candidates: bitwise equal to topk_select (seed %u)\n", seed);
 }
+
+// The lane-order lse of BSHD blocks (sm90_topk_lse, templates/sm90_topk_lse.cuh; the unfused
+// path's with topk_lse_lanes): rows of every kind, special cells included (NaN: NaN; +inf: +inf;
+// -inf cells add nothing; all -inf or empty: -inf), against the CPU oracle's fp64 lse within
+// 1e-6 of max(1, |lse|), and the same bits run to run. Rows come in q-tiles of 8 whose windows
+// [0, hi) grow, as causal ones do (the replay walks its q-tile's KV tiles, sized by the last row),
+// at sample strides 16 and 128; cells past a row's window are NaN or +inf.
+TEST_CASE("topk lse: the lane-order replay against the CPU oracle, special cells", "[topk_select][topk_lse]") {
+  const unsigned seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  HostCase c;
+  c.k = 1;
+  c.ld = 9000 + 3;
+  std::vector<int32_t> lens;
+  std::vector<RowKind> kinds;
+  std::uniform_int_distribution<int32_t> len_d(0, 9000);
+  const int n_kinds = static_cast<int>(RowKind::count);
+  for (int tile = 0; tile < 3 * n_kinds; ++tile) {
+    std::vector<int32_t> l(8);
+    for (int32_t& x : l) x = tile < n_kinds ? len_d(rng) % 700 : len_d(rng);  // short and long rows
+    if (tile % 5 == 0) l[0] = 0;                                             // an empty row
+    std::sort(l.begin(), l.end());
+    for (int i = 0; i < 8; ++i) {
+      lens.push_back(l[static_cast<size_t>(i)]);
+      kinds.push_back(static_cast<RowKind>((tile + i) % n_kinds));
+    }
+  }
+  fill_rows(c, lens, kinds, rng, /*lo0=*/true);
+  const std::string src = "#include \"sm90_topk_lse.cuh\"\n";
+  dd::CompileOutput out = dd::nvrtc_compile({"topk_lse_test.cu", src, {"dsa::sm90_topk_lse<8>"}, dd::compile_options("sm_90a"), nullptr});
+  dd::ScopedContext ctx(0);
+  CUmodule mod = nullptr;
+  CUfunction f = nullptr;
+  DSA_CU(cuModuleLoadData(&mod, out.cubin.data()));
+  DSA_CU(cuModuleGetFunction(&f, mod, out.lowered_names[0].c_str()));
+  DeviceCase dc(c);
+  for (const int stride : {16, 128}) {
+    INFO("sample stride " << stride);
+    std::vector<float> runs[2];
+    for (std::vector<float>& got : runs) {
+      dc.lse.fill_u32(dsa_support::kPoison);
+      dsa::TopkLseArgs a{};
+      a.scores = dc.args.scores;
+      a.ld = c.ld;
+      a.rows = dc.args.rows;
+      a.n_rows = dc.n_rows;
+      a.sample_stride = stride;
+      a.lse = static_cast<float*>(dc.lse.get());
+      a.lse_stride = 1;
+      dd::KernelLaunch l;
+      l.grid[0] = static_cast<uint32_t>((dc.n_rows + 7) / 8);
+      l.block[0] = 256;
+      void* params[] = {&a};
+      dd::launch_one(f, l, nullptr, params, "sm90_topk_lse");
+      dsa_support::sync_device();
+      got.resize(static_cast<size_t>(dc.n_rows));
+      dc.lse.download(got.data(), got.size() * 4);
+    }
+    CHECK(bits_equal(runs[0], runs[1]));
+    int64_t bad = 0;
+    std::string first;
+    for (size_t r = 0; r < c.rows.size(); ++r) {
+      const float wl = dsa_test::topk_reference(c.scores.data() + r * static_cast<size_t>(c.ld), c.rows[r].lo, c.rows[r].hi, 0, 1, false).lse;
+      const float gl = runs[0][r];
+      const bool ok = std::isnan(wl) ? dsa_test::topk_bits(gl) == 0x7fffffffu
+                      : std::isinf(wl) || std::isinf(gl)
+                          ? gl == wl
+                          : std::fabs(static_cast<double>(gl) - wl) <= 1e-6 * std::max(1.0, std::fabs(static_cast<double>(wl)));
+      if (!ok && bad++ == 0)
+        first = fmt::format("row {} (kind {}, hi {}): lse {:.9g} want {:.9g}", r, static_cast<int>(kinds[r]), c.rows[r].hi, gl, wl);
+    }
+    INFO(first);
+    CHECK(bad == 0);
+  }
+  DSA_CU(cuModuleUnload(mod));
+}
+
