@@ -70,33 +70,31 @@ DSA_HOST_DEVICE constexpr int lean_weight_mode(bool wf32, int consumers, bool th
 // The order of an item's KV tiles in a sweep whose epilogue asks for a sample first (lean's
 // kSampleStride s > 1; host and device: the unit tests check it on the CPU). First, the sample
 // tiles of an item of n KV tiles (s/2 + s j < n).
+DSA_HOST_DEVICE constexpr i32 lean_sample_tiles_at(i32 n, i32 s) { return n > s / 2 ? (n - s / 2 + s - 1) / s : 0; }
 template <int kS>
 DSA_HOST_DEVICE constexpr i32 lean_sample_tiles(i32 n) {
-  return n > kS / 2 ? (n - kS / 2 + kS - 1) / kS : 0;
+  return lean_sample_tiles_at(n, kS);
 }
 
 // The KV tile of iteration i of an item of n: i itself (s 1), or the sample tiles first, then
-// the others ascending (the j-th of them: 15 of every 16 tiles at s 16, skipping s/2).
+// the others ascending (the j-th of them: 15 of every 16 tiles at s 16, skipping s/2). The
+// stride a run-time value (the top-k lse replay, sm90_topk_lse.cuh), or a compile-time one
+// (the kernels' lean_tile_at<kS>, the same arithmetic).
+DSA_HOST_DEVICE constexpr i32 lean_tile_at_rt(i32 i, i32 n, i32 s) {
+  if (s == 1) return i;
+  const i32 ns = lean_sample_tiles_at(n, s);
+  if (i < ns) return s / 2 + s * i;
+  const i32 j = i - ns, o = j % (s - 1);
+  return s * (j / (s - 1)) + o + (o >= s / 2 ? 1 : 0);
+}
 template <int kS>
 DSA_HOST_DEVICE constexpr i32 lean_tile_at(i32 i, i32 n) {
   if constexpr (kS == 1) {
     (void)n;
     return i;
   } else {
-    const i32 ns = lean_sample_tiles<kS>(n);
-    if (i < ns) return kS / 2 + kS * i;
-    const i32 j = i - ns, o = j % (kS - 1);
-    return kS * (j / (kS - 1)) + o + (o >= kS / 2 ? 1 : 0);
+    return lean_tile_at_rt(i, n, kS);
   }
-}
-// lean_tile_at with the stride a run-time value (the top-k lse replay, sm90_topk_lse.cuh; the
-// unit tests hold the two equal).
-DSA_HOST_DEVICE constexpr i32 lean_tile_at_rt(i32 i, i32 n, i32 s) {
-  if (s == 1) return i;
-  const i32 ns = n > s / 2 ? (n - s / 2 + s - 1) / s : 0;
-  if (i < ns) return s / 2 + s * i;
-  const i32 j = i - ns, o = j % (s - 1);
-  return s * (j / (s - 1)) + o + (o >= s / 2 ? 1 : 0);
 }
 
 // The split variant's launch parameter: each q-tile's KV tiles in `parts` chunks of `chunk`

@@ -458,7 +458,7 @@ struct LeanTopkEpilogue {
   // FP8's (w x q_scale, fp32) beside the k scales spilled 44-64 bytes there, so FP8 reads them from
   // the item's shared copy per KV tile (the same values). With the lse's lane state beside them
   // the bf16 ones spilled 36-40 bytes (session 25): packed too.
-  static constexpr bool kNarrowWeights = !kSampled || T::kFp8 || TopkLseOf<Cfg>::value;
+  static constexpr bool kNarrowWeights = !kSampled || T::kFp8 || kLse;
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
   static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
