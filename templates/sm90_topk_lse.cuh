@@ -47,6 +47,18 @@ struct TopkLaneLse {
       s = __dadd_rn(s, static_cast<double>(expf(__fsub_rn(x, m))));
     }
   }
+  // push(x), its common case (x finite, no NaN or +inf pushed so far) written without branches
+  // for the replay's unrolled chains: the same operations, so the same bits.
+  __device__ __forceinline__ void push_fast(float x) {
+    if (fabsf(x) <= __uint_as_float(0x7f7fffffu) && m != pos_inf() && !has_nan()) {
+      const bool gt = x > m;
+      const double e = static_cast<double>(expf(gt ? __fsub_rn(m, x) : __fsub_rn(x, m)));
+      s = gt ? __fma_rn(s, e, 1.0) : __dadd_rn(s, e);
+      m = gt ? x : m;
+    } else {
+      push(x);
+    }
+  }
   // Symmetric: a.merge(b) and b.merge(a) give the same bits (each term is computed from its own
   // state and the common max; the two terms add commutatively).
   __device__ __forceinline__ void merge(float m2, double s2) {
@@ -78,8 +90,27 @@ struct TopkLaneLse {
 };
 
 // The unfused path's replay (BSHD blocks; TopkLseArgs): one warp per workspace row of the
-// block's scores.
+// block's scores. Its 32 chains (one per lane slot) are strictly sequential, and a block of the
+// unfused path holds few rows (few warps per SM), so the loads run kLseBatch tiles ahead: a
+// batch's 2 kLseBatch cells per lane are loaded while the previous batch is pushed. A cell
+// outside the row's window is loaded as -inf, which push() skips like a visible -inf.
 // kWarps rows per CTA (a template, so that only the modules that name it compile it).
+constexpr int kLseBatch = 16;
+
+__device__ __forceinline__ void topk_lse_load_batch(float (&v)[2 * kLseBatch], const float* p, const TopkRow& r, i32 b,
+                                                    i32 n, i32 stride, i32 col) {
+#pragma unroll
+  for (int t = 0; t < kLseBatch; ++t) {
+    const i32 it = b * kLseBatch + t;
+    const i32 c0 = it < n ? lean_tile_at_rt(it, n, stride) * 64 + col : -1;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const i32 c = c0 + 8 * j;
+      v[2 * t + j] = it < n && c >= r.lo && c < r.hi ? __ldg(p + c) : neg_inf();
+    }
+  }
+}
+
 template <int kWarps>
 __global__ void __launch_bounds__(32 * kWarps) sm90_topk_lse(const __grid_constant__ TopkLseArgs a) {
   const i64 row = static_cast<i64>(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -89,16 +120,19 @@ __global__ void __launch_bounds__(32 * kWarps) sm90_topk_lse(const __grid_consta
   const i64 last = (row | 7) < a.n_rows ? (row | 7) : a.n_rows - 1;  // the q-tile's last row
   const i32 n = (a.rows[last].hi + 63) / 64;                          // its KV tiles
   const float* p = a.scores + row * a.ld;
+  const i32 col = 16 * w + i;
+  const i32 nb = (n + kLseBatch - 1) / kLseBatch;
   TopkLaneLse st;
   st.reset();
+  float cur[2 * kLseBatch], nxt[2 * kLseBatch];
+  if (nb > 0) topk_lse_load_batch(cur, p, r, 0, n, a.sample_stride, col);
 #pragma unroll 1
-  for (i32 it = 0; it < n; ++it) {
-    const i32 c0 = lean_tile_at_rt(it, n, a.sample_stride) * 64 + 16 * w + i;
+  for (i32 b = 0; b < nb; ++b) {
+    if (b + 1 < nb) topk_lse_load_batch(nxt, p, r, b + 1, n, a.sample_stride, col);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const i32 c = c0 + 8 * j;
-      if (c >= r.lo && c < r.hi) st.push(p[c]);
-    }
+    for (int q = 0; q < 2 * kLseBatch; ++q) st.push_fast(cur[q]);
+#pragma unroll
+    for (int q = 0; q < 2 * kLseBatch; ++q) cur[q] = nxt[q];
   }
   st.merge_xor(1);
   st.merge_xor(2);

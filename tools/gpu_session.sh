@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -527,6 +527,25 @@ if [[ " $steps " == *" s25c "* ]]; then
     run "topk_bench_lse_$lanes" 150 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 1" --topk-lse --topk-lse-lanes $lanes
   done
   run topk_bench_fp8 150 $b/tools/dsa-indexer bench --op topk --in e4m3 --reps 10 --topk-k 2048 --match "S_k 1"
+fi
+# s26a (not in all): the lse replay with its loads a batch ahead (session 26): [topk_lse], the
+# fused cases (every check_fused also runs the lse with the lane order, bitwise between the
+# paths), the lse rows with the lane order off and on.
+if [[ " $steps " == *" s26a "* ]]; then
+  run gpu_topk_lse 60 $b/tests/dsa_gpu_tests "[topk_lse]"
+  run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]"
+  for lanes in off on; do
+    run "topk_bench_lse_$lanes" 150 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 1" --topk-lse --topk-lse-lanes $lanes
+  done
+fi
+# s26b (not in all): ncu (full set) of one selection launch of the ratio-4 row (S_q 16384, S_k
+# 4096, k 2048: 16384 rows of at most 4096 keys), its details page and per-instruction CSV.
+if [[ " $steps " == *" s26b "* ]]; then
+  run ncu_select_r4 150 "$ncu_bin" --clock-control none --set full --import-source no --kernel-name regex:sm90_topk_select \
+    --launch-count 1 -o "$out/sel" $b/tools/dsa-indexer bench --op topk --reps 1 --topk-k 2048 --match "r4"
+  [[ -f $out/sel.ncu-rep ]] && "$ncu_bin" --import "$out/sel.ncu-rep" --page source --csv --print-source sass >"$out/sel_source.csv" 2>&1
+  [[ -f $out/sel.ncu-rep ]] && "$ncu_bin" --import "$out/sel.ncu-rep" --page details >"$out/sel_details.txt" 2>&1
+  rm -f "$out/sel.ncu-rep"
 fi
 if [[ " $steps " == *" s20b "* ]]; then
   run sanitize_memcheck_fp8 150 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "fp8: lean == generic bitwise,[fp8_reuse]"
