@@ -97,6 +97,10 @@ DSA_CONFIG_OR(SampleStrideOf, kSampleStride, int, 1)
 // An epilogue that keeps registers of its own beside the accumulators may ask for the weights
 // as packed pairs (kNarrowWeights; LeanWeights).
 DSA_CONFIG_OR(NarrowWeightsOf, kNarrowWeights, bool, false)
+// THD consumers compute the next item's lane state during the item's first product; an epilogue
+// whose consumers have no room for it (kLateLaneInfo: the fused top-k's exact THD sweep at 208
+// registers with bf16 weights in registers spilled 28 bytes) takes it after the item instead.
+DSA_CONFIG_OR(LateLaneInfoOf, kLateLaneInfo, bool, false)
 
 template <class Cfg>
 struct LeanTraits {
@@ -323,6 +327,21 @@ struct LeanLaneS {
   i64 q_row0;  // output row of the consumer's first token (b * S_q + token; THD: the packed row)
 };
 using LeanLane = LeanLaneS<1>;  // H 64: one token per lane
+// THD with an epilogue that selects (E::kSelects, the fused top-k's sweep): also the item's first
+// KV row, kv_begin (its candidates carry the block's key columns). A type of its own, so that the
+// scores kernels' lane state, and their code, stay as they were.
+template <int S>
+struct LeanLaneKv : LeanLaneS<S> {
+  i32 kv0;
+};
+template <int S, bool kKv0>
+struct LeanLaneOf {
+  using type = LeanLaneS<S>;
+};
+template <int S>
+struct LeanLaneOf<S, true> {
+  using type = LeanLaneKv<S>;
+};
 
 // FP8, the producer warp: one consumer's raw weight rows (16-byte pieces, contiguous and 16-byte
 // aligned: gate) and q scales (4 bytes each, at their strides) into its raw buffer `raw` by
@@ -959,7 +978,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
   const int quarter = token_quarter(lane);
   constexpr int TPW = T::kTokensPerConsumer;
   constexpr int S = T::kSlots;
-  using Lane = LeanLaneS<S>;
+  using Lane = typename LeanLaneOf<S, !kBshd && Epi::kSelects>::type;
 
   float acc[T::kAcc];
   LeanWeights<Cfg, lean_weight_regs_mode<Cfg, Epi>()> wreg;
@@ -1049,7 +1068,9 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
           ln.row[t] = out + static_cast<i64>(my_tok + t) * a.out_cols + (sp.kv_begin - me.base);
         }
       }
-      ln.q_row0 = LseOf<Cfg>::value ? tok_first : 0;  // the packed row, for the LSE epilogue
+      // the packed row, for the LSE epilogue and the fused top-k's candidate rows
+      ln.q_row0 = (LseOf<Cfg>::value || Epi::kSelects) ? tok_first : 0;
+      if constexpr (Epi::kSelects) ln.kv0 = static_cast<i32>(sp.kv_begin);  // (< 2^31: the row-windows gate)
 
     }
     return ln;
@@ -1140,7 +1161,7 @@ __device__ __forceinline__ void lean_consumer(const LeanArgs& a, const DsaScales
         // (four consumers, and H 32 / 16 with their 2-4 token slots per lane: after the item,
         // where the other consumers' warps hide it, as the next item's lane state beside this
         // one's does not fit their registers)
-        if (!kBshd && T::kConsumers == 2 && S == 1 && it == 0 && have_n) {
+        if (!kBshd && T::kConsumers == 2 && S == 1 && !LateLaneInfoOf<Epi>::value && it == 0 && have_n) {
           ln_n = lane_info(tile_n, b_n, part_n);
           ready_n = true;
         }

@@ -86,5 +86,11 @@ template <int kS>
 DSA_HOST_DEVICE constexpr u32 lean_topk_sample_cells(i64 hi) {
   return lean_topk_sample_cells_at(hi, kS);
 }
+// The same over a window [lo, hi) (0 <= lo <= hi, relative to the item's first KV row): a THD
+// row's window starts inside its q-tile's span, on the span's tile grid (the count up to hi
+// is cumulative, so the difference is the window's).
+DSA_HOST_DEVICE constexpr u32 lean_topk_sample_cells_in(i64 lo, i64 hi, int s) {
+  return lean_topk_sample_cells_at(hi, s) - lean_topk_sample_cells_at(lo, s);
+}
 
 }  // namespace dsa

@@ -50,6 +50,10 @@ DSA_CONFIG_OR(TopkPartOf, kTopkPart, bool, false)
 // The call's lse (kTopkLse, rendered only when set): the consumers keep each row's running
 // (max, sum of exp) in the order of sm90_topk_lse.cuh and write the row's lse at the item's end.
 DSA_CONFIG_OR(TopkLseOf, kTopkLse, bool, false)
+// The sample stride (kTopkSampleStride, rendered only when set): THD variants carry no S_k
+// (kSeqK 0), so the host passes the stride of the call's max_seqlen_k when it is not 16; 0 (BSHD,
+// and THD up to 16384 keys): lean_topk_sample_stride(kSeqK).
+DSA_CONFIG_OR(TopkSampleStrideOf, kTopkSampleStride, int, 0)
 
 struct LeanTopkRow {
   u64 thr;        // append when composite > thr (0: every visible cell)
@@ -459,8 +463,15 @@ struct LeanTopkEpilogue {
   // the item's shared copy per KV tile (the same values). With the lse's lane state beside them
   // the bf16 ones spilled 36-40 bytes (session 25): packed too.
   static constexpr bool kNarrowWeights = !kSampled || T::kFp8 || kLse;
+  // THD: the exact protocol's consumers (208 registers) with the bf16 weights in registers take
+  // the next item's lane state after the item (with it beside the first product they spilled 28
+  // bytes); the sampled ones (224) and those reading the weights from shared memory keep lean's.
+  static constexpr bool kLateLaneInfo = !kSampled && !T::kWSmem;
   static constexpr int kSelectors = 3;         // warps 1..3 of the producer warpgroup
-  static constexpr int kSampleStride = lean_topk_sample_stride(T::kSeqK);  // lean's tile order: the sample tiles first
+  // lean's tile order: the sample tiles first
+  static constexpr int kSampleStride =
+      TopkSampleStrideOf<Cfg>::value ? TopkSampleStrideOf<Cfg>::value : lean_topk_sample_stride(T::kSeqK);
+  static_assert(kSampleStride >= 2 && (kSampleStride & (kSampleStride - 1)) == 0, "sm90_topk_fused_sweep: a sample stride 2^n >= 2");
   static_assert(T::kConsumers == 2 && kRows == 4, "sm90_topk_fused_sweep: two consumers of 4 tokens (H 64)");
   static_assert(kSmemBytes == kLeanTopkSweepSmemBytes + (kLse ? kLeanTopkLseBytes : 0),
                 "sm90_topk_fused_sweep: host and template disagree on shared memory");
@@ -521,7 +532,10 @@ struct LeanTopkEpilogue {
     return reinterpret_cast<LeanTopkLive*>(smem + kOffLive) + (item & 1) * kTileRows + cg * kRows;
   }
 
-  __device__ __forceinline__ void tile(const float* part, i32 it, const LeanLane& ln, int warp_in_wg, int lane,
+  // (Lane: LeanLane, or THD's LeanLaneKv<1>, whose kv0 is the item's first KV row: the
+  // composites' columns are the block's key rows, and a THD q-tile's span may start past key 0)
+  template <class Lane>
+  __device__ __forceinline__ void tile(const float* part, i32 it, const Lane& ln, int warp_in_wg, int lane,
                                        float sm_scale, u32 item) const {
     const i32 rel0 = it * kKvRows;
     const bool masked = !(rel0 >= ln.f_lo && rel0 + kKvRows <= ln.f_hi);
@@ -584,7 +598,11 @@ struct LeanTopkEpilogue {
         pc += n;
 #pragma unroll
         for (int j = 0; j < 2; ++j)
-          if (take[j] && pos[j] < pcap) row_buf[pbase + pos[j]] = topk_composite(key[j], static_cast<u32>(rel0 + col0 + 8 * j));
+          if (take[j] && pos[j] < pcap) {
+            u32 col = static_cast<u32>(rel0 + col0 + 8 * j);
+            if constexpr (T::kThd) col += static_cast<u32>(ln.kv0);
+            row_buf[pbase + pos[j]] = topk_composite(key[j], col);
+          }
         return;
       }
     }
@@ -594,7 +612,11 @@ struct LeanTopkEpilogue {
     const u32 pos[2] = {base + __popc(b0 & mt & lt), base + n0 + __popc(b1 & mt & lt)};
 #pragma unroll
     for (int j = 0; j < 2; ++j)
-      if (take[j] && pos[j] < static_cast<u32>(ld)) row_buf[pos[j]] = topk_composite(key[j], static_cast<u32>(rel0 + col0 + 8 * j));
+      if (take[j] && pos[j] < static_cast<u32>(ld)) {
+        u32 col = static_cast<u32>(rel0 + col0 + 8 * j);
+        if constexpr (T::kThd) col += static_cast<u32>(ln.kv0);
+        row_buf[pos[j]] = topk_composite(key[j], col);
+      }
   }
 
   // The cut of the consumer's 4 rows, by its 4 warps after their sample tiles (every thread of
@@ -682,6 +704,30 @@ struct LeanTopkEpilogue {
     tk = 1u;
   }
 
+  // The sampled cut's rank for a row of n visible cells, m of them in the sample tiles: the
+  // expected number of sample cells in the row's top-k, e = k m / n, plus `margin` sqrt(e); 0 (no
+  // cut) without a sample, when every visible cell is in the top-k, or when the rank takes the
+  // whole sample.
+  __device__ __forceinline__ static u32 cut_rank(u32 k, u32 m, i64 n, float margin) {
+    u32 rank = 0u;
+    if (m != 0u && n > static_cast<i64>(k)) {
+      const float e = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(n);
+      const float rf = ceilf(e + margin * sqrtf(e));
+      rank = rf < 1.0f ? 1u : rf >= static_cast<float>(m) ? m : static_cast<u32>(rf);
+      if (rank >= m) rank = 0u;
+    }
+    return rank;
+  }
+  // A row's sampled state for a new item.
+  __device__ __forceinline__ static void set_up_row(LeanTopkLive& L, u32 m, u32 rank) {
+    L.tk = 0u;
+    L.scnt = 0u;
+    L.cnt = m;
+    L.r = 0u;
+    L.m = m;
+    L.rank = rank;
+  }
+
   // Selector warp s (0..2) over the CTA's items, in the schedule every role walks.
   template <class Work>
   __device__ __forceinline__ static void select(const LeanArgs& a, const Args& ta, u8* smem_generic, const Work& work,
@@ -708,41 +754,53 @@ struct LeanTopkEpilogue {
         i32 part;
         if (!work.item(kk, tile, b, part)) continue;
         const i32 tok0 = tile * kTileRows;
-        if (lean_item<Cfg>(a, b).n_kv(tok0) > 0) return true;
-        if (lane == 0)
-          for (int r = s; r < kTileRows; r += kSelectors) {
-            count[static_cast<i64>(b) * T::kSeqQ + tok0 + r] = 0;
-            fail[static_cast<i64>(b) * T::kSeqQ + tok0 + r] = 0;
-          }
+        if constexpr (T::kThd) {  // (every lane: shuffles)
+          if (lean_thd_span<kTileRows>(lean_thd_row<Cfg>(a, tok0, lane)).n_kv > 0) return true;
+        } else {
+          if (lean_item<Cfg>(a, b).n_kv(tok0) > 0) return true;
+        }
+        if constexpr (T::kThd) {  // the packed rows (b 0), those past T_q have no count
+          if (lane == 0)
+            for (int r = s; r < kTileRows && tok0 + r < a.t_q; r += kSelectors) {
+              count[tok0 + r] = 0;
+              fail[tok0 + r] = 0;
+            }
+        } else {
+          if (lane == 0)
+            for (int r = s; r < kTileRows; r += kSelectors) {
+              count[static_cast<i64>(b) * T::kSeqQ + tok0 + r] = 0;
+              fail[static_cast<i64>(b) * T::kSeqQ + tok0 + r] = 0;
+            }
+        }
       }
       return false;
     };
     // Sets up the rows of item (tile, b) in parity p's state and signals it.
     auto set_up = [&](i32 tile, i32 b, u32 p) {
       const i32 tok0 = tile * kTileRows;
-      const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
-      if (lane == 0)
+      if constexpr (T::kThd) {
+        // Row r's window [lo, hi) relative to the span's first KV row (lean_thd_row, as the
+        // consumers take it: every lane, shuffles); its sample cells lie on the span's tile grid.
+        const LeanThdRow w = lean_thd_row<Cfg>(a, tok0, lane);
+        const LeanThdSpan sp = lean_thd_span<kTileRows>(w);
         for (int r = s; r < kTileRows; r += kSelectors) {
-          LeanTopkLive& L = live[p * kTileRows + r];
-          const i64 hi = item.hi(tok0 + r);
-          const u32 m = lean_topk_sample_cells<kSampleStride>(hi);
-          // the cut's rank: the expected number of sample cells in the row's top-k, e = k m / hi,
-          // plus margin sqrt(e); no cut without a sample, when every visible cell is in the
-          // top-k, or when the rank takes the whole sample
-          u32 rank = 0u;
-          if (m != 0u && hi > static_cast<i64>(k)) {
-            const float e = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(hi);
-            const float rf = ceilf(e + ta.margin * sqrtf(e));
-            rank = rf < 1.0f ? 1u : rf >= static_cast<float>(m) ? m : static_cast<u32>(rf);
-            if (rank >= m) rank = 0u;
+          const LeanThdRow x = w.from_lane(r);
+          const i64 lo = x.live() ? x.lo - sp.kv_begin : 0, hi = x.live() ? x.hi - sp.kv_begin : 0;
+          if (lane == 0) {
+            const u32 m = lean_topk_sample_cells_in(lo, hi, kSampleStride);
+            set_up_row(live[p * kTileRows + r], m, cut_rank(k, m, hi - lo, ta.margin));
           }
-          L.tk = 0u;
-          L.scnt = 0u;
-          L.cnt = m;
-          L.r = 0u;
-          L.m = m;
-          L.rank = rank;
         }
+      } else {
+        const LeanItem<Cfg> item = lean_item<Cfg>(a, b);
+        if (lane == 0)
+          for (int r = s; r < kTileRows; r += kSelectors) {
+            // the window [0, hi)
+            const i64 hi = item.hi(tok0 + r);
+            const u32 m = lean_topk_sample_cells<kSampleStride>(hi);
+            set_up_row(live[p * kTileRows + r], m, cut_rank(k, m, hi, ta.margin));
+          }
+      }
       __syncwarp();
       if (lane == 0) mbarrier_arrive(&ready[p]);
     };
@@ -753,7 +811,8 @@ struct LeanTopkEpilogue {
     for (u32 uses = 0; have; ++uses) {
       const u32 p = uses & 1u;
       const i32 tok0 = tile * kTileRows;
-      const i64 row0 = static_cast<i64>(b) * T::kSeqQ + tok0;
+      // the item's first output row: BSHD b * S_q + token; THD (one packed sequence, b 0) the packed row
+      const i64 row0 = T::kThd ? static_cast<i64>(tok0) : static_cast<i64>(b) * T::kSeqQ + tok0;
       i64 kn = kk + 1;
       i32 tile_n = 0, b_n = 0;
       const bool have_n = next_item(kn, tile_n, b_n);
@@ -789,6 +848,9 @@ struct LeanTopkEpilogue {
       }
       if (lane == 0)
         for (int r = s; r < kTileRows; r += kSelectors) {
+          if constexpr (T::kThd) {
+            if (row0 + r >= a.t_q) continue;  // past T_q: no count, no failed flag
+          }
           const LeanTopkLive& L = live[p * kTileRows + r];
           u32 n = L.cnt;
           bool part_over = false;
@@ -841,10 +903,19 @@ struct LeanTopkEpilogue {
       i32 tile, b, part;
       if (!work.item(k, tile, b, part)) continue;
       const i32 tok0 = tile * kTileRows;
-      const i32 n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
-      const i64 row0 = static_cast<i64>(b) * T::kSeqQ + tok0;
+      i32 n_kv;
+      u32 kv_begin = 0u;  // THD: the span's first KV row, the composites' column of its relative 0
+      if constexpr (T::kThd) {  // (every lane: shuffles)
+        const LeanThdSpan sp = lean_thd_span<kTileRows>(lean_thd_row<Cfg>(a, tok0, lane));
+        n_kv = sp.n_kv;
+        kv_begin = static_cast<u32>(sp.kv_begin);
+      } else {
+        n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
+      }
+      const i64 row0 = T::kThd ? static_cast<i64>(tok0) : static_cast<i64>(b) * T::kSeqQ + tok0;
       for (i32 it = 0; it < n_kv; ++it) {
-        const u32 rel = static_cast<u32>(lean_tile_at<kSampleStride>(it, n_kv) * kKvRows);
+        u32 rel = static_cast<u32>(lean_tile_at<kSampleStride>(it, n_kv) * kKvRows);
+        if constexpr (T::kThd) rel += kv_begin;
 #pragma unroll 1
         for (int cg = 0; cg < T::kConsumers; ++cg) {
           mbarrier_wait(&full[cg * kSlots + slot], phase);
@@ -877,7 +948,7 @@ struct LeanTopkEpilogue {
       }
 #pragma unroll 1
       for (int r = s; r < kTileRows; r += kSelectors) {
-        if (lane == 0) count[row0 + r] = static_cast<i32>(rows[r].count);
+        if (lane == 0 && (!T::kThd || row0 + r < a.t_q)) count[row0 + r] = static_cast<i32>(rows[r].count);
         __syncwarp();
         keep.reset(rows[r]);
       }
@@ -885,13 +956,15 @@ struct LeanTopkEpilogue {
   }
 };
 
-// The planner's schedule (compiled in, as for the scores kernel of the same key); in a redo
-// launch only the q-tiles of which a row failed in the sampled launch (negative count), every
-// role skipping the others alike. A sweep is one batch entry (the fused path's blocks of rows).
-template <class Cfg, class Sched>
+// The planner's schedule (BSHD: compiled in, as for the scores kernel of the same key,
+// LeanStaticRuns; THD: the launch's, LeanParamRuns); in a redo launch only the q-tiles of which a
+// row failed in the sampled launch (negative count), every role skipping the others alike. A
+// sweep is one batch entry (the fused path's blocks of rows).
+template <class Cfg, class Base>
 struct LeanTopkRuns {
-  LeanStaticRuns<Sched> runs;
+  Base runs;
   const u8* redo;  // the sampled launch's failed rows (redo launches: LeanTopkArgs::fail), else null
+  i64 rows;        // THD: T_q, the rows that have a failed flag (BSHD: unused, q-tiles are whole)
   __device__ __forceinline__ i32 policy() const { return runs.policy(); }
   __device__ __forceinline__ bool tile(i64 r, i32& t) const {
     if (!runs.tile(r, t)) return false;
@@ -899,7 +972,11 @@ struct LeanTopkRuns {
     constexpr int kRows = LeanTraits<Cfg>::kTokensPerTile;
     bool failed = false;
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) failed |= redo[static_cast<i64>(t) * kRows + i] != 0;
+    for (int i = 0; i < kRows; ++i) {
+      const i64 row = static_cast<i64>(t) * kRows + i;
+      if constexpr (LeanTraits<Cfg>::kThd) failed |= row < rows && redo[row] != 0;
+      else failed |= redo[row] != 0;
+    }
     return failed;
   }
 };
@@ -913,9 +990,28 @@ template <class Cfg, class Sched, int kProto>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_topk_fused_sweep(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
                           const DsaScales sc, const __grid_constant__ LeanTopkArgs t) {
-  static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: BSHD only");
+  static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: the BSHD kernel of a THD variant");
   const u8* redo = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo ? reinterpret_cast<const u8*>(t.fail) : nullptr;
-  lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, sc, t, LeanTopkRuns<Cfg, Sched>{{}, redo});
+  lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, sc, t, LeanTopkRuns<Cfg, LeanStaticRuns<Sched>>{{}, redo, 0});
+}
+
+// THD blocks of the fused path: a block's sweep is a B 1 problem whose rows' windows the rows
+// kernel wrote as ks / ke in the block's key columns (lean's row-windows variant, kRowWindows),
+// so the item's rows, spans and KV tiles are those of lean's THD kernel, and the candidates'
+// columns are the block's (kv_begin + the item's relative column). The schedule of the block's
+// packing is a launch parameter, in sm90_indexer_lean_thd's parameter positions, the sweep's
+// arguments in the lse's place. No lse: a THD call's lse is the selection's fp64 two-pass sum,
+// which the sweep cannot give (the fused path refuses THD calls with one).
+template <class Cfg, int kProto>
+__global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
+    sm90_topk_fused_sweep_thd(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
+                              const __grid_constant__ LeanThdSchedule sched, const DsaScales sc,
+                              const __grid_constant__ LeanTopkArgs t) {
+  static_assert(LeanTraits<Cfg>::kThd && RowWindowsOf<Cfg>::value, "sm90_topk_fused_sweep_thd: a row-windows THD variant");
+  static_assert(!TopkLseOf<Cfg>::value, "sm90_topk_fused_sweep_thd: no lse (THD's is the selection's two-pass sum)");
+  const u8* redo = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo ? reinterpret_cast<const u8*>(t.fail) : nullptr;
+  lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, sc, t,
+                                                LeanTopkRuns<Cfg, LeanParamRuns>{LeanParamRuns{&sched}, redo, a.t_q});
 }
 
 }  // namespace dsa

@@ -47,17 +47,16 @@ struct TopkLaneLse {
       s = __dadd_rn(s, static_cast<double>(expf(__fsub_rn(x, m))));
     }
   }
-  // push(x), its common case (x finite, no NaN or +inf pushed so far) written without branches
-  // for the replay's unrolled chains: the same operations, so the same bits.
-  __device__ __forceinline__ void push_fast(float x) {
-    if (fabsf(x) <= __uint_as_float(0x7f7fffffu) && m != pos_inf() && !has_nan()) {
-      const bool gt = x > m;
-      const double e = static_cast<double>(expf(gt ? __fsub_rn(m, x) : __fsub_rn(x, m)));
-      s = gt ? __fma_rn(s, e, 1.0) : __dadd_rn(s, e);
-      m = gt ? x : m;
-    } else {
-      push(x);
-    }
+  // push(x) for x finite or -inf while no NaN or +inf has been pushed (the replay's batches
+  // without special values), written without branches so that only the max and the fp64 sum
+  // carry from one push to the next: the same operations as push(), so the same bits (x = -inf
+  // adds exactly 0.0 to s >= +0, and leaves m).
+  __device__ __forceinline__ void push_plain(float x) {
+    const bool gt = x > m;
+    const float e32 = expf(gt ? __fsub_rn(m, x) : __fsub_rn(x, m));  // (NaN for x = m = -inf: unused)
+    const double e = x == neg_inf() ? 0.0 : static_cast<double>(e32);
+    s = gt ? __fma_rn(s, e, 1.0) : __dadd_rn(s, e);
+    m = gt ? x : m;
   }
   // Symmetric: a.merge(b) and b.merge(a) give the same bits (each term is computed from its own
   // state and the common max; the two terms add commutatively).
@@ -93,7 +92,8 @@ struct TopkLaneLse {
 // block's scores. Its 32 chains (one per lane slot) are strictly sequential, and a block of the
 // unfused path holds few rows (few warps per SM), so the loads run kLseBatch tiles ahead: a
 // batch's 2 kLseBatch cells per lane are loaded while the previous batch is pushed. A cell
-// outside the row's window is loaded as -inf, which push() skips like a visible -inf.
+// outside the row's window is loaded as -inf, which push() skips like a visible -inf. A batch
+// without NaN or +inf (almost all) takes push_plain, whose chains carry only the max and the sum.
 // kWarps rows per CTA (a template, so that only the modules that name it compile it).
 constexpr int kLseBatch = 16;
 
@@ -129,8 +129,17 @@ __global__ void __launch_bounds__(32 * kWarps) sm90_topk_lse(const __grid_consta
 #pragma unroll 1
   for (i32 b = 0; b < nb; ++b) {
     if (b + 1 < nb) topk_lse_load_batch(nxt, p, r, b + 1, n, a.sample_stride, col);
+    // NaN or +inf in the batch, or pushed before: the branchy push (the contract's special cells)
+    bool special = st.m == pos_inf() || st.has_nan();
 #pragma unroll
-    for (int q = 0; q < 2 * kLseBatch; ++q) st.push_fast(cur[q]);
+    for (int q = 0; q < 2 * kLseBatch; ++q) special |= !(cur[q] <= __uint_as_float(0x7f7fffffu));
+    if (!special) {
+#pragma unroll
+      for (int q = 0; q < 2 * kLseBatch; ++q) st.push_plain(cur[q]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 2 * kLseBatch; ++q) st.push(cur[q]);
+    }
 #pragma unroll
     for (int q = 0; q < 2 * kLseBatch; ++q) cur[q] = nxt[q];
   }

@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -53,6 +53,12 @@ ncu_sweep() {  # timeout
 ncu_times() {  # timeout
   run ncu_times "$1" "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
     --kernel-name regex:"sm90_topk_(candidates|fused_sweep)" --launch-count 9 $b/tests/dsa_gpu_tests "[topk_perf]"
+}
+# The lse rows of the top-k bench (S_k 16384 and 131072, B 4; k 2048), the lane order off and on.
+lse_rows() {
+  for lanes in off on; do
+    run "topk_bench_lse_$lanes" 150 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 1" --topk-lse --topk-lse-lanes $lanes
+  done
 }
 # memcheck and racecheck over one small call of every fused launch kind ("[topk_fused_small]").
 sanitize_fused() {  # memcheck timeout, racecheck timeout
@@ -523,10 +529,29 @@ fi
 # with it on and off (S_k 16384 and 131072, k 2048), and the FP8 rows with the fused path by name.
 if [[ " $steps " == *" s25c "* ]]; then
   run gpu_topk_lse 60 $b/tests/dsa_gpu_tests "[topk_lse]"
-  for lanes in off on; do
-    run "topk_bench_lse_$lanes" 150 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 1" --topk-lse --topk-lse-lanes $lanes
-  done
+  lse_rows
   run topk_bench_fp8 150 $b/tools/dsa-indexer bench --op topk --in e4m3 --reps 10 --topk-k 2048 --match "S_k 1"
+fi
+# s27a (not in all): what session 26 left unrun: the THD fused cases with packings whose blocks
+# end on segments in every protocol (alone: their first variants compile), the replay's
+# branch-free batches against the oracle and bitwise through the BSHD fused cases, the lse rows.
+if [[ " $steps " == *" s27a "* ]]; then
+  run gpu_topk_fused_thd 300 $b/tests/dsa_gpu_tests "[topk_fused_thd]" --durations yes
+  run gpu_topk_lse 60 $b/tests/dsa_gpu_tests "[topk_lse]"
+  run gpu_topk_fused 200 $b/tests/dsa_gpu_tests "[topk_fused]~[topk_fused_thd]" --durations yes
+  lse_rows
+fi
+# s26c (not in all): fused THD by name (session 26): its GPU cases bitwise against the unfused
+# path, the BSHD and FP8 fused cases, the unfused cases and the digests (the selection's block
+# size of THD blocks is now chosen per call), memcheck and racecheck over the small cases, the THD
+# top-k row with the fused column. Then s26b's step.
+if [[ " $steps " == *" s26c "* ]]; then
+  run gpu_topk_fused_thd 200 $b/tests/dsa_gpu_tests "[topk_fused],[topk_fused_thd],[topk_fused_fp8]"
+  run gpu_topk_unfused 120 $b/tests/dsa_gpu_tests "[topk],[digests],[topk_lse]"
+  lse_rows
+  sanitize_fused 120 150
+  run topk_bench_thd 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match thd
+  steps="$steps s26b"
 fi
 # s26a (not in all): the lse replay with its loads a batch ahead (session 26): [topk_lse], the
 # fused cases (every check_fused also runs the lse with the lane order, bitwise between the
@@ -534,9 +559,7 @@ fi
 if [[ " $steps " == *" s26a "* ]]; then
   run gpu_topk_lse 60 $b/tests/dsa_gpu_tests "[topk_lse]"
   run gpu_topk_fused 150 $b/tests/dsa_gpu_tests "[topk_fused]"
-  for lanes in off on; do
-    run "topk_bench_lse_$lanes" 150 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "S_k 1" --topk-lse --topk-lse-lanes $lanes
-  done
+  lse_rows
 fi
 # s26b (not in all): ncu (full set) of one selection launch of the ratio-4 row (S_q 16384, S_k
 # 4096, k 2048: 16384 rows of at most 4096 keys), its details page and per-instruction CSV.

@@ -36,7 +36,7 @@ struct ParamDesc {
 };
 
 // (every family's params() fits: tests/unit/test_codegen.cpp)
-constexpr int kMaxSpecParams = 16;
+constexpr int kMaxSpecParams = 20;
 
 // What the JIT machinery (codegen, the caches) needs of the owner of a variant, and no more: its
 // template stem, its parameters and its part of the source. A kernel family

@@ -39,6 +39,8 @@ struct TopkSweepOutputs {
   bool has_lse = false;    // the call has an lse output (the sweep's kTopkLse)
   float* lse = nullptr;    // it, at the block's first row (null when planning)
   int64_t lse_stride = 0;  // between rows
+  int32_t sample_stride = 0;  // the sampled order's stride: the call's (lean_topk_sample_stride of
+                              // its S_k, THD max_seqlen_k), which a THD variant cannot derive
 };
 
 struct Problem {

@@ -281,7 +281,8 @@ void lean_launch(const Problem& call, const Plan& plan, const LoadedKernel& k, C
   args.out_cols = p.out_cols;
   args.sm_scale = p.sm_scale;
   args.has_offsets = p.has_offsets ? 1 : 0;
-  args.trace = plan.spec.values[kTraceSlot] != 0 ? reinterpret_cast<uintptr_t>(lean_trace()) : 0;
+  // (the scores family's only: the fused top-k's sweep holds its sample stride in this slot)
+  args.trace = plan.spec.family == &lean_family() && plan.spec.values[kTraceSlot] != 0 ? reinterpret_cast<uintptr_t>(lean_trace()) : 0;
   if (rw) {
     args.ks = reinterpret_cast<uintptr_t>(p.ks);
     args.ke = reinterpret_cast<uintptr_t>(p.ke);
@@ -319,11 +320,13 @@ void lean_launch(const Problem& call, const Plan& plan, const LoadedKernel& k, C
     launch_one(k.functions.at(static_cast<size_t>(function)), plan.launches[0], stream, params, what);
     return;
   }
-  // cuLaunchKernelEx copies the parameters, the schedule included, at the call.
+  // cuLaunchKernelEx copies the parameters, the schedule included, at the call. Another
+  // epilogue's kernel (extra: the fused top-k's THD sweep) takes its arguments in the lse's place.
   const auto* thd = static_cast<const LeanThdPlan*>(plan.schedule.get());
   void* params[] = {const_cast<TmaDescBytes*>(&qmap), const_cast<TmaDescBytes*>(&kmap), &args,
-                    const_cast<dsa::LeanThdSchedule*>(&thd->sched), &scales, &lse};
-  launch_one(k.functions[0], plan.launches[0], stream, params, "cuLaunchKernelEx(sm90_indexer_lean_thd)");
+                    const_cast<dsa::LeanThdSchedule*>(&thd->sched), &scales, extra ? extra : &lse};
+  launch_one(k.functions.at(static_cast<size_t>(function)), plan.launches[0], stream, params,
+             extra ? what : "cuLaunchKernelEx(sm90_indexer_lean_thd)");
 }
 
 namespace {
@@ -612,6 +615,7 @@ bool lean_free() { return g_free.load(std::memory_order_relaxed); }
 void set_lean_trace(uint32_t* device_words) { g_trace.store(device_words, std::memory_order_relaxed); }
 uint32_t* lean_trace() { return g_trace.load(std::memory_order_relaxed); }
 int lean_spec_consumers(const KernelSpec& spec) { return spec.values[kConsumersSlot] ? static_cast<int>(spec.values[kConsumersSlot]) : 2; }
+bool lean_spec_thd(const KernelSpec& spec) { return spec.values[kLayout] != layout_value(Layout::bshd); }
 
 const Family& lean_family() {
   static const LeanFamily f;

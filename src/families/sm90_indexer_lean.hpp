@@ -124,7 +124,7 @@ const Family& lean_family();
 // The lean family's gate, plan, schedule and launch, for a family that runs the same sweep with
 // another epilogue (the fused top-k's sweep, sm90_topk_fused.cpp): plan.spec is made `family`'s,
 // with extra_smem bytes of shared memory for its epilogue; lean_launch passes `extra` as the
-// kernel's fourth parameter (BSHD; nullptr for the scores kernel).
+// kernel's last parameter, in the lse's place (nullptr for the scores kernels).
 // `split`: whether BSHD calls that cannot fill the grid pass (and are planned split); the fused
 // top-k's sweep keeps one item per q-tile (its per-row selection state spans the whole row).
 Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split = true);
@@ -142,4 +142,7 @@ KernelSpec lean_spec(int64_t s_q, int64_t s_k, DType w, bool unit_scale, Layout 
                      bool free_running = false, bool row_windows = false);
 // The consumer warpgroups of a lean spec (the scores family's or the fused sweep's).
 int lean_spec_consumers(const KernelSpec& spec);
+// Whether a lean spec is a THD variant (THD, or a B 1 call's row windows), whose kernel takes the
+// packing's schedule as a launch parameter.
+bool lean_spec_thd(const KernelSpec& spec);
 }  // namespace dsa_indexer::detail

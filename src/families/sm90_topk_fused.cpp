@@ -10,16 +10,21 @@
 #include <atomic>
 #include <cmath>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "core/env.hpp"
 #include "core/util.hpp"
+#include "cuda/driver.hpp"
 #include "cuda/launch.hpp"
 #include "families/sm90_indexer_lean.hpp"
 #include "families/sm90_topk_unfused.hpp"
 #include "jit/codegen.hpp"
 #include "jit/runtime.hpp"
 #include "ops/compile_mode.hpp"
+#include "dsa_args.cuh"
+#include "sm90_indexer_lean_args.cuh"
 #include "sm90_topk_candidates_args.cuh"
 #include "sm90_topk_fused_args.cuh"
 
@@ -27,8 +32,10 @@ namespace dsa_indexer::detail {
 namespace {
 
 enum Slot { kLayout };
-constexpr const char* kLayoutChoices[] = {"bshd"};
-constexpr const char* kLayoutLiterals[] = {"dsa::kLayoutBshd"};
+// The rows kernel's layout: THD calls' rows take their windows from cu_seqlens (THD local: the
+// output index bias follows TopkOptions::indices either way).
+constexpr const char* kLayoutChoices[] = {"bshd", "thd"};
+constexpr const char* kLayoutLiterals[] = {"dsa::kLayoutBshd", "dsa::kLayoutThdLocal"};
 // The sweep's epilogue: 4 rows per consumer, 2 consumers (LeanTopkRow), and the stage slots
 // through which the consumers hand their cells to the selector warps.
 constexpr int kSweepSmem = dsa::kLeanTopkSweepSmemBytes;
@@ -44,6 +51,9 @@ FlagOverride g_part;
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
 std::size_t lse_slot() { return part_slot() + 1; }
+// The sample stride of THD variants whose max_seqlen_k passes 16384 (their kSeqK is 0); omitted
+// at 0, so every other variant keeps its source and key.
+std::size_t stride_slot() { return lse_slot() + 1; }
 // Both fused families' inputs: bf16, and E4M3 with its scales (lean's FP8 main loop).
 bool fused_serves_input(DType d) { return d == DType::bf16 || d == DType::e4m3; }
 
@@ -66,10 +76,12 @@ Buffers buffers(const Problem& p, const TopkBlocking& bl, unsigned char* ws) {
   return Buffers{reinterpret_cast<uint64_t*>(ws), reinterpret_cast<int32_t*>(count), count + uint64_t(bl.rows) * 4, ld};
 }
 
-// The sweep problem of one block: the block's score problem (its windows: the block's causal
-// offset), writing candidates instead of scores.
-Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, const int32_t* offset) {
-  Problem s = topk_block_problem(p, b, nullptr, nullptr, nullptr, offset);
+// The sweep problem of one block: the block's score problem (its windows: BSHD the block's
+// causal offset, THD the rows kernel's ks / ke in the block's key columns), writing candidates
+// instead of scores.
+Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, const int32_t* ks, const int32_t* ke,
+                      const int32_t* offset) {
+  Problem s = topk_block_problem(p, b, nullptr, ks, ke, offset);
   s.op = Operation::topk_sweep;
   s.sweep.cand = buf.cand;
   s.sweep.count = buf.count;
@@ -81,8 +93,11 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   s.sweep.mode = std::isnan(margin) ? dsa::kLeanTopkExact : dsa::kLeanTopkSampled;
   s.sweep.margin = std::isnan(margin) ? 0.0f : margin;
   s.sweep.part = s.sweep.mode == dsa::kLeanTopkSampled && topk_fused_part();
-  s.sweep.has_lse = p.has_lse;
-  if (p.lse != nullptr) {  // the block's rows of the call's lse (a block lies in one batch entry)
+  // The call's stride (THD: of max_seqlen_k, which sized the buffers: planned_candidates), not
+  // the block's width (a THD block's segments may have fewer keys).
+  s.sweep.sample_stride = dsa::lean_topk_sample_stride(std::max<int64_t>(p.s_k, 1));
+  s.sweep.has_lse = p.has_lse;  // (THD calls with lse are refused: TopkFusedFamily::check)
+  if (p.lse != nullptr && !p.is_thd()) {  // the block's rows of the call's lse (a block lies in one batch entry)
     s.sweep.lse = static_cast<float*>(p.lse) + b.batch * p.lse_stride[0] + b.row0 * p.lse_stride[1];
     s.sweep.lse_stride = p.lse_stride[1];
   }
@@ -96,8 +111,10 @@ std::vector<Problem> sweep_shapes(const Problem& p, const DeviceInfo& dev) {
   std::vector<Problem> v;
   std::set<std::pair<int64_t, int64_t>> shapes;
   const Buffers none{nullptr, nullptr, nullptr, topk_fused_candidates(p.topk.k, p.s_k)};
+  // (score_rows: a THD block's sweep covers its rows padded to whole q-tiles, TopkBlock::n_win)
   for_each_topk_block(p, fused_blocking(p, dev), [&](const TopkBlock& b) {
-    if (b.width > 0 && shapes.insert({b.n, b.width}).second) v.push_back(sweep_problem(p, b, none, nullptr));
+    if (b.width > 0 && shapes.insert({b.score_rows(), b.width}).second)
+      v.push_back(sweep_problem(p, b, none, nullptr, nullptr, nullptr));
   }, /*shapes_only=*/true);
   return v;
 }
@@ -123,12 +140,20 @@ class TopkFusedSweepFamily final : public Family {
       ParamDesc lse{"kTopkLse", ParamDesc::integer, "bool", "tlse"};
       lse.omit_zero = true;
       v.push_back(lse);
+      // THD variants: the call's sample stride where it is not the one of the variant's kSeqK (0)
+      ParamDesc stride{"kTopkSampleStride", ParamDesc::integer, "int", "ss"};
+      stride.omit_zero = true;
+      v.push_back(stride);
+      if (v.size() > static_cast<std::size_t>(kMaxSpecParams))
+        throw std::logic_error("sm90_topk_fused_sweep: more parameters than a KernelSpec holds");
       return v;
     }();
     return p;
   }
+  // A block's sweep is a BSHD problem of one batch entry: causal (BSHD calls) or with the rows
+  // kernel's explicit windows (THD calls: lean's row-windows variant, its gate below).
   Gate check(const Problem& p, const DeviceInfo& dev) const override {
-    if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
+    if (p.is_thd()) return Gate::fail("layout", "BSHD (a block of rows)", layout_name(p.layout));
     // the selection epilogue keeps one row per consumer warp: 4 tokens per consumer
     if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
     // (the call's lse comes as sweep.has_lse, written by the sweep's own epilogue: kTopkLse)
@@ -140,9 +165,21 @@ class TopkFusedSweepFamily final : public Family {
     Plan plan = lean_plan(p, dev, purpose, *this, kSweepSmem + (p.sweep.has_lse ? dsa::kLeanTopkLseBytes : 0), /*split=*/false);
     if (p.sweep.part) plan.spec.values[part_slot()] = 1;
     if (p.sweep.has_lse) plan.spec.values[lse_slot()] = 1;
+    // Only where the variant's kSeqK does not give it (THD variants carry 0: 16), so BSHD keys and
+    // THD's up to max_seqlen_k 16384 keep their sources.
+    const int32_t stride = p.sweep.sample_stride;
+    if (stride != 0 && stride != dsa::lean_topk_sample_stride(lean_spec_thd(plan.spec) ? 0 : p.s_k))
+      plan.spec.values[stride_slot()] = stride;
     return plan;
   }
   void render(const KernelSpec& spec, GeneratedSource& g) const override {
+    if (lean_spec_thd(spec)) {
+      // THD blocks (row windows): the schedule of the block's packing is a launch parameter
+      g.text += "\n// THD: the q-tile order is planned per block and passed at launch (LeanThdSchedule).\n";
+      g.kernels.push_back("dsa::sm90_topk_fused_sweep_thd<DsaKernelConfig, dsa::kLeanTopkSampled>");
+      g.kernels.push_back("dsa::sm90_topk_fused_sweep_thd<DsaKernelConfig, dsa::kLeanTopkExact>");
+      return;
+    }
     lean_render_schedule(spec, g);
     // one kernel per protocol (launch(): LeanTopkArgs::mode picks it)
     g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkSampled>");
@@ -185,21 +222,29 @@ class TopkFusedFamily final : public Family {
   // keep the unfused path: the fused one is up to 11 % slower there (19-34 % at ratio 4).
   // Rows whose planned candidates pass the sweep's kLeanTopkMaxLd (k 2048 past about 300k keys)
   // would overflow into the exact redo: those keep the unfused path too.
-  // FP8 calls keep the unfused path (the fused one serves them by name; its automatic use is
-  // not measured yet).
+  // FP8 calls keep the unfused path (the fused one serves them by name): measured slower at
+  // every row length, 1.15x the unfused time at S_k 16384 and 1.01x at 131072 (session 26, an
+  // H100, docs/PERF_NOTES.md): FP8's scores are about 1.55x faster, the sweep's selection work is not.
+  // THD calls keep the unfused path (the fused one serves them by name): not measured yet.
   bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {
-    return p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) && topk_fused_candidates_fit(p.topk.k, p.s_k);
+    return !p.is_thd() && p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) &&
+           topk_fused_candidates_fit(p.topk.k, p.s_k);
   }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {
-    static const std::vector<ParamDesc> p = {{"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 1}};
+    static const std::vector<ParamDesc> p = {{"kLayout", ParamDesc::choice, "int", "", kLayoutChoices, kLayoutLiterals, 2}};
     return p;
   }
 
+  // THD: the unfused path's blocks (segments grouped up to max_seqlen_k keys), each swept as a B 1
+  // problem with the rows kernel's windows (lean's row-windows gate: whole q-tiles, a wave).
   Gate check(const Problem& p, const DeviceInfo& dev) const override {
-    if (p.is_thd()) return Gate::fail("layout", "BSHD", layout_name(p.layout));
+    // THD's lse is the selection's fp64 two-pass sum over a score row (the unfused path's), which
+    // the sweep, seeing a row's cells spread over its lanes, cannot reproduce bit for bit
+    if (p.is_thd() && p.has_lse)
+      return Gate::fail("lse", "none on THD calls (their lse is the selection's two-pass sum)", "an lse output");
     if (p.has_lse && !topk_lse_lanes()) return Gate::fail("lse", "none (the lane-order lse is off: kTopkLseLanes)", "an lse output");
-    if (!topk_causal_blocks(p))
+    if (!p.is_thd() && !topk_causal_blocks(p))
       return Gate::fail("S_k x ratio", "<= 2^31 (blocks of rows are causal problems)", std::to_string(p.s_k * p.ratio));
     if (p.rows == 0) return Gate::pass();
     // Every block's sweep is the lean kernel's: its gate, block by distinct block.
@@ -214,7 +259,8 @@ class TopkFusedFamily final : public Family {
     k += p.has_lse ? (topk_lse_lanes() ? ".lse1.ll1" : ".lse1.ll0") : ".lse0";
     k += topk_causal_blocks(p) ? ".cb1" : ".cb0";
     k += ".r" + std::to_string(p.rows == 0 ? 0 : 1);
-    if (!p.is_thd() && p.rows > 0)
+    // (THD: the packing's blocks; a block's lean gate key carries its rows, .sq, and saturation)
+    if (p.rows > 0)
       for (const Problem& s : sweep_shapes(p, dev)) k += "/" + topk_fused_sweep_family().gate_key(s, dev);
     return k;
   }
@@ -222,7 +268,7 @@ class TopkFusedFamily final : public Family {
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose) const override {
     Plan plan;
     plan.spec.family = this;
-    plan.spec.values[kLayout] = 0;
+    plan.spec.values[kLayout] = p.is_thd() ? 1 : 0;
     plan.spec.dynamic_smem = static_cast<uint32_t>(dsa::kTopkCandSmemBytes);
     plan.empty = p.rows == 0;
     plan.workspace_bytes = fused_blocking(p, dev).total_bytes;
@@ -257,7 +303,7 @@ class TopkFusedFamily final : public Family {
       launch_topk_rows(plan, k, rb, b, stream);
       // The sweep is asked for by name: the call's gate held for every block, and an
       // automatic request could be answered by the async mode's fallback, which has none.
-      Problem s = sweep_problem(p, b, buf, rb.offset);
+      Problem s = sweep_problem(p, b, buf, rb.ks, rb.ke, rb.offset);
       Plan sp = make_plan(s, dev, topk_fused_sweep_family());
       if (!sp.empty) {
         std::shared_ptr<LoadedKernel> sk = kernel_for_call(s, dev, KernelFamily::topk_fused_sweep, sp);
@@ -275,8 +321,8 @@ class TopkFusedFamily final : public Family {
       ca.count = buf.count;
       ca.width = b.width;  // the sweep's columns are the block's key rows: column order by bitmap
       set_topk_outputs(ca, p, b, rb.rows);
-      // The unfused selection's block size for this width: the softmax sums in its order.
-      const int which = topk_select_threads(b.width) == 256 ? 1 : 2;
+      // The unfused selection's block size for this block: the softmax sums in its order.
+      const int which = topk_select_threads(topk_select_width(p, b)) == 256 ? 1 : 2;
       KernelLaunch sel = plan.launches[which];
       sel.grid[0] = static_cast<uint32_t>(std::min<int64_t>(b.n, int64_t(1) << 30));
       void* params[] = {&ca};
@@ -286,6 +332,12 @@ class TopkFusedFamily final : public Family {
 };
 
 }  // namespace
+
+// The THD sweep kernel's parameters (sm90_topk_fused_sweep_thd: lean THD's, the sweep's arguments
+// in the lse's place; 64 bytes for their alignment) stay within the 4 KB every driver accepts.
+static_assert(2 * sizeof(TmaDescBytes) + sizeof(dsa::LeanArgs) + sizeof(dsa::LeanThdSchedule) + sizeof(dsa::DsaScales) +
+                      sizeof(dsa::LeanTopkArgs) + 64 <= 4096,
+              "sm90_topk_fused_sweep_thd: its launch parameters exceed 4 KB");
 
 const Family& topk_fused_family() {
   static const TopkFusedFamily f;

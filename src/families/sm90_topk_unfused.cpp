@@ -146,7 +146,7 @@ class TopkUnfusedFamily final : public Family {
         sa.lse = lse;
         sa.lse_stride = p.lse_stride[1];
       }
-      launch_topk_select(plan, k, sa, b.width, stream);
+      launch_topk_select(plan, k, sa, topk_select_width(p, b), stream);
       if (lse && lanes) launch_topk_lse(plan, k, sa, lse, p.lse_stride[1], stream);
     });
   }
@@ -318,6 +318,8 @@ const Family& topk_unfused_family() {
 }
 
 int topk_select_threads(int64_t width) { return width > kLongRow ? kSelectThreadsLong : kSelectThreadsShort; }
+
+int64_t topk_select_width(const Problem& p, const TopkBlock& b) { return p.is_thd() ? std::max(p.s_k, b.width) : b.width; }
 
 // BSHD: the block's lse in the fused sweep's order (sm90_topk_lse.cuh), a warp per row; the
 // sample stride is the sweep's for the call's S_k (the block's width).

@@ -83,6 +83,12 @@ struct TopkBlock {
                                        // call has those rows (the padding's windows are empty)
   int64_t score_rows() const { return n_win > n ? n_win : n; }  // (n_win 0: not set, n)
 };
+// The width that picks block b's selection block size: BSHD the block's (S_k); THD the call's
+// max_seqlen_k, at least the block's. THD blocks group segments up to a width the path's blocking
+// decides (the unfused path's score rows or the fused path's candidate buffers hold other row
+// counts), so a block's own width would make the softmax's bits depend on the path and the
+// workspace budget; the call's makes them the same on both paths.
+int64_t topk_select_width(const Problem& p, const TopkBlock& b);
 // Calls f(block) for every block of the call, in output-row order. `shapes_only`
 // (inner_problems): at least one block of every distinct (rows, width) shape, skipping the
 // blocks whose shape an earlier one already had, so that a line of 2^31 rows costs a few blocks.

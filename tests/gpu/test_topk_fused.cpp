@@ -5,8 +5,8 @@
 // INT32_MAX, ratio 1/2/4, B 1-3, several row blocks, bf16/fp32 W, sm_scale != 1, every k of the
 // contract's list, both slot orders and both index conventions; a tiny candidate buffer (k + 64
 // entries) forces a compaction every tile; run to run bitwise; and the automatic dispatch takes
-// the fused path where it applies. The unfused path itself is held against the CPU reference
-// selection in test_topk.cpp.
+// the fused path where it applies. THD packings (by name: [topk_fused_thd]) the same way. The
+// unfused path itself is held against the CPU reference selection in test_topk.cpp.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -112,7 +112,8 @@ void check_fused(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties 
     // With the lse output (the fused sweep's lane order, which the unfused path replays over its
     // block scores; topk_lse_lanes, off by default): every protocol's lse bits, with the indices,
     // values and softmax; and the unfused replay within 1e-6 (relative) of the selection's fp64
-    // two-pass sum, the order it replaces
+    // two-pass sum, the order it replaces. (THD calls with an lse: the fused path refuses them.)
+    if (p.thd()) continue;
     INFO("k " << k << " with lse");
     const TopkOut two_pass = run_topk(p, dp, k, {KernelFamily::topk_unfused, true, false, true, /*lse=*/true});
     dsa_indexer::detail::set_topk_lse_lanes(true);
@@ -303,4 +304,91 @@ TEST_CASE("topk fused: FP8, small, for the sanitizers", "[topk_fused_fp8_small][
   HostProblem p = fp8_inputs(bshd(1, 1056, 1536, 64, 1), true, true);
   p.offsets = {1536 - 1056 - 1};
   check_fused(p, 411, {64});
+}
+
+// THD packings by name (automatic THD calls keep the unfused path): the unfused path's blocks of
+// segments, each swept by the row-windows THD sweep, bitwise equal to the unfused path, every
+// protocol (check_fused: sampled, its redo at margin -4, exact with refresh 0 and 32), both index
+// conventions and slot orders. Segment boundaries inside q-tiles (a q-tile's span then starts
+// past a row's window), blocks of two segments, offsets (negative: empty rows), ratio 2.
+// The fused path serves THD blocks of whole q-tiles only (a block at the packing's end must hold
+// a multiple of 8 rows, every block at least one q-tile per SM), hence the segment lengths: the
+// block rows of every protocol's candidate buffer (margin -4 at small k keeps every cell, 4064
+// rows in 256 MiB at 8192 keys, two even blocks of 3080) fall on segment ends. The unit case "the
+// GPU cases' THD packings take the fused path by name" checks these packings in every protocol.
+TEST_CASE("topk fused: THD packings, equal to the unfused path", "[topk_fused][topk_fused_thd]") {
+  // blocks: rows [0, 3080) over keys [0, 6096) (segments 0 and 1, their boundary inside a
+  // q-tile), rows [3080, 6160) over 8192 keys; rows that end at their segment's keys
+  HostProblem a = thd({2045, 1035, 3080}, {4096, 2000, 8192}, 64, 1);
+  a.offsets = {4096 - 2045, 2000 - 1035, 8192 - 3080};
+  check_fused(a, 501, {1, 64, 2048});
+  // ratio 2, two segments per block ([0, 2104) over 3000 keys, then 1504 rows over 3500), one
+  // segment's rows empty or short (a negative offset)
+  HostProblem b = thd({1203, 901, 1504}, {1000, 2000, 3500}, 64, 2);
+  b.offsets = {800, -1500, 5496};
+  check_fused(b, 502, {7, 64, 2048});
+  // no offsets: causal from each segment's first row
+  check_fused(thd({2045, 1035, 3080}, {4096, 2000, 8192}, 64, 1), 503, {64});
+}
+
+TEST_CASE("topk fused: THD ties, a tiny candidate buffer", "[topk_fused][topk_fused_thd]") {
+  HostProblem a = thd({2045, 1035, 3080}, {4096, 2000, 8192}, 64, 1);
+  a.offsets = {4096 - 2045, 2000 - 1035, 8192 - 3080};
+  check_fused(a, 511, {1, 64, 2048}, Ties::repeated_keys_and_zero_rows);
+  check_fused(a, 512, {7, 2048}, Ties::two_values);
+  // k + 64 entries: a compaction every tile (exact), a bad sample and the redo (sampled)
+  check_fused(a, 513, {1, 64, 2048}, Ties::none, /*entries=*/64);
+  HostProblem b = thd({1203, 901, 1504}, {1000, 2000, 3500}, 64, 2);
+  b.offsets = {800, 1200, 5496};
+  check_fused(b, 514, {64, 512}, Ties::repeated_keys_and_zero_rows, 64);
+}
+
+// max_seqlen_k 9000 (> 8192: the selection's 512 threads for every block, slice 0's
+// topk_select_width): the fused path's first block (two segments, 5500 keys) and the unfused
+// path's blocks of another budget (928 rows, other groupings) give the same softmax bits.
+TEST_CASE("topk fused: THD blocks of other groupings, the same softmax", "[topk_fused][topk_fused_thd]") {
+  namespace dd = dsa_indexer::detail;
+  HostProblem p = thd({1101, 1203, 2304}, {3000, 2500, 9000}, 64, 1);
+  p.offsets = {3000 - 1101, 2500 - 1203, 9000 - 2304};
+  check_fused(p, 521, {64, 2048});
+  dd::set_topk_unfused_blocking(uint64_t(9000) * 4 * 1104, false);
+  check_fused(p, 522, {2048});
+  dd::set_topk_unfused_blocking(0, false);
+}
+
+// Long keys: max_seqlen_k 20000, the call's sample stride 32 (the THD variant's kTopkSampleStride)
+TEST_CASE("topk fused: THD, max_seqlen_k 20000, a sample stride of 32", "[topk_fused][topk_fused_thd]") {
+  // blocks: 1203 rows (padded to 1208), 1101 (1104), 1504: one segment each
+  HostProblem p = thd({1203, 1101, 1504}, {3000, 20000, 6000}, 64, 1);
+  p.offsets = {3000 - 1203, 20000 - 1101, 6000 - 1504};
+  check_fused(p, 531, {64, 2048});
+}
+
+// The partitioned appends (set_topk_fused_part) on THD blocks.
+TEST_CASE("topk fused: THD, partitioned appends", "[topk_fused][topk_fused_part][topk_fused_thd]") {
+  namespace dd = dsa_indexer::detail;
+  dd::set_topk_fused_part(true);
+  HostProblem a = thd({2045, 1035, 3080}, {4096, 2000, 8192}, 64, 1);
+  a.offsets = {4096 - 2045, 2000 - 1035, 8192 - 3080};
+  check_fused(a, 541, {7, 2048});
+  check_fused(a, 542, {64}, Ties::none, /*entries=*/64);
+  dd::set_topk_fused_part(std::nullopt);
+}
+
+// FP8 THD (E4M3 q / k with scales): lean's FP8 main loop in the THD sweep.
+TEST_CASE("topk fused: THD, FP8 inputs", "[topk_fused_fp8][topk_fused_thd]") {
+  HostProblem a = fp8_inputs(thd({2045, 1035, 3080}, {4096, 2000, 8192}, 64, 1), true, true);
+  a.offsets = {4096 - 2045, 2000 - 1035, 8192 - 3080};
+  check_fused(a, 551, {64, 2048});
+  HostProblem b = fp8_inputs(thd({1203, 901, 1504}, {1000, 2000, 3500}, 64, 2), false, true, false);
+  b.w_f32 = true;
+  check_fused(b, 552, {7, 512});
+}
+
+// One small THD call of every fused launch kind, for the sanitizers: two blocks (1064 rows of two
+// segments, their boundary inside a q-tile; 1056 rows), k 64.
+TEST_CASE("topk fused: THD, small, for the sanitizers", "[topk_fused_small][topk_fused_thd]") {
+  HostProblem p = thd({603, 461, 1056}, {500, 700, 1200}, 64, 1);
+  p.offsets = {0, 700 - 461, 1200 - 1056};
+  check_fused(p, 561, {64});
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <vector>
 #include <string>
@@ -395,4 +396,202 @@ TEST_CASE("topk fused: the sweep's sample-first tile order and sample sizes", "[
   CHECK(dsa::lean_topk_sample_stride(32768) == 32);
   CHECK(dsa::lean_topk_sample_stride(65536) == 64);
   CHECK(dsa::lean_topk_sample_stride(131072) == 128);
+}
+
+namespace {
+
+// A THD top-k call over a packing (problems.hpp's PackedCall, its operands moved to addresses
+// that no output overlaps), k, local or global indices, optionally with an lse.
+Problem thd_topk(PackedCall& c, int k, bool lse = false, bool global = false) {
+  c.q.data = fake(kQ);
+  c.k.data = fake(kK);
+  c.w.data = fake(kW);
+  const int64_t tq = c.cuq.back();
+  if (lse) c.opt.lse = TensorDesc::contiguous(fake(kLse), DType::f32, {tq});
+  const TensorDesc ind = TensorDesc::contiguous(fake(kIdx), DType::i32, {tq, k});
+  TopkOptions t;
+  t.k = k;
+  t.indices = global ? dsa_indexer::TopkIndices::global : dsa_indexer::TopkIndices::local;
+  return validate_topk(c.q, c.k, c.w, ind, c.opt, t, nullptr);
+}
+
+// The visible cells of a window [lo, hi) in the sample tiles at stride s, against a count.
+void check_sample_cells_in(int64_t lo, int64_t hi, int s) {
+  int64_t want = 0;
+  for (int64_t p = lo; p < hi; ++p) want += (p / dsa::kLeanTopkTileCols) % s == s / 2 ? 1 : 0;
+  INFO("stride " << s << " window [" << lo << ", " << hi << ")");
+  CHECK(static_cast<int64_t>(dsa::lean_topk_sample_cells_in(lo, hi, s)) == want);
+}
+
+}  // namespace
+
+// THD (by name only: automatic THD calls keep the unfused path until a GPU times it): the unfused
+// path's blocks (segments grouped up to max_seqlen_k keys), each swept as a B 1 problem with the
+// rows kernel's windows by the THD sweep kernel (lean's row-windows variant with the selection
+// epilogue); lse calls, blocks under a wave of q-tiles and blocks of a ragged end are refused.
+TEST_CASE("topk fused: THD calls by name, blocks swept as row windows", "[topk][dispatch][thd]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  for (bool global : {false, true}) {
+    INFO("global " << global);
+    // blocks: rows [0, 3152) over keys [0, 6096) (two segments), rows [3152, 6152) over 8192
+    PackedCall c({2048, 1104, 3000}, {4096, 2000, 8192});
+    const Problem p = thd_topk(c, 512, false, global);
+    CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+    CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, true), Contains("DSA_INDEXER_DISABLE_LEAN"));
+    const Plan outer = make_plan(p, dev, topk_fused_family());
+    CHECK(outer.spec.shape_key() == "thd");  // the rows kernel's THD windows
+    CHECK_THAT(render(outer.spec).text, Contains("kLayout = dsa::kLayoutThdLocal"));
+    const std::vector<Problem> inner = topk_fused_family().inner_problems(p, dev);
+    REQUIRE(inner.size() == 2);
+    CHECK(inner[0].s_q == 3152);
+    CHECK(inner[0].s_k == 6096);
+    CHECK(inner[1].s_q == 3000);
+    CHECK(inner[1].s_k == 8192);
+    for (const Problem& s : inner) {
+      CHECK(s.op == Operation::topk_sweep);
+      CHECK(s.has_windows);
+      CHECK(s.batch == 1);
+      CHECK(s.sweep.sample_stride == 16);
+      CHECK(&choose_family(s, dev, KernelFamily::automatic, false) == &topk_fused_sweep_family());
+      const Plan sp = make_plan(s, dev, topk_fused_sweep_family());
+      const std::string key = sp.spec.shape_key();
+      INFO(key);
+      CHECK_THAT(key, Contains("thd_global"));
+      CHECK_THAT(key, Contains("sq8"));
+      CHECK_THAT(key, Contains("sk0"));
+      CHECK_THAT(key, Contains("rw1"));
+      CHECK(key.find(".ss") == std::string::npos);  // max_seqlen_k 8192: the stride THD variants default to
+      CHECK(sp.num_tiles == s.s_q / 8);
+      const GeneratedSource g = render(sp.spec);
+      REQUIRE(g.kernels.size() == 2);
+      CHECK(g.kernels[0] == "dsa::sm90_topk_fused_sweep_thd<DsaKernelConfig, dsa::kLeanTopkSampled>");
+      CHECK(g.kernels[1] == "dsa::sm90_topk_fused_sweep_thd<DsaKernelConfig, dsa::kLeanTopkExact>");
+      CHECK(g.text.find("DsaLeanSchedule") == std::string::npos);  // the schedule is a launch parameter
+    }
+    // one variant for both blocks (a THD variant carries one q-tile)
+    CHECK(make_plan(inner[0], dev, topk_fused_sweep_family()).spec == make_plan(inner[1], dev, topk_fused_sweep_family()).spec);
+    // the call's gate key names its blocks' lean gates (rows, saturation), so packings of other
+    // blocks get verdicts of their own
+    const std::string gk = topk_fused_family().gate_key(p, dev);
+    CHECK_THAT(gk, Contains(".sq3152."));
+    CHECK_THAT(gk, Contains(".sq3000."));
+  }
+  {  // lse: refused on THD calls, whatever the lane-order lse (THD's is the two-pass sum)
+    PackedCall c({2048, 1104, 3000}, {4096, 2000, 8192});
+    const Problem p = thd_topk(c, 512, /*lse=*/true);
+    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("family topk_fused: lse") && Contains("THD"));
+    set_topk_lse_lanes(true);
+    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("family topk_fused: lse") && Contains("THD"));
+    CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+    set_topk_lse_lanes(std::nullopt);
+  }
+  {  // a block of 600 rows (a segment whose keys and the next's pass max_seqlen_k): under a wave
+    PackedCall c({600, 2000}, {600, 9000});
+    const Problem p = thd_topk(c, 64);
+    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("grid saturation"));
+    CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+  }
+  {  // T_q 3149: the last block's 1101 rows are no whole q-tiles (the row-windows gate)
+    PackedCall c({2048, 1101}, {4096, 8192});
+    const Problem p = thd_topk(c, 64);
+    CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("a multiple of 8 (explicit windows)"));
+  }
+  {  // max_seqlen_k 131072: the call's sample stride (128) keys the variant; automatic: unfused
+     // even where the unfused blocks would hold under half a wave (BSHD's policy)
+    PackedCall c({2048, 1104}, {131072, 2000});
+    const Problem p = thd_topk(c, 512);
+    CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+    CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+    const std::vector<Problem> inner = topk_fused_family().inner_problems(p, dev);
+    REQUIRE(inner.size() == 2);
+    for (const Problem& s : inner) {
+      CHECK(s.sweep.sample_stride == 128);
+      const KernelSpec spec = make_plan(s, dev, topk_fused_sweep_family()).spec;
+      INFO(spec.shape_key());
+      CHECK_THAT(spec.shape_key(), Contains(".ss128"));
+      CHECK_THAT(render(spec).text, Contains("kTopkSampleStride = 128"));
+    }
+    PackedCall one({4096}, {131072});
+    const Problem q = thd_topk(one, 2048);
+    CHECK(topk_unfused_short_blocks(q, dev));
+    CHECK(&choose_family(q, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+  }
+  // BSHD sweeps keep their keys (no sample stride token: their kSeqK gives it)
+  for (const Problem& s : topk_fused_family().inner_problems(topk_problem(1, 4096, 131072, 2048), dev))
+    CHECK(make_plan(s, dev, topk_fused_sweep_family()).spec.shape_key().find(".ss") == std::string::npos);
+}
+
+TEST_CASE("topk fused: a THD window's sample cells", "[topk]") {
+  for (int s : {16, 32, 128})
+    for (int64_t lo : {int64_t(0), int64_t(1), int64_t(63), int64_t(64), int64_t(500), int64_t(511), int64_t(512),
+                       int64_t(575), int64_t(576), int64_t(1000), int64_t(4095)})
+      for (int64_t len : {int64_t(0), int64_t(1), int64_t(37), int64_t(64), int64_t(100), int64_t(1024), int64_t(3000),
+                          int64_t(9000), int64_t(20000)})
+        check_sample_cells_in(lo, lo + len, s);
+  // a window of at most 1024 s keys has at most 1024 sample cells wherever it starts (the cut
+  // holds a row's sample in 32 keys per lane)
+  for (int64_t lo = 0; lo < 16 * 64 * 2; lo += 7) CHECK(dsa::lean_topk_sample_cells_in(lo, lo + 16 * 1024, 16) <= 1024u);
+}
+
+TEST_CASE("topk fused: the THD sweep variants compile without spills", "[topk][nvrtc][thd]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const char* lines =
+      "op=topk layout=thd_local heads=64 sq=8192 sk=131072 ratio=1 w=bf16 k=2048 family=topk_fused\n"
+      "op=topk layout=thd_local heads=64 sq=8192 sk=8192   ratio=1 w=f32 k=2048 scale=both family=topk_fused\n"
+      "op=topk layout=thd_local heads=64 sq=8192 sk=16384  ratio=1 w=bf16 in=e4m3 k=2048 family=topk_fused\n";
+  std::vector<KernelSpec> specs = sweep_specs(lines, dev);
+  set_topk_fused_part(true);
+  const std::vector<KernelSpec> part = sweep_specs(lines, dev);
+  set_topk_fused_part(std::nullopt);
+  specs.insert(specs.end(), part.begin(), part.end());
+  REQUIRE(specs.size() == 8);  // bf16 (ss128), fp32 (both scales), FP8 (bf16 W); each with and without part1
+  int strided = 0;
+  for (const KernelSpec& s : specs) {
+    INFO(s.variant_key());
+    const GeneratedSource g = render(s);
+    REQUIRE(g.kernels.size() == 2);
+    CHECK_THAT(g.kernels[0], Contains("sm90_topk_fused_sweep_thd"));
+    CHECK_THAT(s.shape_key(), Contains("rw1"));
+    CHECK(s.dynamic_smem <= static_cast<uint32_t>(dev.max_smem_optin));
+    strided += s.shape_key().find(".ss128") != std::string::npos ? 1 : 0;
+  }
+  CHECK(strided == 2);  // the bf16 line's, with and without part1
+  check_compiles_without_spills(specs, "sm90_topk");
+}
+
+// The THD packings of the GPU cases (tests/gpu/test_topk_fused.cpp, [topk_fused_thd]) pass the
+// fused path's gate on a 132-SM device (blocks of whole q-tiles, each at least a wave), so that
+// they run the sweep and not the refusal.
+TEST_CASE("topk fused: the GPU cases' THD packings take the fused path by name", "[topk][dispatch][thd]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  struct Packing {
+    std::vector<int64_t> sq, sk;
+    int64_t ratio;
+    size_t sweeps;  // distinct block shapes
+  };
+  const Packing packings[] = {{{2045, 1035, 3080}, {4096, 2000, 8192}, 1, 2},
+                              {{1203, 901, 1504}, {1000, 2000, 3500}, 2, 2},
+                              {{1101, 1203, 2304}, {3000, 2500, 9000}, 1, 2},
+                              {{1203, 1101, 1504}, {3000, 20000, 6000}, 1, 3},
+                              {{603, 461, 1056}, {500, 700, 1200}, 1, 2}};
+  // every protocol check_fused runs: the default margin, the redo's -4 (at small k no cut: every
+  // cell a candidate, the fewest rows per block) and exact; and the tiny buffer (k + 64)
+  const std::optional<float> margins[] = {std::nullopt, -4.0f, std::nanf("")};
+  for (const Packing& pk : packings)
+    for (int k : {1, 7, 64, 512, 2048})
+      for (const std::optional<float>& margin : margins)
+        for (int64_t entries : {int64_t(0), int64_t(64)}) {
+          set_topk_fused_margin(margin);
+          set_topk_fused_candidates(entries > 0 ? k + entries : 0);
+          PackedCall c(pk.sq, pk.sk);
+          c.opt.ratio = pk.ratio;
+          const Problem p = thd_topk(c, k);
+          INFO("T_q " << p.t_q << " max_seqlen_k " << p.s_k << " k " << k << " margin " << (margin ? std::to_string(*margin) : std::string("default")) << " entries "
+                      << entries);
+          CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+          CHECK(topk_fused_family().inner_problems(p, dev).size() == pk.sweeps);
+        }
+  set_topk_fused_margin(std::nullopt);
+  set_topk_fused_candidates(0);
 }

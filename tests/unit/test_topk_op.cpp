@@ -4,7 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <climits>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dispatch/family.hpp"
 #include "dispatch/planner.hpp"
@@ -308,18 +311,27 @@ TEST_CASE("topk: every variant compiles under NVRTC without spills", "[topk][nvr
   }
 }
 
-TEST_CASE("topk: THD blocks pad their score calls to whole q-tiles where the rows exist", "[topk][planner]") {
-  const DeviceInfo dev = DeviceInfo::h200();
+namespace {
+// A THD top-k problem of H 64, ratio 1, from host cu_seqlens (planning only: no tensors).
+Problem thd_plan_problem(std::vector<int32_t> cu_q, std::vector<int32_t> cu_k, int64_t max_seqlen_k) {
   Problem p;
   p.layout = Layout::thd_local;
   p.heads = 64;
   p.head_dim = 128;
   p.ratio = 1;
-  p.cu_q_host = {0, 1000, 1037, 1037, 4037, 4041};  // an empty segment, a 4-row tail
-  p.cu_k_host = {0, 1000, 1037, 1037, 4037, 4041};
-  p.t_q = p.rows = 4041;
-  p.t_k = 4041;
-  p.s_k = 3000;  // max_seqlen_k
+  p.t_q = p.rows = cu_q.back();
+  p.t_k = cu_k.back();
+  p.cu_q_host = std::move(cu_q);
+  p.cu_k_host = std::move(cu_k);
+  p.s_k = max_seqlen_k;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("topk: THD blocks pad their score calls to whole q-tiles where the rows exist", "[topk][planner]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  // an empty segment, a 4-row tail; max_seqlen_k 3000
+  Problem p = thd_plan_problem({0, 1000, 1037, 1037, 4037, 4041}, {0, 1000, 1037, 1037, 4037, 4041}, 3000);
   const TopkBlocking bl = topk_blocking(p, dev, uint64_t(3000) * 4 * 512, 0, 8);  // 512-row blocks
   REQUIRE(bl.rows == 512);
   // off: generic takes every height, nothing is padded
@@ -346,4 +358,33 @@ TEST_CASE("topk: THD blocks pad their score calls to whole q-tiles where the row
   CHECK(blocks >= 8);
   CHECK(&family_of_inner(p, dev) == &lean_family());
   set_topk_lean_window_blocks(std::nullopt);
+}
+
+// The selection's block size (its softmax's summation order) of a THD call: the call's
+// max_seqlen_k for every block, whatever the blocking groups (so the unfused and the fused path,
+// whose blocks group other segments, and any workspace budget give the same softmax bits); BSHD:
+// the block's width, S_k.
+TEST_CASE("topk: THD blocks select with the call's block size", "[topk][planner]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  // segment keys 1000, 37, 0, 3000, 4, 9000; max_seqlen_k 9000: past 8192, the long rows' 512 threads
+  Problem p = thd_plan_problem({0, 1000, 1037, 1037, 4037, 4041, 9041}, {0, 1000, 1037, 1037, 4037, 4041, 13041}, 9000);
+  for (uint64_t budget : {uint64_t(9000) * 4 * 512, uint64_t(9000) * 4 * 2048, uint64_t(0)}) {
+    const TopkBlocking bl = topk_blocking(p, dev, budget, 0, 8);
+    std::set<int64_t> widths;
+    for_each_topk_block(p, bl, [&](const TopkBlock& b) {
+      widths.insert(b.width);
+      CHECK(topk_select_width(p, b) == p.s_k);
+      CHECK(topk_select_threads(topk_select_width(p, b)) == 512);
+    });
+    CHECK(widths.size() >= 2);  // blocks of 4041 keys and fewer, and of 9000: one block size
+  }
+  p.s_k = 6000;  // every segment within 8192 keys: 256 threads throughout, as before
+  p.cu_k_host = {0, 1000, 1037, 1037, 4037, 4041, 10041};
+  p.t_k = 10041;
+  for_each_topk_block(p, topk_blocking(p, dev, uint64_t(6000) * 4 * 512, 0, 8), [&](const TopkBlock& b) {
+    CHECK(topk_select_threads(topk_select_width(p, b)) == 256);
+  });
+  // BSHD: the block's width (S_k)
+  Problem q = vt(topk_call(2, 256, 9000, 64));
+  for_each_topk_block(q, topk_blocking(q, dev), [&](const TopkBlock& b) { CHECK(topk_select_width(q, b) == 9000); });
 }
