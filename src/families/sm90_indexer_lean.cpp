@@ -281,7 +281,7 @@ void lean_launch(const Problem& call, const Plan& plan, const LoadedKernel& k, C
   args.out_cols = p.out_cols;
   args.sm_scale = p.sm_scale;
   args.has_offsets = p.has_offsets ? 1 : 0;
-  // (the scores family's only: the fused top-k's sweep holds its sample stride in this slot)
+  // (the scores family's only: other families built on lean's plan, the fused top-k's sweep, never trace)
   args.trace = plan.spec.family == &lean_family() && plan.spec.values[kTraceSlot] != 0 ? reinterpret_cast<uintptr_t>(lean_trace()) : 0;
   if (rw) {
     args.ks = reinterpret_cast<uintptr_t>(p.ks);
