@@ -111,12 +111,12 @@ std::shared_ptr<const LeanThdPlan> thd_plan_for(const Problem& p, int64_t grid) 
 
 }  // namespace
 
-Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split) {
+Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split, bool ragged_rows) {
   if (p.has_windows) {
     if (p.is_thd()) return Gate::fail("explicit windows ks/ke", "BSHD (B 1)", "THD");
     if (p.batch != 1) return Gate::fail("explicit windows ks/ke", "B 1 (served as one packed sequence)", std::to_string(p.batch));
     if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64 (explicit windows)", std::to_string(p.heads));
-    if (p.s_q % kTile != 0) return Gate::fail("S_q", "a multiple of 8 (explicit windows)", std::to_string(p.s_q));
+    if (p.s_q % kTile != 0 && !ragged_rows) return Gate::fail("S_q", "a multiple of 8 (explicit windows)", std::to_string(p.s_q));
     if (p.s_q > INT32_MAX - kTile || p.s_k > INT32_MAX) return Gate::fail("S_q, S_k", "< 2^31 - 8 (explicit windows)", "larger");
     return lean_check_view(row_windows_view(p), dev);
   }

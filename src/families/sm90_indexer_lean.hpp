@@ -127,7 +127,10 @@ const Family& lean_family();
 // kernel's last parameter, in the lse's place (nullptr for the scores kernels).
 // `split`: whether BSHD calls that cannot fill the grid pass (and are planned split); the fused
 // top-k's sweep keeps one item per q-tile (its per-row selection state spans the whole row).
-Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split = true);
+// `ragged_rows`: explicit windows whose S_q is no multiple of the q-tile (the fused top-k's THD
+// sweep of a packing's last block, topk_fused_ragged_thd): the row-windows view's rows past S_q
+// are rows past T_q, which the THD kernel reads as empty.
+Gate lean_check(const Problem& p, const DeviceInfo& dev, bool split = true, bool ragged_rows = false);
 std::string lean_gate_key(const Problem& p, const DeviceInfo& dev);
 Plan lean_plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose, const Family& family, int extra_smem,
                bool split = true);

@@ -47,6 +47,7 @@ std::atomic<float> g_margin{0.0f};
 std::atomic<uint32_t*> g_stats{nullptr};
 std::atomic<uint64_t> g_budget{0};
 FlagOverride g_part;
+FlagOverride g_ragged_thd;
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
@@ -158,9 +159,14 @@ class TopkFusedSweepFamily final : public Family {
     if (p.heads != LeanGeometry::kHeads) return Gate::fail("heads H", "64", std::to_string(p.heads));
     // (the call's lse comes as sweep.has_lse, written by the sweep's own epilogue: kTopkLse)
     if (p.has_lse) return Gate::fail("lse", "none of the scores kind", "an lse output");
-    return lean_check(p, dev, /*split=*/false);
+    // (has_windows: a THD call's block; BSHD blocks are causal)
+    return lean_check(p, dev, /*split=*/false, /*ragged_rows=*/p.has_windows && topk_fused_ragged_thd());
   }
-  std::string gate_key(const Problem& p, const DeviceInfo& dev) const override { return lean_gate_key(p, dev); }
+  std::string gate_key(const Problem& p, const DeviceInfo& dev) const override {
+    std::string k = lean_gate_key(p, dev);
+    if (p.has_windows && p.s_q % 8 != 0) k += topk_fused_ragged_thd() ? ".rg1" : ".rg0";
+    return k;
+  }
   Plan plan(const Problem& p, const DeviceInfo& dev, PlanPurpose purpose) const override {
     Plan plan = lean_plan(p, dev, purpose, *this, kSweepSmem + (p.sweep.has_lse ? dsa::kLeanTopkLseBytes : 0), /*split=*/false);
     if (p.sweep.part) plan.spec.values[part_slot()] = 1;
@@ -406,6 +412,8 @@ void set_topk_fused_margin(std::optional<float> margin) {
 
 bool topk_fused_part() { return g_part.get(kTopkFusedPart); }
 void set_topk_fused_part(std::optional<bool> on) { g_part.set(on); }
+bool topk_fused_ragged_thd() { return g_ragged_thd.get(kTopkFusedRaggedThd); }
+void set_topk_fused_ragged_thd(std::optional<bool> on) { g_ragged_thd.set(on); }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
 void set_topk_fused_budget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }

@@ -75,6 +75,14 @@ void set_topk_fused_margin(std::optional<float> margin);
 inline constexpr bool kTopkFusedPart = false;
 bool topk_fused_part();
 void set_topk_fused_part(std::optional<bool> on);  // nullopt: kTopkFusedPart
+// THD blocks of a ragged end (a packing's last block whose rows are no whole q-tiles, T_q % 8):
+// the row-windows sweep over them, its last q-tile's rows past T_q empty (lean's THD row
+// validity, the selectors' count and failed-flag guards). Built in session 26 without a GPU, so
+// off (such calls are refused by name, "a multiple of 8 (explicit windows)");
+// set_topk_fused_ragged_thd(true) turns it on for tests until a GPU run checks it.
+inline constexpr bool kTopkFusedRaggedThd = false;
+bool topk_fused_ragged_thd();
+void set_topk_fused_ragged_thd(std::optional<bool> on);  // nullopt: kTopkFusedRaggedThd
 // Measurements: device memory of dsa::kLeanTopkStats u32 counters that every later sampled
 // sweep launch adds its rows to (by how they ended, and the entries kept: LeanTopkStat in
 // sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.

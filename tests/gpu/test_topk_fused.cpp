@@ -385,6 +385,23 @@ TEST_CASE("topk fused: THD, FP8 inputs", "[topk_fused_fp8][topk_fused_thd]") {
   check_fused(b, 552, {7, 512});
 }
 
+// A packing's last block of a ragged end (T_q % 8 != 0: no rows to pad it with), with
+// topk_fused_ragged_thd (off by default until this case passes on a GPU): its last q-tile's rows
+// past T_q are empty (lean's THD row validity) and keep no count or failed flag. 1101 rows after
+// a 2045-row block; and at max_seqlen_k 20000 (stride 32) 1061 rows after two one-segment blocks.
+TEST_CASE("topk fused: THD, a ragged last block", "[topk_fused][topk_fused_thd]") {
+  namespace dd = dsa_indexer::detail;
+  dd::set_topk_fused_ragged_thd(true);
+  HostProblem a = thd({2045, 1101}, {4096, 4096}, 64, 1);
+  a.offsets = {4096 - 2045, 4096 - 1101};
+  check_fused(a, 571, {1, 64, 2048});
+  check_fused(a, 572, {7, 512}, Ties::repeated_keys_and_zero_rows, /*entries=*/64);
+  HostProblem b = thd({1203, 1101, 1061}, {3000, 20000, 1500}, 64, 1);
+  b.offsets = {3000 - 1203, 20000 - 1101, 1500 - 1061};
+  check_fused(b, 573, {64, 2048});
+  dd::set_topk_fused_ragged_thd(std::nullopt);
+}
+
 // One small THD call of every fused launch kind, for the sanitizers: two blocks (1064 rows of two
 // segments, their boundary inside a q-tile; 1056 rows), k 64.
 TEST_CASE("topk fused: THD, small, for the sanitizers", "[topk_fused_small][topk_fused_thd]") {

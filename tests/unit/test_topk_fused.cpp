@@ -492,10 +492,26 @@ TEST_CASE("topk fused: THD calls by name, blocks swept as row windows", "[topk][
     CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("grid saturation"));
     CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
   }
-  {  // T_q 3149: the last block's 1101 rows are no whole q-tiles (the row-windows gate)
+  {  // T_q 3149: the last block's 1101 rows are no whole q-tiles (the row-windows gate), served
+     // only with topk_fused_ragged_thd (off until a GPU checks it), under a gate key of its own
     PackedCall c({2048, 1101}, {4096, 8192});
     const Problem p = thd_topk(c, 64);
     CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("a multiple of 8 (explicit windows)"));
+    const std::string off = topk_fused_family().gate_key(p, dev);
+    CHECK_THAT(off, Contains(".rg0"));
+    set_topk_fused_ragged_thd(true);
+    CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+    CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+    CHECK_THAT(topk_fused_family().gate_key(p, dev), Contains(".rg1"));
+    const std::vector<Problem> inner = topk_fused_family().inner_problems(p, dev);
+    REQUIRE(inner.size() == 2);
+    CHECK(inner[1].s_q == 1101);  // the last block: no rows to pad with
+    // the same variant as a block of whole q-tiles (a THD variant carries one q-tile)
+    CHECK(make_plan(inner[0], dev, topk_fused_sweep_family()).spec == make_plan(inner[1], dev, topk_fused_sweep_family()).spec);
+    CHECK(make_plan(inner[1], dev, topk_fused_sweep_family()).num_tiles == (1101 + 7) / 8);
+    set_topk_fused_ragged_thd(std::nullopt);
+    // BSHD's blocks are causal (no explicit windows): no token
+    CHECK(topk_fused_family().gate_key(topk_problem(1, 4096, 131072, 2048), dev).find(".rg") == std::string::npos);
   }
   {  // max_seqlen_k 131072: the call's sample stride (128) keys the variant; automatic: unfused
      // even where the unfused blocks would hold under half a wave (BSHD's policy)
@@ -594,4 +610,20 @@ TEST_CASE("topk fused: the GPU cases' THD packings take the fused path by name",
         }
   set_topk_fused_margin(std::nullopt);
   set_topk_fused_candidates(0);
+  // the ragged last blocks ("a ragged last block", with topk_fused_ragged_thd): 1101 and 1061 rows
+  set_topk_fused_ragged_thd(true);
+  const Packing ragged[] = {{{2045, 1101}, {4096, 4096}, 1, 2}, {{1203, 1101, 1061}, {3000, 20000, 1500}, 1, 3}};
+  for (const Packing& pk : ragged)
+    for (int k : {1, 64, 2048})
+      for (const std::optional<float>& margin : margins) {
+        set_topk_fused_margin(margin);
+        PackedCall c(pk.sq, pk.sk);
+        c.opt.ratio = pk.ratio;
+        const Problem p = thd_topk(c, k);
+        INFO("ragged: T_q " << p.t_q << " k " << k << " margin " << (margin ? std::to_string(*margin) : std::string("default")));
+        CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+        CHECK(topk_fused_family().inner_problems(p, dev).size() == pk.sweeps);
+      }
+  set_topk_fused_margin(std::nullopt);
+  set_topk_fused_ragged_thd(std::nullopt);
 }
