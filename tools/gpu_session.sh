@@ -533,8 +533,8 @@ if [[ " $steps " == *" s25c "* ]]; then
   run topk_bench_fp8 150 $b/tools/dsa-indexer bench --op topk --in e4m3 --reps 10 --topk-k 2048 --match "S_k 1"
 fi
 # s27a (not in all): what session 26 left unrun: the THD fused cases with packings whose blocks
-# end on segments in every protocol, and the ragged last block (its case sets
-# topk_fused_ragged_thd; alone: their first variants compile), the replay's
+# end on segments in every protocol, the ragged last block and the row-range blocks (their cases
+# set topk_fused_ragged_thd / topk_fused_thd_rows; alone: their first variants compile), the replay's
 # branch-free batches against the oracle and bitwise through the BSHD fused cases, the lse rows.
 if [[ " $steps " == *" s27a "* ]]; then
   run gpu_topk_fused_thd 300 $b/tests/dsa_gpu_tests "[topk_fused_thd]" --durations yes

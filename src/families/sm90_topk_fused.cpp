@@ -48,6 +48,7 @@ std::atomic<uint32_t*> g_stats{nullptr};
 std::atomic<uint64_t> g_budget{0};
 FlagOverride g_part;
 FlagOverride g_ragged_thd;
+FlagOverride g_thd_rows;
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
@@ -63,6 +64,13 @@ TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const uint64_t budget = g_budget.load(std::memory_order_relaxed);
   // per row: its candidates, its count, its failed flag (the sampled sweep's, for the redo)
   return topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4 + 1);
+}
+
+// The fused path's blocks: THD row ranges (topk_fused_thd_rows), else the unfused path's.
+void for_each_fused_block(const Problem& p, const TopkBlocking& bl, const std::function<void(const TopkBlock&)>& f,
+                          bool shapes_only = false) {
+  if (p.is_thd() && topk_fused_thd_rows()) for_each_topk_row_block(p, bl, f);
+  else for_each_topk_block(p, bl, f, shapes_only);
 }
 
 struct Buffers {
@@ -113,7 +121,7 @@ std::vector<Problem> sweep_shapes(const Problem& p, const DeviceInfo& dev) {
   std::set<std::pair<int64_t, int64_t>> shapes;
   const Buffers none{nullptr, nullptr, nullptr, topk_fused_candidates(p.topk.k, p.s_k)};
   // (score_rows: a THD block's sweep covers its rows padded to whole q-tiles, TopkBlock::n_win)
-  for_each_topk_block(p, fused_blocking(p, dev), [&](const TopkBlock& b) {
+  for_each_fused_block(p, fused_blocking(p, dev), [&](const TopkBlock& b) {
     if (b.width > 0 && shapes.insert({b.score_rows(), b.width}).second)
       v.push_back(sweep_problem(p, b, none, nullptr, nullptr, nullptr));
   }, /*shapes_only=*/true);
@@ -265,6 +273,7 @@ class TopkFusedFamily final : public Family {
     k += p.has_lse ? (topk_lse_lanes() ? ".lse1.ll1" : ".lse1.ll0") : ".lse0";
     k += topk_causal_blocks(p) ? ".cb1" : ".cb0";
     k += ".r" + std::to_string(p.rows == 0 ? 0 : 1);
+    if (p.is_thd()) k += topk_fused_thd_rows() ? ".tr1" : ".tr0";
     // (THD: the packing's blocks; a block's lean gate key carries its rows, .sq, and saturation)
     if (p.rows > 0)
       for (const Problem& s : sweep_shapes(p, dev)) k += "/" + topk_fused_sweep_family().gate_key(s, dev);
@@ -305,7 +314,7 @@ class TopkFusedFamily final : public Family {
     auto* ws = static_cast<unsigned char*>(p.topk.workspace);
     const Buffers buf = buffers(p, bl, ws);
     dsa::TopkBlockArgs rb = topk_rows_args(p, bl, ws);
-    for_each_topk_block(p, bl, [&](const TopkBlock& b) {
+    for_each_fused_block(p, bl, [&](const TopkBlock& b) {
       launch_topk_rows(plan, k, rb, b, stream);
       // The sweep is asked for by name: the call's gate held for every block, and an
       // automatic request could be answered by the async mode's fallback, which has none.
@@ -413,6 +422,8 @@ void set_topk_fused_margin(std::optional<float> margin) {
 bool topk_fused_part() { return g_part.get(kTopkFusedPart); }
 void set_topk_fused_part(std::optional<bool> on) { g_part.set(on); }
 bool topk_fused_ragged_thd() { return g_ragged_thd.get(kTopkFusedRaggedThd); }
+bool topk_fused_thd_rows() { return g_thd_rows.get(kTopkFusedThdRows); }
+void set_topk_fused_thd_rows(std::optional<bool> on) { g_thd_rows.set(on); }
 void set_topk_fused_ragged_thd(std::optional<bool> on) { g_ragged_thd.set(on); }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }

@@ -83,6 +83,14 @@ void set_topk_fused_part(std::optional<bool> on);  // nullopt: kTopkFusedPart
 inline constexpr bool kTopkFusedRaggedThd = false;
 bool topk_fused_ragged_thd();
 void set_topk_fused_ragged_thd(std::optional<bool> on);  // nullopt: kTopkFusedRaggedThd
+// THD blocks of row ranges (for_each_topk_row_block: bl.rows packed rows whatever their
+// segments, the blocking's even split, so no sliver under a wave) instead of the unfused path's
+// segment groups, which split a segment where the budget's rows end and can leave a block of a
+// few q-tiles that the sweep's gate refuses. Built in session 26 without a GPU, so off;
+// set_topk_fused_thd_rows(true) for tests until a GPU run checks it.
+inline constexpr bool kTopkFusedThdRows = false;
+bool topk_fused_thd_rows();
+void set_topk_fused_thd_rows(std::optional<bool> on);  // nullopt: kTopkFusedThdRows
 // Measurements: device memory of dsa::kLeanTopkStats u32 counters that every later sampled
 // sweep launch adds its rows to (by how they ended, and the entries kept: LeanTopkStat in
 // sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.

@@ -211,6 +211,27 @@ void for_each_topk_block(const Problem& p, const TopkBlocking& bl, const std::fu
   }
 }
 
+void for_each_topk_row_block(const Problem& p, const TopkBlocking& bl, const std::function<void(const TopkBlock&)>& f) {
+  const auto& cq = p.cu_q_host;
+  const auto& ck = p.cu_k_host;
+  const int64_t n_seg = static_cast<int64_t>(cq.size()) - 1;
+  int64_t first = 0;  // the segment of the block's first row
+  for (int64_t r = 0; r < p.t_q; r += bl.rows) {
+    const int64_t end = std::min<int64_t>(r + bl.rows, p.t_q);
+    while (first < n_seg && cq[first + 1] <= r) ++first;  // (skips empty segments)
+    int64_t last = first;                                 // the segment of its last row
+    while (last < n_seg && cq[last + 1] < end) ++last;
+    TopkBlock k;
+    k.row0 = r;
+    k.out_row = r;
+    k.n = end - r;
+    k.k_base = ck[first];
+    k.width = ck[last + 1] - k.k_base;
+    k.n_win = padded_rows(k.n, p.t_q - r);
+    f(k);
+  }
+}
+
 // The score problem of one block: a BSHD problem of one batch entry over the block's rows and
 // keys (strides of extent-1 dimensions nested). What
 // launch() runs and what inner_problems() plans for warmup, so that the two cannot disagree.
@@ -319,7 +340,7 @@ const Family& topk_unfused_family() {
 
 int topk_select_threads(int64_t width) { return width > kLongRow ? kSelectThreadsLong : kSelectThreadsShort; }
 
-int64_t topk_select_width(const Problem& p, const TopkBlock& b) { return p.is_thd() ? std::max(p.s_k, b.width) : b.width; }
+int64_t topk_select_width(const Problem& p, const TopkBlock& b) { return p.is_thd() ? p.s_k : b.width; }
 
 // BSHD: the block's lse in the fused sweep's order (sm90_topk_lse.cuh), a warp per row; the
 // sample stride is the sweep's for the call's S_k (the block's width).

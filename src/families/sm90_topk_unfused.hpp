@@ -84,16 +84,20 @@ struct TopkBlock {
   int64_t score_rows() const { return n_win > n ? n_win : n; }  // (n_win 0: not set, n)
 };
 // The width that picks block b's selection block size: BSHD the block's (S_k); THD the call's
-// max_seqlen_k, at least the block's. THD blocks group segments up to a width the path's blocking
-// decides (the unfused path's score rows or the fused path's candidate buffers hold other row
-// counts), so a block's own width would make the softmax's bits depend on the path and the
-// workspace budget; the call's makes them the same on both paths.
+// max_seqlen_k. THD blocks group segments up to a width the path's blocking decides (the unfused
+// path's score rows or the fused path's candidate buffers hold other row counts; the fused
+// path's row-range blocks span any keys), so a block's own width would make the softmax's bits
+// depend on the path and the workspace budget; the call's makes them the same on both paths.
 int64_t topk_select_width(const Problem& p, const TopkBlock& b);
 // Calls f(block) for every block of the call, in output-row order. `shapes_only`
 // (inner_problems): at least one block of every distinct (rows, width) shape, skipping the
 // blocks whose shape an earlier one already had, so that a line of 2^31 rows costs a few blocks.
 void for_each_topk_block(const Problem& p, const TopkBlocking& bl, const std::function<void(const TopkBlock&)>& f,
                          bool shapes_only = false);
+// THD: blocks of bl.rows consecutive packed rows whatever their segments (the last one the rest),
+// each over the keys of the segments it touches (its width may pass max_seqlen_k): the fused
+// path's row-range blocks (topk_fused_thd_rows), whose candidate rows do not scale with the keys.
+void for_each_topk_row_block(const Problem& p, const TopkBlocking& bl, const std::function<void(const TopkBlock&)>& f);
 // Whether a BSHD block is a causal problem of its own (then the fast score families serve it).
 bool topk_causal_blocks(const Problem& p);
 // The score problem of one block (a BSHD problem of one batch entry over the block's rows and

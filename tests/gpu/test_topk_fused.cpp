@@ -402,6 +402,25 @@ TEST_CASE("topk fused: THD, a ragged last block", "[topk_fused][topk_fused_thd]"
   dd::set_topk_fused_ragged_thd(std::nullopt);
 }
 
+// Row-range THD blocks (topk_fused_thd_rows, off by default until this case passes on a GPU):
+// the packing whose segment groups left a 72-row sliver in session 26 (blocks of 3080 and 3072
+// rows at the redo's margin, each over the keys of the segments it touches, 6096 and 10192 of
+// them: past max_seqlen_k); with a ragged end too (topk_fused_ragged_thd).
+TEST_CASE("topk fused: THD, row-range blocks", "[topk_fused][topk_fused_thd]") {
+  namespace dd = dsa_indexer::detail;
+  dd::set_topk_fused_thd_rows(true);
+  HostProblem a = thd({2045, 1107, 3000}, {4096, 2000, 8192}, 64, 1);
+  a.offsets = {4096 - 2045, 2000 - 1107, 8192 - 3000};
+  check_fused(a, 581, {1, 64, 2048});
+  check_fused(a, 582, {7, 512}, Ties::two_values, /*entries=*/64);
+  dd::set_topk_fused_ragged_thd(true);
+  HostProblem b = thd({2045, 1107, 3001}, {4096, 2000, 8192}, 64, 1);
+  b.offsets = {4096 - 2045, -300, 8192 - 3001};
+  check_fused(b, 583, {64, 2048});
+  dd::set_topk_fused_ragged_thd(std::nullopt);
+  dd::set_topk_fused_thd_rows(std::nullopt);
+}
+
 // One small THD call of every fused launch kind, for the sanitizers: two blocks (1064 rows of two
 // segments, their boundary inside a q-tile; 1056 rows), k 64.
 TEST_CASE("topk fused: THD, small, for the sanitizers", "[topk_fused_small][topk_fused_thd]") {

@@ -627,3 +627,59 @@ TEST_CASE("topk fused: the GPU cases' THD packings take the fused path by name",
   set_topk_fused_margin(std::nullopt);
   set_topk_fused_ragged_thd(std::nullopt);
 }
+
+// Row-range THD blocks (topk_fused_thd_rows, off until a GPU checks it): the blocking's even split
+// of the packed rows whatever the segments, so the packings whose segment groups leave a sliver
+// under a wave (the redo's margin at small k: every cell a candidate, 4064 rows of 8192 keys in
+// 256 MiB) are served; each block spans the keys of the segments it touches (past max_seqlen_k),
+// and every block selects with the call's block size.
+TEST_CASE("topk fused: THD row-range blocks serve the packings segment groups refuse", "[topk][dispatch][thd]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const std::optional<float> margins[] = {std::nullopt, -4.0f, std::nanf("")};
+  struct Packing {
+    std::vector<int64_t> sq, sk;
+  };
+  // the sliver of session 26's GPU run; the THD bench row (T_q 16384); a ragged end (with the flag)
+  const Packing packings[] = {{{2045, 1107, 3000}, {4096, 2000, 8192}}, {{5462, 8198, 2724}, {5462, 8198, 2724}}, {{2045, 1107, 3001}, {4096, 2000, 8192}}};
+  for (const Packing& pk : packings)
+    for (int k : {1, 64, 2048})
+      for (const std::optional<float>& margin : margins) {
+        set_topk_fused_margin(margin);
+        PackedCall c(pk.sq, pk.sk);
+        c.opt.ratio = 1;
+        const Problem p = thd_topk(c, k);
+        INFO("T_q " << p.t_q << " k " << k << " margin " << (margin ? std::to_string(*margin) : std::string("default")));
+        const bool ragged = p.t_q % 8 != 0;
+        set_topk_fused_thd_rows(true);
+        if (ragged) {
+          CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("a multiple of 8"));
+          set_topk_fused_ragged_thd(true);
+        }
+        CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+        CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
+        CHECK_THAT(topk_fused_family().gate_key(p, dev), Contains(".tr1"));
+        const TopkBlocking bl = topk_blocking(p, dev, kTopkFusedBudget, uint64_t(topk_fused_candidates(k, p.s_k)) * 8 + 5);
+        int64_t next = 0;
+        for_each_topk_row_block(p, bl, [&](const TopkBlock& b) {
+          CHECK(b.row0 == next);
+          next += b.n;
+          CHECK(b.n >= 1056);  // a q-tile per SM: the even split leaves no sliver
+          // its keys start at its first row's segment (no empty segments here)
+          const auto seg = std::upper_bound(p.cu_q_host.begin(), p.cu_q_host.end(), static_cast<int32_t>(b.row0)) - p.cu_q_host.begin() - 1;
+          CHECK(b.k_base == p.cu_k_host[static_cast<size_t>(seg)]);
+          CHECK(topk_select_width(p, b) == p.s_k);
+        });
+        CHECK(next == p.t_q);
+        set_topk_fused_thd_rows(std::nullopt);
+        set_topk_fused_ragged_thd(std::nullopt);
+      }
+  set_topk_fused_margin(std::nullopt);
+  // off (the default): the first packing's sliver is refused under the redo's margin at k 1
+  set_topk_fused_margin(-4.0f);
+  PackedCall c({2045, 1107, 3000}, {4096, 2000, 8192});
+  c.opt.ratio = 1;
+  const Problem p = thd_topk(c, 1);
+  CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("grid saturation"));
+  CHECK_THAT(topk_fused_family().gate_key(p, dev), Contains(".tr0"));
+  set_topk_fused_margin(std::nullopt);
+}
