@@ -250,8 +250,9 @@ class TopkFusedFamily final : public Family {
     return p;
   }
 
-  // THD: the unfused path's blocks (segments grouped up to max_seqlen_k keys), each swept as a B 1
-  // problem with the rows kernel's windows (lean's row-windows gate: whole q-tiles, a wave).
+  // THD: the unfused path's blocks (segments grouped up to max_seqlen_k keys; row ranges with
+  // topk_fused_thd_rows), each swept as a B 1 problem with the rows kernel's windows (lean's
+  // row-windows gate: a wave, whole q-tiles unless topk_fused_ragged_thd).
   Gate check(const Problem& p, const DeviceInfo& dev) const override {
     // THD's lse is the selection's fp64 two-pass sum over a score row (the unfused path's), which
     // the sweep, seeing a row's cells spread over its lanes, cannot reproduce bit for bit
@@ -422,9 +423,9 @@ void set_topk_fused_margin(std::optional<float> margin) {
 bool topk_fused_part() { return g_part.get(kTopkFusedPart); }
 void set_topk_fused_part(std::optional<bool> on) { g_part.set(on); }
 bool topk_fused_ragged_thd() { return g_ragged_thd.get(kTopkFusedRaggedThd); }
+void set_topk_fused_ragged_thd(std::optional<bool> on) { g_ragged_thd.set(on); }
 bool topk_fused_thd_rows() { return g_thd_rows.get(kTopkFusedThdRows); }
 void set_topk_fused_thd_rows(std::optional<bool> on) { g_thd_rows.set(on); }
-void set_topk_fused_ragged_thd(std::optional<bool> on) { g_ragged_thd.set(on); }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
 void set_topk_fused_budget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }

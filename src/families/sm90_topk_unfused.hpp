@@ -60,10 +60,10 @@ bool topk_lean_window_blocks();
 void set_topk_lean_window_blocks(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // The lse of BSHD calls in the fused sweep's lane order (templates/sm90_topk_lse.cuh): the unfused
 // path's blocks take it from sm90_topk_lse, and the fused path serves lse calls (its sweep's
-// kTopkLse). Built in session 25: on an H100 bitwise equal between the paths in every protocol
-// and within 1e-6 of the two-pass sum, but no GPU case has special cells yet and its cost is
-// not measured, so off: BSHD keeps the selection's fp64 two-pass sum, and the fused path refuses
-// lse, unless a test turns it on.
+// kTopkLse). Built in session 25: on an H100 bitwise equal between the paths in every protocol,
+// within 1e-6 of the two-pass sum, special cells as the oracle ([topk_lse]); but the unfused
+// replay cost that path 40 % at S_k 131072 (session 26, docs/PERF_NOTES.md), so off: BSHD keeps
+// the selection's fp64 two-pass sum, and the fused path refuses lse, unless a test turns it on.
 inline constexpr bool kTopkLseLanes = false;
 bool topk_lse_lanes();
 void set_topk_lse_lanes(std::optional<bool> on);  // tests (nullopt: kTopkLseLanes)
