@@ -46,6 +46,18 @@ struct TopkRowCtx {
   i32 nw;             // 4-float words covering [lo, hi)
 };
 
+// Row `row` of the launch, visible columns rw.
+__device__ __forceinline__ TopkRowCtx topk_row_ctx(const TopkSelectArgs& a, i64 row, const TopkRow& rw) {
+  const i32 n = rw.hi > rw.lo ? rw.hi - rw.lo : 0;
+  const float* p = a.scores + row * a.ld + rw.lo;
+  TopkRowCtx rc;
+  rc.off = static_cast<i32>((reinterpret_cast<u64>(p) >> 2) & 3u);
+  rc.base = p - rc.off;
+  rc.n = n;
+  rc.nw = n > 0 ? static_cast<i32>((static_cast<i64>(rc.off) + n + 3) >> 2) : 0;
+  return rc;
+}
+
 // Keys of word w: one float4 when the word lies inside [lo, hi), lane by lane at the edges.
 __device__ __forceinline__ uint4 topk_load_word(const TopkRowCtx& rc, i32 w) {
   const i32 first = 4 * w - rc.off;
@@ -88,7 +100,8 @@ __device__ __forceinline__ void topk_for_each_word(const TopkRowCtx& rc, const u
 }
 
 
-// Ordered pass over `nw` words of a key source in column order: cells with key > tkey, and the
+// Ordered pass over `nw` words of a key source in column order (keys(w, u): word w, the u-th of
+// the thread's tile; a source in registers reads its u-th word): cells with key > tkey, and the
 // first take_eq cells with key == tkey, go to dkey/dcol at their rank among the selected (a
 // block-wide scan of per-thread counts, so no atomic decides a position). Ranks >= limit are
 // not written; the pass stops once `stop_at` cells are selected. Returns the selected count
@@ -103,7 +116,7 @@ __device__ __forceinline__ u32 topk_ordered_pass(TopkScratch& s, i32 nw, Keys ke
 #pragma unroll
     for (int u = 0; u < kTopkUnroll; ++u) {
       const i32 w = t0 + u * T + static_cast<i32>(threadIdx.x);
-      kk[u] = w < nw ? keys(w) : make_uint4(0u, 0u, 0u, 0u);
+      kk[u] = w < nw ? keys(w, u) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int u = 0; u < kTopkUnroll; ++u) {
@@ -221,23 +234,39 @@ __device__ __forceinline__ void topk_threshold(TopkScratch& s, u32* hist, u32* c
   }
 }
 
-// sum over the row's visible cells of exp(x - m), m finite, fp64 in a fixed order.
+// The lse of a row of n visible cells whose largest key is max_key: log(sum of exp(x - m)) + m,
+// the sum in fp64 in a fixed order (each thread adds its words by topk_lse_add in ascending word
+// order, then topk_lse_finish). topk_lse_special gives the rows with no finite sum: empty, a NaN
+// or +inf visible, every cell -inf.
+__device__ __forceinline__ bool topk_lse_special(i32 n, u32 max_key, float& lse) {
+  if (n == 0) lse = __uint_as_float(0xff800000u);
+  else if (max_key == kTopkNanKey) lse = topk_canonical_nan();
+  else if (max_key == kTopkPosInfKey || max_key == kTopkNegInfKey) lse = topk_key_value(max_key);
+  else return false;
+  return true;
+}
+__device__ __forceinline__ void topk_lse_add(double& acc, const uint4& kk, float m) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const u32 key = topk_lane(kk, q);
+    if (key != kTopkNoKey) acc += static_cast<double>(topk_exp_diff(topk_key_value(key), m));
+  }
+}
+template <int T>
+__device__ __forceinline__ float topk_lse_finish(TopkScratch& s, double acc, float m) {
+  const double sum = topk_block_sum<T>(s, acc);
+  return static_cast<float>(static_cast<double>(m) + log(sum));
+}
+
+// The lse of a row read from its words (topk_for_each_word).
 template <int T>
 __device__ __forceinline__ float topk_row_lse(TopkScratch& s, const TopkRowCtx& rc, const uint4* cache, i32 cw, u32 max_key) {
   const float m = topk_key_value(max_key);
-  if (rc.n == 0) return __uint_as_float(0xff800000u);
-  if (max_key == kTopkNanKey) return topk_canonical_nan();
-  if (max_key == kTopkPosInfKey || max_key == kTopkNegInfKey) return m;  // +inf; -inf: every cell -inf
+  float lse;
+  if (topk_lse_special(rc.n, max_key, lse)) return lse;
   double acc = 0.0;
-  topk_for_each_word<T>(rc, cache, cw, [&](i32, const uint4& kk) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const u32 key = topk_lane(kk, q);
-      if (key != kTopkNoKey) acc += static_cast<double>(topk_exp_diff(topk_key_value(key), m));
-    }
-  });
-  const double sum = topk_block_sum<T>(s, acc);
-  return static_cast<float>(static_cast<double>(m) + log(sum));
+  topk_for_each_word<T>(rc, cache, cw, [&](i32, const uint4& kk) { topk_lse_add(acc, kk, m); });
+  return topk_lse_finish<T>(s, acc, m);
 }
 
 // grid: any number of CTAs (rows are strided over them); block: T threads; dynamic shared
@@ -277,6 +306,7 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
 
   for (i64 row = blockIdx.x; row < a.n_rows; row += gridDim.x) {
     const TopkRow rw = a.rows[row];
+    // topk_row_ctx's arithmetic, written out: the call compiles to other code (session 27)
     const i32 n = rw.hi > rw.lo ? rw.hi - rw.lo : 0;
     const float* p = a.scores + row * a.ld + rw.lo;
     TopkRowCtx rc;
@@ -284,7 +314,7 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
     rc.base = p - rc.off;
     rc.n = n;
     rc.nw = n > 0 ? static_cast<i32>((static_cast<i64>(rc.off) + n + 3) >> 2) : 0;
-    auto row_keys = [&](i32 w) { return topk_load_word(rc, w); };
+    auto row_keys = [&](i32 w, int) { return topk_load_word(rc, w); };
     auto row_cols = [&](i32 w, int q) { return 4 * w - rc.off + q; };
 
     // 1. candidates in column order: the whole row when it fits, else the keys >= a sampled t.
@@ -340,7 +370,7 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
         topk_threshold<T>(s, hist, ckey, ccol, true, rc, cache, 0, k, tkey, take_eq);
       }
       // 3. the selected candidates, still in column order.
-      auto cand_keys = [&](i32 w) {
+      auto cand_keys = [&](i32 w, int) {
         const u32 i = 4u * static_cast<u32>(w);
         return make_uint4(i + 0 < n_cand ? ckey[i + 0] : 0u, i + 1 < n_cand ? ckey[i + 1] : 0u,
                           i + 2 < n_cand ? ckey[i + 2] : 0u, i + 3 < n_cand ? ckey[i + 3] : 0u);
@@ -384,11 +414,134 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
       }
       topk_threshold<T>(s, hist, ckey, ccol, false, rc, cache, cw, k, tkey, take_eq);
       n_sel = k;  // n > cap >= k
-      auto cached_keys = [&](i32 w) { return w < cw ? cache[w] : topk_load_word(rc, w); };
+      auto cached_keys = [&](i32 w, int) { return w < cw ? cache[w] : topk_load_word(rc, w); };
       topk_ordered_pass<T>(s, rc.nw, cached_keys, row_cols, tkey, take_eq, n_sel, n_sel, skey, scol);
     }
 
     // 4. optional score order, then the outputs in slot order.
+    topk_write_row<T>(s, a, row, k, skey, scol, n_sel, max_key, rw.lo, rw.bias);
+  }
+}
+
+
+// The short-row selection: rows of at most kTopkShortCells / 4 words, the alignment offset
+// included (the host launches it only where every row fits: topk_select_short_fits), the same
+// outputs bit for bit as
+// sm90_topk_select<T> (the selected set is unique, it is compacted in column order, and both end
+// in topk_write_row<T>; the lse adds the same words in the same order).
+//
+// Where sm90_topk_select copies a short row into shared candidates and refines them there, here
+// each thread keeps its 4 words (16 keys) in registers, words tid + u * T in column order:
+// - rows of at most k cells select every visible cell, with no radix level;
+// - longer rows take the radix levels (11/11/10 bits) over the registers, each into its own
+//   histogram, so no barrier separates a level from the next; the used histograms are cleared
+//   after the compaction, which every thread reaches past its last read of them;
+// - one compaction (topk_ordered_pass over the registers) writes the selection;
+// - the row max is a warp max per warp, read after the compaction's barriers;
+// - the next row's window is loaded while this row is selected.
+// Shared memory: kTopkShortSmemBytes (40 KB against 56 KB), so more CTAs share an SM: three
+// full histograms (topk_find_bin scans kTopkBins bins) and the selection.
+template <int T>
+__global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select_short(const __grid_constant__ TopkSelectArgs a) {
+  static_assert(T == 256, "sm90_topk_select_short: T must be 256 (the short rows' block of sm90_topk_select)");
+  static_assert(kTopkUnroll * T * 4 == kTopkShortCells, "sm90_topk_select_short: one tile of the ordered pass is the row");
+  constexpr int kW = kTopkUnroll;  // words a thread
+  constexpr int kWarps = T / 32;
+  extern __shared__ __align__(16) u32 smem[];
+  __shared__ TopkScratch s;
+  __shared__ u32 warp_max[kWarps];
+  u32* const hist1 = smem;
+  u32* const hist2 = smem + kTopkBins;
+  u32* const hist3 = smem + 2 * kTopkBins;
+  u32* const skey = smem + 3 * kTopkBins;
+  i32* const scol = reinterpret_cast<i32*>(skey + kTopkMaxK);
+  const u32 k = static_cast<u32>(a.k);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < 3 * kTopkBins; i += T) smem[i] = 0u;
+  __syncthreads();
+
+  TopkRow next = blockIdx.x < a.n_rows ? a.rows[blockIdx.x] : TopkRow{};
+  for (i64 row = blockIdx.x; row < a.n_rows; row += gridDim.x) {
+    const TopkRow rw = next;
+    if (row + gridDim.x < a.n_rows) next = a.rows[row + gridDim.x];
+    const TopkRowCtx rc = topk_row_ctx(a, row, rw);
+    const u32 n = static_cast<u32>(rc.n);
+    uint4 kk[kW];
+#pragma unroll
+    for (int u = 0; u < kW; ++u) {
+      const i32 w = u * T + tid;
+      kk[u] = w < rc.nw ? topk_load_word(rc, w) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    u32 mx = 0u;
+#pragma unroll
+    for (int u = 0; u < kW; ++u) mx = max(mx, max(max(kk[u].x, kk[u].y), max(kk[u].z, kk[u].w)));
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if (lane == 0) warp_max[warp] = mx;
+
+    // The threshold: keys > tkey, and the first take_eq keys == tkey in column order.
+    u32 tkey = 0u, take_eq = 0u;  // n <= k: every visible cell (keys > 0)
+    int levels = 0;
+    if (n > k) {
+      u32* const hists[3] = {hist1, hist2, hist3};
+      u32 prefix = 0u, need = k, count = n;
+      int res_shift = 32;  // key bits >= res_shift are fixed to prefix's
+      bool done = false;
+#pragma unroll
+      for (int level = 0; level < 3; ++level) {
+        if (done) break;  // uniform
+        u32* const h = hists[level];
+        const int dshift = level == 0 ? 21 : level == 1 ? 10 : 0;
+        const u32 dmask = level == 0 ? 0x7ffu : level == 1 ? 0x7ffu : 0x3ffu;
+#pragma unroll
+        for (int u = 0; u < kW; ++u)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const u32 key = topk_lane(kk[u], q);
+            // level 0: every visible key (kTopkNoKey, bin 0, below them all, is not counted)
+            const bool in = level == 0 ? key != kTopkNoKey : (key >> res_shift) == (prefix >> res_shift);
+            if (in) atomicAdd(&h[(key >> dshift) & dmask], 1u);
+          }
+        u32 b, above;
+        topk_find_bin<T>(s, h, need, b, above);  // its barriers: h complete before, read after
+        count = h[b];
+        prefix |= b << dshift;
+        res_shift = dshift;
+        need -= above;
+        done = need == count;
+        levels = level + 1;
+      }
+      if (done) {
+        tkey = prefix - 1u;  // every key >= prefix (prefix >= 3 << 21: a visible key's bin)
+      } else {
+        tkey = prefix;
+        take_eq = need;
+      }
+    }
+    const u32 n_sel = min(n, k);
+    topk_ordered_pass<T>(s, rc.nw, [&](i32, int u) { return kk[u]; }, [&](i32 w, int q) { return 4 * w - rc.off + q; },
+                         tkey, take_eq, n_sel, n_sel, skey, scol);
+    // Past the pass's barriers: every histogram read is done, warp_max is complete.
+    u32 max_key = 0u;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) max_key = max(max_key, warp_max[i]);
+    if (levels >= 1)
+      for (int i = tid; i < kTopkBins; i += T) hist1[i] = 0u;
+    if (levels >= 2)
+      for (int i = tid; i < kTopkBins; i += T) hist2[i] = 0u;
+    if (levels >= 3)  // the last level's digit has 10 bits
+      for (int i = tid; i < kTopkBins / 2; i += T) hist3[i] = 0u;
+    if (a.lse != nullptr) {
+      float lse;
+      if (!topk_lse_special(rc.n, max_key, lse)) {  // uniform
+        const float m = topk_key_value(max_key);
+        double acc = 0.0;
+#pragma unroll
+        for (int u = 0; u < kW; ++u)
+          if (u * T + tid < rc.nw) topk_lse_add(acc, kk[u], m);
+        lse = topk_lse_finish<T>(s, acc, m);
+      }
+      if (tid == 0) a.lse[row * a.lse_stride] = lse;
+    }
     topk_write_row<T>(s, a, row, k, skey, scol, n_sel, max_key, rw.lo, rw.bias);
   }
 }

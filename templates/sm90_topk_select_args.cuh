@@ -19,6 +19,10 @@ constexpr i32 kTopkBins = 2048;         // 11-bit radix digit
 constexpr i32 kTopkCandCap = 4096;      // candidates refined in shared memory
 constexpr i32 kTopkSampleWords = 1024;  // 4-float words sampled to estimate the filter threshold
 constexpr i32 kTopkFixedSmemBytes = (kTopkBins + 2 * kTopkCandCap + 2 * kTopkMaxK) * 4;
+// The short-row kernel (sm90_topk_select_short<256>): rows of at most kTopkShortCells cells in
+// registers, 4 words a thread; dynamic shared memory [3 histograms][selected keys][columns].
+constexpr i32 kTopkShortCells = 4096;
+constexpr i32 kTopkShortSmemBytes = (3 * kTopkBins + 2 * kTopkMaxK) * 4;
 
 // Visible workspace columns [lo, hi) of one row (lo == hi: an empty row); the output index of
 // column c is c + bias.

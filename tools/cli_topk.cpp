@@ -208,6 +208,10 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_lean_window_blocks(o.lean_windows);
   dd::set_topk_fused_part(o.fused_part);
   dd::set_topk_lse_lanes(o.lse_lanes);
+  dd::set_topk_select_short(o.select_short);
+  if (o.select_short)
+    fmt::print("\nbench --op topk: rows of at most 4096 cells selected by {}\n",
+               *o.select_short ? "the short-row kernel (the row in registers)" : "the general kernel");
   if (o.lse)
     fmt::print("\nbench --op topk: with the lse output (scores and top-k), BSHD lse {}\n",
                o.lse_lanes.value_or(dd::kTopkLseLanes) ? "in the fused sweep's lane order (both paths)" : "by the selection's two-pass sum (unfused only)");

@@ -37,6 +37,7 @@ std::atomic<uint64_t> g_budget{0};
 std::atomic<bool> g_wave{false};
 FlagOverride g_lean_windows;
 FlagOverride g_lse_lanes;
+FlagOverride g_select_short;
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
 TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
@@ -90,6 +91,9 @@ class TopkUnfusedFamily final : public Family {
     }
     KernelLaunch& lse = plan.launches[plan.n_launches++];  // BSHD lse: sm90_topk_lse, a warp per row
     lse.block[0] = 32 * kLseWarps;
+    KernelLaunch& short_sel = plan.launches[plan.n_launches++];  // rows of at most 4096 cells
+    short_sel.block[0] = kSelectThreadsShort;
+    short_sel.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
     return plan;
   }
 
@@ -116,6 +120,7 @@ class TopkUnfusedFamily final : public Family {
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsShort));
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsLong));
     g.kernels.push_back(fmt::format("dsa::sm90_topk_lse<{}>", kLseWarps));
+    g.kernels.push_back(fmt::format("dsa::sm90_topk_select_short<{}>", kSelectThreadsShort));
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
@@ -360,8 +365,15 @@ void launch_topk_lse(const Plan& plan, const LoadedKernel& k, const dsa::TopkSel
   launch_one(k.functions[3], l, stream, params, "cuLaunchKernelEx(sm90_topk_lse)");
 }
 
+bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width) {
+  // A row's words start at its column lo rounded down to 16 bytes: lo % 4 cells before it when
+  // the rows are 16-byte aligned, at most lo, so that a row of the whole width still fits.
+  const bool aligned = a.ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.scores) % 16 == 0;
+  return (aligned && width == a.ld ? width : width + 3) <= dsa::kTopkShortCells;
+}
+
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream) {
-  const int which = width > kLongRow ? 2 : 1;
+  const int which = width > kLongRow ? 2 : topk_select_short() && topk_select_short_fits(a, width) ? 4 : 1;
   KernelLaunch sel = plan.launches[which];
   sel.grid[0] = static_cast<uint32_t>(std::min<int64_t>(a.n_rows, int64_t(1) << 30));  // the kernel strides over rows beyond
   dsa::TopkSelectArgs args = a;
@@ -385,6 +397,8 @@ void set_topk_unfused_blocking(uint64_t budget, bool one_wave) {
 bool topk_lean_window_blocks() { return g_lean_windows.get(kTopkLeanWindowBlocks); }
 bool topk_lse_lanes() { return g_lse_lanes.get(kTopkLseLanes); }
 void set_topk_lse_lanes(std::optional<bool> on) { g_lse_lanes.set(on); }
+bool topk_select_short() { return g_select_short.get(kTopkSelectShort); }
+void set_topk_select_short(std::optional<bool> on) { g_select_short.set(on); }
 void set_topk_lean_window_blocks(std::optional<bool> on) { g_lean_windows.set(on); }
 
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev) {

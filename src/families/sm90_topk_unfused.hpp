@@ -18,7 +18,10 @@ KernelSpec topk_unfused_spec(Layout layout);
 // The selection kernel of a loaded top-k variant (`plan` its plan) over a.n_rows score rows of at
 // most `width` visible columns: what launch() runs after each block's scores, exposed so that a
 // tool can time the selection alone on score rows it holds (dsa-indexer bench --op topk).
+// Rows that fit the short-row kernel take it (topk_select_short, topk_select_short_fits).
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream);
+// Whether every row of `a` of at most `width` visible cells fits sm90_topk_select_short.
+bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width);
 // BSHD blocks with an lse output: the rows' lse in the fused sweep's order (sm90_topk_lse.cuh),
 // over the block's scores and rows of `a` (launch 3 / function 3 of the unfused plan).
 void launch_topk_lse(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, float* lse, int64_t stride,
@@ -67,6 +70,12 @@ void set_topk_lean_window_blocks(std::optional<bool> on);  // tests and measurem
 inline constexpr bool kTopkLseLanes = false;
 bool topk_lse_lanes();
 void set_topk_lse_lanes(std::optional<bool> on);  // tests (nullopt: kTopkLseLanes)
+// Rows of at most 4096 cells (BSHD S_k <= 4096, THD max_seqlen_k <= 4093) selected by
+// sm90_topk_select_short<256>: the row in registers, 40 KB of shared memory, the same bits as
+// sm90_topk_select<256> (templates/sm90_topk_select.cuh). Off until a GPU checks it.
+inline constexpr bool kTopkSelectShort = false;
+bool topk_select_short();
+void set_topk_select_short(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
 // candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy).

@@ -150,6 +150,23 @@ TEST_CASE("topk: a saturated shape, several row blocks", "[topk]") {
   check_topk(t, 132, {2048});
 }
 
+// The short-row selection (sm90_topk_select_short, set_topk_select_short) through the whole
+// path: BSHD rows of at most 4096 keys (S_k 4096 at ratio 4, several blocks; ties; offsets) and
+// THD segments within 4093 keys, each against the reference selection.
+TEST_CASE("topk: the short-row selection through the whole path", "[topk][topk_short]") {
+  dsa_indexer::detail::set_topk_select_short(true);
+  check_topk(bshd(1, 64, 200, 64, 1), 151, {1, 7, 64, 512, 2048});
+  check_topk(bshd(2, 64, 256, 64, 1), 152, {1, 7, 64, 200}, /*ties=*/true);
+  HostProblem o = bshd(2, 32, 300, 64, 4);
+  o.offsets = {INT32_MAX - 5, 1000};
+  check_topk(o, 153, {7, 2048});
+  check_topk(bshd(2, 2304, 4096, 64, 4), 154, {2048, 512});
+  HostProblem t = thd({1500, 700, 900}, {4000, 200, 3000}, 64, 1);
+  t.offsets = {2500, -100, 2100};
+  check_topk(t, 155, {64, 2048});
+  dsa_indexer::detail::set_topk_select_short(std::nullopt);
+}
+
 // FP8 (e4m3) q and k with their scales (issue 22): the unfused path's blocks take the FP8 score
 // families (generic FP8, and lean FP8 and its split variant at the saturated shape), and the
 // selection must be exactly the reference selection of generic FP8's scores of the whole call.

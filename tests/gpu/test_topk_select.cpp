@@ -36,6 +36,8 @@ const float kInf = std::numeric_limits<float>::infinity();
 struct TopkShape {
   int threads;
   uint32_t cache_bytes;  // UINT32_MAX: the most the device allows
+  bool short_rows = false;  // sm90_topk_select_short<threads> (rows of at most 4096 cells; no cache)
+  uint32_t grid = 0;        // CTAs (rows are strided over them); 0: one per row
 };
 
 class TopkModule {
@@ -45,13 +47,14 @@ class TopkModule {
     return m;
   }
   CUfunction function(int threads) const { return threads == 256 ? f_[0] : threads == 512 ? f_[1] : f_[2]; }
+  CUfunction short_function() const { return f_[3]; }
   uint32_t max_dynamic_smem() const { return max_dyn_; }
   CUfunction fill() const { return fill_; }
 
  private:
   TopkModule() {
     const std::vector<std::string> names = {"dsa::sm90_topk_select<256>", "dsa::sm90_topk_select<512>",
-                                            "dsa::sm90_topk_select<1024>"};
+                                            "dsa::sm90_topk_select<1024>", "dsa::sm90_topk_select_short<256>"};
     // A hash-based fill for the timing rows: 2 GiB of scores without a host upload.
     const std::string src =
         "#include \"sm90_topk_select.cuh\"\n"
@@ -71,13 +74,13 @@ class TopkModule {
     auto& d = dd::Driver::get();
     DSA_CU(cuModuleLoadData(&mod_, out.cubin.data()));
     int static_smem = 0;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       DSA_CU(cuModuleGetFunction(&f_[i], mod_, out.lowered_names[static_cast<size_t>(i)].c_str()));
       int s = 0;
       d.check(d.cuFuncGetAttribute(&s, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f_[i]), "cuFuncGetAttribute");
       static_smem = std::max(static_smem, s);
     }
-    DSA_CU(cuModuleGetFunction(&fill_, mod_, out.lowered_names[3].c_str()));
+    DSA_CU(cuModuleGetFunction(&fill_, mod_, out.lowered_names[4].c_str()));
     const int optin = dd::device_info(0).max_smem_optin;
     max_dyn_ = static_cast<uint32_t>(optin - static_smem) / 16u * 16u;
     for (int i = 0; i < 3; ++i)
@@ -85,7 +88,7 @@ class TopkModule {
               "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   }
   CUmodule mod_ = nullptr;
-  CUfunction f_[3] = {};
+  CUfunction f_[4] = {};
   CUfunction fill_ = nullptr;
   uint32_t max_dyn_ = 0;
 };
@@ -93,14 +96,15 @@ class TopkModule {
 void launch_topk(const dsa::TopkSelectArgs& a, const TopkShape& sh, CUstream stream = nullptr) {
   const TopkModule& m = TopkModule::get();
   dd::KernelLaunch l;
-  l.grid[0] = static_cast<uint32_t>(std::min<int64_t>(a.n_rows, 1 << 30));
+  l.grid[0] = static_cast<uint32_t>(std::min<int64_t>(a.n_rows, sh.grid != 0 ? sh.grid : 1 << 30));
   l.block[0] = static_cast<uint32_t>(sh.threads);
   const uint32_t cache = sh.cache_bytes == UINT32_MAX ? m.max_dynamic_smem() - dsa::kTopkFixedSmemBytes : sh.cache_bytes;
-  l.smem = dsa::kTopkFixedSmemBytes + cache / 16u * 16u;
+  l.smem = sh.short_rows ? static_cast<uint32_t>(dsa::kTopkShortSmemBytes) : dsa::kTopkFixedSmemBytes + cache / 16u * 16u;
   dsa::TopkSelectArgs copy = a;
   void* params[] = {&copy};
   dd::ScopedContext ctx(0);
-  if (a.n_rows > 0) dd::launch_one(m.function(sh.threads), l, stream, params, "sm90_topk_select");
+  if (a.n_rows > 0)
+    dd::launch_one(sh.short_rows ? m.short_function() : m.function(sh.threads), l, stream, params, "sm90_topk_select");
 }
 
 struct HostCase {
@@ -324,6 +328,76 @@ TEST_CASE("topk select: exact against the CPU oracle, every k, both orders, thre
     }
   }
   std::printf("topk_select: oracle cases passed (seed %u)\n", seed);
+}
+
+// The short-row kernel (rows of at most 4096 cells in registers) against the oracle and bit for
+// bit against sm90_topk_select<256> (indices, values, softmax, lse): rows of every kind and of
+// lengths around k and the word and tile boundaries, in rows of 4096 floats (16-byte aligned; a
+// row may span the whole width) and of 4093 (every alignment; rows up to 4093 cells).
+TEST_CASE("topk select: the short-row kernel, bitwise the general one", "[topk_select][topk_short]") {
+  const unsigned seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  const int n_special = static_cast<int>(RowKind::count) - 1;
+  for (int64_t ld : {int64_t(4096), int64_t(4093)}) {
+    for (int k : {1, 7, 64, 512, 2048}) {
+      HostCase c;
+      c.k = k;
+      c.ld = ld;
+      const int32_t top = static_cast<int32_t>(ld) - 7;  // lo is 0..7
+      std::vector<int32_t> lens = {0, 1, 3, 4, 5, 31, 255, 256, 257, 1023, 1024, 1025, std::max(k - 1, 0), k, k + 1, top};
+      std::vector<RowKind> kinds(lens.size(), RowKind::random);
+      std::uniform_int_distribution<int32_t> len_d(0, top);
+      for (int s = 1; s <= n_special; ++s)
+        for (int32_t len : {std::min(k + 1 + 37 * s, top), len_d(rng), top}) {
+          lens.push_back(len);
+          kinds.push_back(static_cast<RowKind>(s));
+        }
+      for (int i = 0; i < 24; ++i) {
+        lens.push_back(len_d(rng));
+        kinds.push_back(RowKind::random);
+      }
+      fill_rows(c, lens, kinds, rng);
+      if (ld == 4096) {  // rows from column 0 up to the whole width
+        for (size_t r = 0; r < c.rows.size(); r += 3) {
+          dsa::TopkRow& row = c.rows[r];
+          const int32_t n = row.hi - row.lo;
+          row.lo = 0;
+          row.hi = r % 2 ? n : static_cast<int32_t>(ld);
+          float* p = c.scores.data() + r * static_cast<size_t>(ld);
+          std::normal_distribution<float> nd(0.0f, 3.0f);
+          for (int32_t j = 0; j < row.hi; ++j) p[j] = nd(rng);
+          for (int32_t j = row.hi; j < ld; ++j) p[j] = std::numeric_limits<float>::quiet_NaN();
+        }
+      }
+      DeviceCase dc(c);
+      for (bool sort : {false, true}) {
+        INFO(fmt::format("ld {} k {} sort_by_score {}", ld, k, sort));
+        std::vector<dsa_test::TopkRefResult> ref;
+        for (size_t r = 0; r < c.rows.size(); ++r)
+          ref.push_back(dsa_test::topk_reference(c.scores.data() + r * static_cast<size_t>(ld), c.rows[r].lo, c.rows[r].hi,
+                                                 c.rows[r].bias, k, sort));
+        const GpuOut general = dc.run(sort, {256, 0});
+        const GpuOut g = dc.run(sort, {256, 0, true});
+        std::string why;
+        const int64_t bad = compare(c, ref, g, &why);
+        INFO(why);
+        CHECK(bad == 0);
+        CHECK(g.indices == general.indices);
+        CHECK(bits_equal(g.values, general.values));
+        CHECK(bits_equal(g.softmax, general.softmax));
+        CHECK(bits_equal(g.lse, general.lse));
+        // 7 CTAs: each strides over rows (the next row's window loaded ahead, the histograms
+        // reused), the same bits
+        const GpuOut again = dc.run(sort, {256, 0, true, 7});
+        CHECK(again.indices == g.indices);
+        CHECK(bits_equal(again.values, g.values));
+        CHECK(bits_equal(again.softmax, g.softmax));
+        CHECK(bits_equal(again.lse, g.lse));
+      }
+    }
+  }
+  std::printf("topk_select: short-row kernel passed (seed %u)\n", seed);
 }
 
 TEST_CASE("topk select: optional outputs absent, strided outputs", "[topk_select]") {

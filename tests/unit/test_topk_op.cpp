@@ -284,7 +284,7 @@ TEST_CASE("topk: every variant compiles under NVRTC without spills", "[topk][nvr
     const KernelSpec spec = topk_unfused_spec(l);
     const GeneratedSource g = render(spec);
     INFO(g.name);
-    CHECK(g.kernels.size() == 4);  // rows, the selection (256 and 512 threads), the lse
+    CHECK(g.kernels.size() == 5);  // rows, the selection (256 and 512 threads), the lse, the short rows' selection
     const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
     CHECK_FALSE(out.cubin.empty());
     INFO(out.log);
@@ -293,9 +293,9 @@ TEST_CASE("topk: every variant compiles under NVRTC without spills", "[topk][nvr
       for (std::size_t at = out.log.find(needle); at != std::string::npos; at = out.log.find(needle, at + 1)) ++n;
       return n;
     };
-    CHECK(count("bytes spill stores") == 4);  // one ptxas report per kernel, each without spills
-    CHECK(count(" 0 bytes spill stores, 0 bytes spill loads") == 4);
-    CHECK(out.lowered_names.size() == 4);
+    CHECK(count("bytes spill stores") == 5);  // one ptxas report per kernel, each without spills
+    CHECK(count(" 0 bytes spill stores, 0 bytes spill loads") == 5);
+    CHECK(out.lowered_names.size() == 5);
   }
   // The score variants of THD blocks with topk_lean_window_blocks: lean's key-column row-window
   // variants (bf16 and fp32 W), one q-tile for S_q.
@@ -387,4 +387,28 @@ TEST_CASE("topk: THD blocks select with the call's block size", "[topk][planner]
   // BSHD: the block's width (S_k)
   Problem q = vt(topk_call(2, 256, 9000, 64));
   for_each_topk_block(q, topk_blocking(q, dev), [&](const TopkBlock& b) { CHECK(topk_select_width(q, b) == 9000); });
+}
+
+// The short-row kernel takes a launch only where every row's words fit its registers: a row of
+// the whole width when the rows are 16-byte aligned (lo % 4 cells before it, at most lo), else
+// a width of at most 4093 (up to 3 cells before column lo).
+TEST_CASE("topk: the short-row selection's fit", "[topk][planner]") {
+  alignas(16) static float scores[8];
+  dsa::TopkSelectArgs a{};
+  a.scores = scores;
+  a.ld = 4096;
+  CHECK(topk_select_short_fits(a, 4096));
+  CHECK(topk_select_short_fits(a, 1));
+  CHECK_FALSE(topk_select_short_fits(a, 4097));
+  CHECK(topk_select_short_fits(a, 4093));  // a THD block whose rows are narrower than its ld
+  a.ld = 8192;
+  CHECK_FALSE(topk_select_short_fits(a, 4096));
+  CHECK(topk_select_short_fits(a, 4093));
+  a.ld = 4094;  // rows not 16-byte aligned
+  CHECK_FALSE(topk_select_short_fits(a, 4094));
+  CHECK(topk_select_short_fits(a, 4093));
+  a.ld = 4096;
+  a.scores = scores + 1;  // a base not 16-byte aligned
+  CHECK_FALSE(topk_select_short_fits(a, 4096));
+  CHECK(topk_select_short_fits(a, 4093));
 }

@@ -17,7 +17,7 @@ using namespace dsa_indexer::detail;
 
 namespace {
 const std::vector<std::string> kTopkKernels = {"dsa::sm90_topk_select<256>", "dsa::sm90_topk_select<512>",
-                                               "dsa::sm90_topk_select<1024>"};
+                                               "dsa::sm90_topk_select<1024>", "dsa::sm90_topk_select_short<256>"};
 const std::vector<std::string> kTopkCandKernels = {"dsa::sm90_topk_candidates<256>", "dsa::sm90_topk_candidates<512>"};
 
 // Compiles `kernels` from `header` and checks the cubin, the names and the ptxas report.
@@ -63,6 +63,8 @@ TEST_CASE("topk select: the launch arguments have the layout the template reads"
   CHECK(dsa::kTopkCandCap >= dsa::kTopkMaxK);
   CHECK(dsa::kTopkSampleWords * 4 <= dsa::kTopkCandCap);
   CHECK(dsa::kTopkFixedSmemBytes == (dsa::kTopkBins + 2 * dsa::kTopkCandCap + 2 * dsa::kTopkMaxK) * 4);
+  CHECK(dsa::kTopkShortSmemBytes == (3 * dsa::kTopkBins + 2 * dsa::kTopkMaxK) * 4);
+  CHECK(dsa::kTopkShortSmemBytes <= 48 * 1024);  // no opt-in attribute needed
 }
 
 TEST_CASE("topk candidates: the launch arguments have the layout the template reads", "[topk]") {
