@@ -437,7 +437,8 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
 //   histogram, so no barrier separates a level from the next; the used histograms are cleared
 //   after the compaction, which every thread reaches past its last read of them;
 // - one compaction (topk_ordered_pass over the registers) writes the selection;
-// - the row max is a warp max per warp, read after the compaction's barriers;
+// - the row max is a warp max per warp, read after the compaction's barriers (racecheck found
+//   the read of an empty row, which has no barrier, in session 27; such a row needs no max);
 // - the next row's window is loaded while this row is selected.
 // Shared memory: kTopkShortSmemBytes (40 KB against 56 KB), so more CTAs share an SM: three
 // full histograms (topk_find_bin scans kTopkBins bins) and the selection.
@@ -520,10 +521,12 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select_short(const __gr
     const u32 n_sel = min(n, k);
     topk_ordered_pass<T>(s, rc.nw, [&](i32, int u) { return kk[u]; }, [&](i32 w, int q) { return 4 * w - rc.off + q; },
                          tkey, take_eq, n_sel, n_sel, skey, scol);
-    // Past the pass's barriers: every histogram read is done, warp_max is complete.
+    // Past the pass's barriers (a row of no words has none, and no max to read): every histogram
+    // read is done, warp_max is complete.
     u32 max_key = 0u;
+    if (rc.nw > 0)
 #pragma unroll
-    for (int i = 0; i < kWarps; ++i) max_key = max(max_key, warp_max[i]);
+      for (int i = 0; i < kWarps; ++i) max_key = max(max_key, warp_max[i]);
     if (levels >= 1)
       for (int i = tid; i < kTopkBins; i += T) hist1[i] = 0u;
     if (levels >= 2)

@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -531,6 +531,19 @@ if [[ " $steps " == *" s25c "* ]]; then
   run gpu_topk_lse 60 $b/tests/dsa_gpu_tests "[topk_lse]"
   lse_rows
   run topk_bench_fp8 150 $b/tools/dsa-indexer bench --op topk --in e4m3 --reps 10 --topk-k 2048 --match "S_k 1"
+fi
+# s27c (not in all): session 27's defaults (the short-row selection, THD fused row ranges and
+# ragged ends on): racecheck and memcheck of the short-row kernel (an empty row's max read fixed),
+# the THD fused cases under the new defaults, the unfused cases and the selection kernels, the
+# THD and ratio-4 rows of the top-k bench, then the sanitizers over the small fused cases.
+if [[ " $steps " == *" s27c "* ]]; then
+  run racecheck_short 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  run memcheck_short 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  run gpu_topk_fused_thd 200 $b/tests/dsa_gpu_tests "[topk_fused_thd]" --durations yes
+  run gpu_topk_unfused 150 $b/tests/dsa_gpu_tests "[topk],[topk_select]" --durations yes
+  run topk_bench_thd 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
+  run topk_bench_r4 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match r4
+  sanitize_fused 100 120
 fi
 # s27b (not in all): the short-row selection (session 27): its kernel against the oracle and
 # bitwise the general one, the whole path with it ([topk_short]); the ratio-4 and THD rows with

@@ -77,18 +77,20 @@ bool topk_fused_part();
 void set_topk_fused_part(std::optional<bool> on);  // nullopt: kTopkFusedPart
 // THD blocks of a ragged end (a packing's last block whose rows are no whole q-tiles, T_q % 8):
 // the row-windows sweep over them, its last q-tile's rows past T_q empty (lean's THD row
-// validity, the selectors' count and failed-flag guards). Built in session 26 without a GPU, so
-// off (such calls are refused by name, "a multiple of 8 (explicit windows)");
-// set_topk_fused_ragged_thd(true) turns it on for tests until a GPU run checks it.
-inline constexpr bool kTopkFusedRaggedThd = false;
+// validity, the selectors' count and failed-flag guards). Built in session 26; on since session
+// 27, when the GPU case "THD, a ragged last block" passed bitwise against the unfused path in
+// every protocol (an H100). set_topk_fused_ragged_thd(false): refused by name, "a multiple of 8
+// (explicit windows)", as before.
+inline constexpr bool kTopkFusedRaggedThd = true;
 bool topk_fused_ragged_thd();
 void set_topk_fused_ragged_thd(std::optional<bool> on);  // nullopt: kTopkFusedRaggedThd
 // THD blocks of row ranges (for_each_topk_row_block: bl.rows packed rows whatever their
 // segments, the blocking's even split, so no sliver under a wave) instead of the unfused path's
 // segment groups, which split a segment where the budget's rows end and can leave a block of a
-// few q-tiles that the sweep's gate refuses. Built in session 26 without a GPU, so off;
-// set_topk_fused_thd_rows(true) for tests until a GPU run checks it.
-inline constexpr bool kTopkFusedThdRows = false;
+// few q-tiles that the sweep's gate refuses. Built in session 26; on since session 27, when the
+// GPU case "THD, row-range blocks" passed bitwise against the unfused path (an H100).
+// set_topk_fused_thd_rows(false): the segment groups, as before.
+inline constexpr bool kTopkFusedThdRows = true;
 bool topk_fused_thd_rows();
 void set_topk_fused_thd_rows(std::optional<bool> on);  // nullopt: kTopkFusedThdRows
 // Measurements: device memory of dsa::kLeanTopkStats u32 counters that every later sampled

@@ -72,8 +72,10 @@ bool topk_lse_lanes();
 void set_topk_lse_lanes(std::optional<bool> on);  // tests (nullopt: kTopkLseLanes)
 // Rows of at most 4096 cells (BSHD S_k <= 4096, THD max_seqlen_k <= 4093) selected by
 // sm90_topk_select_short<256>: the row in registers, 40 KB of shared memory, the same bits as
-// sm90_topk_select<256> (templates/sm90_topk_select.cuh). Off until a GPU checks it.
-inline constexpr bool kTopkSelectShort = false;
+// sm90_topk_select<256> (templates/sm90_topk_select.cuh). On since session 27: on an H100 bitwise
+// equal to the general kernel and the oracle ([topk_short]), and the selection of the S_q 16384 /
+// S_k 4096 ratio-4 row 281.2 µs against 389.9 (docs/PERF_NOTES.md).
+inline constexpr bool kTopkSelectShort = true;
 bool topk_select_short();
 void set_topk_select_short(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of

@@ -425,12 +425,15 @@ void check_sample_cells_in(int64_t lo, int64_t hi, int s) {
 
 }  // namespace
 
-// THD (by name only: automatic THD calls keep the unfused path until a GPU times it): the unfused
-// path's blocks (segments grouped up to max_seqlen_k keys), each swept as a B 1 problem with the
-// rows kernel's windows by the THD sweep kernel (lean's row-windows variant with the selection
-// epilogue); lse calls, blocks under a wave of q-tiles and blocks of a ragged end are refused.
+// THD (by name only: automatic THD calls keep the unfused path until a GPU times it): with the
+// segment groups (topk_fused_thd_rows off; on, the row ranges below) the unfused path's blocks
+// (segments grouped up to max_seqlen_k keys), each swept as a B 1 problem with the rows kernel's
+// windows by the THD sweep kernel (lean's row-windows variant with the selection epilogue); lse
+// calls, blocks under a wave of q-tiles and (topk_fused_ragged_thd off) blocks of a ragged end
+// are refused.
 TEST_CASE("topk fused: THD calls by name, blocks swept as row windows", "[topk][dispatch][thd]") {
   const DeviceInfo dev = DeviceInfo::h200();
+  set_topk_fused_thd_rows(false);
   for (bool global : {false, true}) {
     INFO("global " << global);
     // blocks: rows [0, 3152) over keys [0, 6096) (two segments), rows [3152, 6152) over 8192
@@ -493,9 +496,10 @@ TEST_CASE("topk fused: THD calls by name, blocks swept as row windows", "[topk][
     CHECK(&choose_family(p, dev, KernelFamily::automatic, false) == &topk_unfused_family());
   }
   {  // T_q 3149: the last block's 1101 rows are no whole q-tiles (the row-windows gate), served
-     // only with topk_fused_ragged_thd (off until a GPU checks it), under a gate key of its own
+     // only with topk_fused_ragged_thd (on since session 27), under a gate key of its own
     PackedCall c({2048, 1101}, {4096, 8192});
     const Problem p = thd_topk(c, 64);
+    set_topk_fused_ragged_thd(false);
     CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("a multiple of 8 (explicit windows)"));
     const std::string off = topk_fused_family().gate_key(p, dev);
     CHECK_THAT(off, Contains(".rg0"));
@@ -510,6 +514,7 @@ TEST_CASE("topk fused: THD calls by name, blocks swept as row windows", "[topk][
     CHECK(make_plan(inner[0], dev, topk_fused_sweep_family()).spec == make_plan(inner[1], dev, topk_fused_sweep_family()).spec);
     CHECK(make_plan(inner[1], dev, topk_fused_sweep_family()).num_tiles == (1101 + 7) / 8);
     set_topk_fused_ragged_thd(std::nullopt);
+    CHECK_THAT(topk_fused_family().gate_key(p, dev), Contains(".rg1"));  // the default
     // BSHD's blocks are causal (no explicit windows): no token
     CHECK(topk_fused_family().gate_key(topk_problem(1, 4096, 131072, 2048), dev).find(".rg") == std::string::npos);
   }
@@ -536,6 +541,7 @@ TEST_CASE("topk fused: THD calls by name, blocks swept as row windows", "[topk][
   // BSHD sweeps keep their keys (no sample stride token: their kSeqK gives it)
   for (const Problem& s : topk_fused_family().inner_problems(topk_problem(1, 4096, 131072, 2048), dev))
     CHECK(make_plan(s, dev, topk_fused_sweep_family()).spec.shape_key().find(".ss") == std::string::npos);
+  set_topk_fused_thd_rows(std::nullopt);
 }
 
 TEST_CASE("topk fused: a THD window's sample cells", "[topk]") {
@@ -605,8 +611,12 @@ TEST_CASE("topk fused: the GPU cases' THD packings take the fused path by name",
           const Problem p = thd_topk(c, k);
           INFO("T_q " << p.t_q << " max_seqlen_k " << p.s_k << " k " << k << " margin " << (margin ? std::to_string(*margin) : std::string("default")) << " entries "
                       << entries);
+          // row ranges (the default) and segment groups (sweeps: the distinct block shapes)
+          CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+          set_topk_fused_thd_rows(false);
           CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
           CHECK(topk_fused_family().inner_problems(p, dev).size() == pk.sweeps);
+          set_topk_fused_thd_rows(std::nullopt);
         }
   set_topk_fused_margin(std::nullopt);
   set_topk_fused_candidates(0);
@@ -622,7 +632,10 @@ TEST_CASE("topk fused: the GPU cases' THD packings take the fused path by name",
         const Problem p = thd_topk(c, k);
         INFO("ragged: T_q " << p.t_q << " k " << k << " margin " << (margin ? std::to_string(*margin) : std::string("default")));
         CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+        set_topk_fused_thd_rows(false);
+        CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
         CHECK(topk_fused_family().inner_problems(p, dev).size() == pk.sweeps);
+        set_topk_fused_thd_rows(std::nullopt);
       }
   set_topk_fused_margin(std::nullopt);
   set_topk_fused_ragged_thd(std::nullopt);
@@ -652,6 +665,7 @@ TEST_CASE("topk fused: THD row-range blocks serve the packings segment groups re
         const bool ragged = p.t_q % 8 != 0;
         set_topk_fused_thd_rows(true);
         if (ragged) {
+          set_topk_fused_ragged_thd(false);
           CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("a multiple of 8"));
           set_topk_fused_ragged_thd(true);
         }
@@ -674,12 +688,17 @@ TEST_CASE("topk fused: THD row-range blocks serve the packings segment groups re
         set_topk_fused_ragged_thd(std::nullopt);
       }
   set_topk_fused_margin(std::nullopt);
-  // off (the default): the first packing's sliver is refused under the redo's margin at k 1
+  // off (segment groups): the first packing's sliver is refused under the redo's margin at k 1;
+  // on (the default since session 27) it is served
   set_topk_fused_margin(-4.0f);
   PackedCall c({2045, 1107, 3000}, {4096, 2000, 8192});
   c.opt.ratio = 1;
   const Problem p = thd_topk(c, 1);
+  set_topk_fused_thd_rows(false);
   CHECK_THROWS_WITH(choose_family(p, dev, KernelFamily::topk_fused, false), Contains("grid saturation"));
   CHECK_THAT(topk_fused_family().gate_key(p, dev), Contains(".tr0"));
+  set_topk_fused_thd_rows(std::nullopt);
+  CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+  CHECK_THAT(topk_fused_family().gate_key(p, dev), Contains(".tr1"));
   set_topk_fused_margin(std::nullopt);
 }
