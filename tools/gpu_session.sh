@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -544,6 +544,14 @@ if [[ " $steps " == *" s27c "* ]]; then
   run topk_bench_thd 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
   run topk_bench_r4 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match r4
   sanitize_fused 100 120
+fi
+# s27d (not in all): s27c within the last minutes of a session's device time: no memcheck (the
+# short-row kernel's was clean before the fix) and no sanitizers over the small fused cases.
+if [[ " $steps " == *" s27d "* ]]; then
+  run racecheck_short 60 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  run gpu_topk_fused_thd 110 $b/tests/dsa_gpu_tests "[topk_fused_thd]" --durations yes
+  run topk_bench_thd 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match thd
+  run gpu_topk_unfused 90 $b/tests/dsa_gpu_tests "[topk],[topk_select]" --durations yes
 fi
 # s27b (not in all): the short-row selection (session 27): its kernel against the oracle and
 # bitwise the general one, the whole path with it ([topk_short]); the ratio-4 and THD rows with
