@@ -239,7 +239,10 @@ class TopkFusedFamily final : public Family {
   // FP8 calls keep the unfused path (the fused one serves them by name): measured slower at
   // every row length, 1.15x the unfused time at S_k 16384 and 1.01x at 131072 (session 26, an
   // H100, docs/PERF_NOTES.md): FP8's scores are about 1.55x faster, the sweep's selection work is not.
-  // THD calls keep the unfused path (the fused one serves them by name): not measured yet.
+  // THD calls keep the unfused path (the fused one serves them by name): measured slower on the
+  // THD bench row (T_q 16384 in {5462, 8198, 2724}, max_seqlen_k 8198, k 2048): 2422.8 against
+  // 2137.3 us cold, 1.86x against 1.63x the scores (session 27, an H100, docs/PERF_NOTES.md).
+  // Its rows are short, where the fused path loses on BSHD too.
   bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {
     return !p.is_thd() && p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) &&
            topk_fused_candidates_fit(p.topk.k, p.s_k);
@@ -250,9 +253,9 @@ class TopkFusedFamily final : public Family {
     return p;
   }
 
-  // THD: the unfused path's blocks (segments grouped up to max_seqlen_k keys; row ranges with
-  // topk_fused_thd_rows), each swept as a B 1 problem with the rows kernel's windows (lean's
-  // row-windows gate: a wave, whole q-tiles unless topk_fused_ragged_thd).
+  // THD: row ranges (topk_fused_thd_rows, the default; off: the unfused path's segment groups),
+  // each swept as a B 1 problem with the rows kernel's windows (lean's row-windows gate: a wave,
+  // and a ragged last q-tile with topk_fused_ragged_thd, the default).
   Gate check(const Problem& p, const DeviceInfo& dev) const override {
     // THD's lse is the selection's fp64 two-pass sum over a score row (the unfused path's), which
     // the sweep, seeing a row's cells spread over its lanes, cannot reproduce bit for bit
