@@ -102,6 +102,7 @@ def topk_cases(quick: bool = False) -> list:
         TopkCase("topk bshd S_q 4096 S_k 131072 r1", 1, 4096, 131072, 1, True),
         TopkCase("topk bshd S_q 2048 S_k 262144 r1", 1, 2048, 262144, 1, True),
         TopkCase("topk bshd S_q 16384 S_k 4096 r4", 1, 16384, 4096, 4, False),
+        TopkCase("topk bshd S_q 16384 S_k 8192 r2", 1, 16384, 8192, 2, False),
         TopkCase("topk bshd B4 S_q 4096 S_k 16384 r1", 4, 4096, 16384, 1, True),
         TopkCase("topk thd r1 3 ragged T_q 16384", segs=[5462, 8198, 2724]),
     ]

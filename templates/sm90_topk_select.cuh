@@ -442,11 +442,18 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
 // - the next row's window is loaded while this row is selected.
 // Shared memory: kTopkShortSmemBytes (40 KB against 56 KB), so more CTAs share an SM: three
 // full histograms (topk_find_bin scans kTopkBins bins) and the selection.
-template <int T>
-__global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select_short(const __grid_constant__ TopkSelectArgs a) {
+//
+// W = 8 (rows of at most 8192 cells, `kTopkMediumCells`; built in session 27, off until a GPU
+// times it: kTopkSelectMedium): 8 words a thread, two tiles of the ordered pass, 2 CTAs of 256
+// threads per SM so that the 32 keys fit in registers; the same bits as sm90_topk_select<256>,
+// which serves rows of up to 8192 cells.
+template <int T, int W = kTopkUnroll>
+__global__ void __launch_bounds__(T, W == kTopkUnroll ? 1024 / T : 2) sm90_topk_select_short(const __grid_constant__ TopkSelectArgs a) {
   static_assert(T == 256, "sm90_topk_select_short: T must be 256 (the short rows' block of sm90_topk_select)");
-  static_assert(kTopkUnroll * T * 4 == kTopkShortCells, "sm90_topk_select_short: one tile of the ordered pass is the row");
-  constexpr int kW = kTopkUnroll;  // words a thread
+  static_assert(W == kTopkUnroll || W == 2 * kTopkUnroll, "sm90_topk_select_short: one or two tiles of the ordered pass");
+  static_assert(kTopkUnroll * T * 4 == kTopkShortCells && 2 * kTopkShortCells == kTopkMediumCells,
+                "sm90_topk_select_short: a tile of the ordered pass is kTopkShortCells");
+  constexpr int kW = W;  // words a thread
   constexpr int kWarps = T / 32;
   extern __shared__ __align__(16) u32 smem[];
   __shared__ TopkScratch s;
@@ -519,8 +526,13 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select_short(const __gr
       }
     }
     const u32 n_sel = min(n, k);
-    topk_ordered_pass<T>(s, rc.nw, [&](i32, int u) { return kk[u]; }, [&](i32 w, int q) { return 4 * w - rc.off + q; },
-                         tkey, take_eq, n_sel, n_sel, skey, scol);
+    auto cols = [&](i32 w, int q) { return 4 * w - rc.off + q; };
+    if constexpr (W == kTopkUnroll) {
+      topk_ordered_pass<T>(s, rc.nw, [&](i32, int u) { return kk[u]; }, cols, tkey, take_eq, n_sel, n_sel, skey, scol);
+    } else {  // the second tile's words are kk[kTopkUnroll + u]: word w = (tile * 4 + u) * T + tid
+      topk_ordered_pass<T>(s, rc.nw, [&](i32 w, int u) { return w < kTopkUnroll * T ? kk[u] : kk[kTopkUnroll + u]; }, cols,
+                           tkey, take_eq, n_sel, n_sel, skey, scol);
+    }
     // Past the pass's barriers (a row of no words has none, and no max to read): every histogram
     // read is done, warp_max is complete.
     u32 max_key = 0u;

@@ -22,6 +22,7 @@ constexpr i32 kTopkFixedSmemBytes = (kTopkBins + 2 * kTopkCandCap + 2 * kTopkMax
 // The short-row kernel (sm90_topk_select_short<256>): rows of at most kTopkShortCells cells in
 // registers, 4 words a thread; dynamic shared memory [3 histograms][selected keys][columns].
 constexpr i32 kTopkShortCells = 4096;
+constexpr i32 kTopkMediumCells = 8192;  // sm90_topk_select_short<256, 8>: 8 words a thread
 constexpr i32 kTopkShortSmemBytes = (3 * kTopkBins + 2 * kTopkMaxK) * 4;
 
 // Visible workspace columns [lo, hi) of one row (lo == hi: an empty row); the output index of

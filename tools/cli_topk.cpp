@@ -65,7 +65,7 @@ HostProblem topk_thd(const std::vector<int64_t>& segs) {
   return p;
 }
 
-// The shapes of issue 20's table, then B 4 and a THD packing (bench/peers.py topk_cases: the
+// The shapes of issue 20's table (and S_q 16384 / S_k 8192 ratio 2: rows of 4097..8192 keys), then B 4 and a THD packing (bench/peers.py topk_cases: the
 // same list, same order; python/tests/test_bench_tools.py holds them equal).
 std::vector<TopkCase> topk_bench_cases() {
   std::vector<TopkCase> cases;
@@ -74,6 +74,7 @@ std::vector<TopkCase> topk_bench_cases() {
   cases.push_back({"topk bshd S_q 4096 S_k 131072 r1", topk_bshd(1, 4096, 131072, 1, true)});
   cases.push_back({"topk bshd S_q 2048 S_k 262144 r1", topk_bshd(1, 2048, 262144, 1, true)});
   cases.push_back({"topk bshd S_q 16384 S_k 4096 r4", topk_bshd(1, 16384, 4096, 4, false)});
+  cases.push_back({"topk bshd S_q 16384 S_k 8192 r2", topk_bshd(1, 16384, 8192, 2, false)});
   cases.push_back({"topk bshd B4 S_q 4096 S_k 16384 r1", topk_bshd(4, 4096, 16384, 1, true)});
   cases.push_back({"topk thd r1 3 ragged T_q 16384", topk_thd({5462, 8198, 2724})});
   return cases;
@@ -209,6 +210,10 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_fused_part(o.fused_part);
   dd::set_topk_lse_lanes(o.lse_lanes);
   dd::set_topk_select_short(o.select_short);
+  dd::set_topk_select_medium(o.select_medium);
+  if (o.select_medium)
+    fmt::print("\nbench --op topk: rows of 4097 to 8192 cells selected by {}\n",
+               *o.select_medium ? "the 8-word short-row kernel (the row in registers)" : "the general kernel");
   if (o.select_short)
     fmt::print("\nbench --op topk: rows of at most 4096 cells selected by {}\n",
                *o.select_short ? "the short-row kernel (the row in registers)" : "the general kernel");

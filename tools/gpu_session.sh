@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28a|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -544,6 +544,18 @@ if [[ " $steps " == *" s27c "* ]]; then
   run topk_bench_thd 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
   run topk_bench_r4 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match r4
   sanitize_fused 100 120
+fi
+# s28a (not in all): the 8-word short-row selection (session 27, off: kTopkSelectMedium): its
+# kernel against the oracle and bitwise the general one, the whole path with it ([topk_short]),
+# racecheck and memcheck over the kernel case, then the S_k 8192 ratio-2 row (rows of 4097..8192
+# keys) with it off and on.
+if [[ " $steps " == *" s28a "* ]]; then
+  run gpu_topk_short 150 $b/tests/dsa_gpu_tests "[topk_short]" --durations yes
+  run racecheck_short 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  run memcheck_short 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  for sh in off on; do
+    run "topk_bench_medium_$sh" 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 8192" --topk-select-medium $sh
+  done
 fi
 # s27d (not in all): s27c within the last minutes of a session's device time: no memcheck (the
 # short-row kernel's was clean before the fix) and no sanitizers over the small fused cases.

@@ -38,6 +38,7 @@ std::atomic<bool> g_wave{false};
 FlagOverride g_lean_windows;
 FlagOverride g_lse_lanes;
 FlagOverride g_select_short;
+FlagOverride g_select_medium;
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
 TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
@@ -94,6 +95,9 @@ class TopkUnfusedFamily final : public Family {
     KernelLaunch& short_sel = plan.launches[plan.n_launches++];  // rows of at most 4096 cells
     short_sel.block[0] = kSelectThreadsShort;
     short_sel.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
+    KernelLaunch& medium_sel = plan.launches[plan.n_launches++];  // rows of at most 8192 cells
+    medium_sel.block[0] = kSelectThreadsShort;
+    medium_sel.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
     return plan;
   }
 
@@ -121,6 +125,7 @@ class TopkUnfusedFamily final : public Family {
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsLong));
     g.kernels.push_back(fmt::format("dsa::sm90_topk_lse<{}>", kLseWarps));
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select_short<{}>", kSelectThreadsShort));
+    g.kernels.push_back(fmt::format("dsa::sm90_topk_select_short<{}, 8>", kSelectThreadsShort));
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
@@ -365,15 +370,17 @@ void launch_topk_lse(const Plan& plan, const LoadedKernel& k, const dsa::TopkSel
   launch_one(k.functions[3], l, stream, params, "cuLaunchKernelEx(sm90_topk_lse)");
 }
 
-bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width) {
+bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width, int64_t cells) {
   // A row's words start at its column lo rounded down to 16 bytes: lo % 4 cells before it when
   // the rows are 16-byte aligned, at most lo, so that a row of the whole width still fits.
   const bool aligned = a.ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.scores) % 16 == 0;
-  return (aligned && width == a.ld ? width : width + 3) <= dsa::kTopkShortCells;
+  return (aligned && width == a.ld ? width : width + 3) <= cells;
 }
 
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream) {
-  const int which = width > kLongRow ? 2 : topk_select_short() && topk_select_short_fits(a, width) ? 4 : 1;
+  const bool short_rows = topk_select_short() && topk_select_short_fits(a, width, dsa::kTopkShortCells);
+  const bool medium_rows = !short_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
+  const int which = width > kLongRow ? 2 : short_rows ? 4 : medium_rows ? 5 : 1;
   KernelLaunch sel = plan.launches[which];
   sel.grid[0] = static_cast<uint32_t>(std::min<int64_t>(a.n_rows, int64_t(1) << 30));  // the kernel strides over rows beyond
   dsa::TopkSelectArgs args = a;
@@ -399,6 +406,8 @@ bool topk_lse_lanes() { return g_lse_lanes.get(kTopkLseLanes); }
 void set_topk_lse_lanes(std::optional<bool> on) { g_lse_lanes.set(on); }
 bool topk_select_short() { return g_select_short.get(kTopkSelectShort); }
 void set_topk_select_short(std::optional<bool> on) { g_select_short.set(on); }
+bool topk_select_medium() { return g_select_medium.get(kTopkSelectMedium); }
+void set_topk_select_medium(std::optional<bool> on) { g_select_medium.set(on); }
 void set_topk_lean_window_blocks(std::optional<bool> on) { g_lean_windows.set(on); }
 
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev) {

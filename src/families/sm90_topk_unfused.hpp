@@ -20,8 +20,9 @@ KernelSpec topk_unfused_spec(Layout layout);
 // tool can time the selection alone on score rows it holds (dsa-indexer bench --op topk).
 // Rows that fit the short-row kernel take it (topk_select_short, topk_select_short_fits).
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream);
-// Whether every row of `a` of at most `width` visible cells fits sm90_topk_select_short.
-bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width);
+// Whether every row of `a` of at most `width` visible cells fits `cells` (kTopkShortCells:
+// sm90_topk_select_short<256>; kTopkMediumCells: its 8-word variant) with its alignment.
+bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width, int64_t cells = dsa::kTopkShortCells);
 // BSHD blocks with an lse output: the rows' lse in the fused sweep's order (sm90_topk_lse.cuh),
 // over the block's scores and rows of `a` (launch 3 / function 3 of the unfused plan).
 void launch_topk_lse(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, float* lse, int64_t stride,
@@ -78,6 +79,12 @@ void set_topk_lse_lanes(std::optional<bool> on);  // tests (nullopt: kTopkLseLan
 inline constexpr bool kTopkSelectShort = true;
 bool topk_select_short();
 void set_topk_select_short(std::optional<bool> on);  // tests and measurements (nullopt: the default)
+// Rows of 4097..8192 cells (BSHD S_k <= 8192, THD max_seqlen_k <= 8189) by the 8-word variant,
+// sm90_topk_select_short<256, 8> (2 CTAs per SM, 32 keys a thread in registers), the same bits
+// as sm90_topk_select<256>. Built in session 27 without a GPU: off until one checks and times it.
+inline constexpr bool kTopkSelectMedium = false;
+bool topk_select_medium();
+void set_topk_select_medium(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
 // candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy).

@@ -167,6 +167,20 @@ TEST_CASE("topk: the short-row selection through the whole path", "[topk][topk_s
   dsa_indexer::detail::set_topk_select_short(std::nullopt);
 }
 
+// The 8-word short-row selection (set_topk_select_medium; rows of 4097..8192 keys) through the
+// whole path: BSHD S_k 8192 (several blocks) and 6000, THD segments within 8189 keys.
+TEST_CASE("topk: the 8-word short-row selection through the whole path", "[topk][topk_short]") {
+  dsa_indexer::detail::set_topk_select_medium(true);
+  check_topk(bshd(1, 2304, 8192, 64, 4), 156, {2048, 512});
+  HostProblem b = bshd(2, 64, 6000, 64, 1);
+  b.offsets = {5900, 100};
+  check_topk(b, 157, {1, 64, 2048}, /*ties=*/true);
+  HostProblem t = thd({1500, 700, 900}, {8000, 200, 5000}, 64, 1);
+  t.offsets = {6500, -100, 4100};
+  check_topk(t, 158, {64, 2048});
+  dsa_indexer::detail::set_topk_select_medium(std::nullopt);
+}
+
 // FP8 (e4m3) q and k with their scales (issue 22): the unfused path's blocks take the FP8 score
 // families (generic FP8, and lean FP8 and its split variant at the saturated shape), and the
 // selection must be exactly the reference selection of generic FP8's scores of the whole call.

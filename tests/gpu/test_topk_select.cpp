@@ -36,8 +36,9 @@ const float kInf = std::numeric_limits<float>::infinity();
 struct TopkShape {
   int threads;
   uint32_t cache_bytes;  // UINT32_MAX: the most the device allows
-  bool short_rows = false;  // sm90_topk_select_short<threads> (rows of at most 4096 cells; no cache)
+  bool short_rows = false;  // sm90_topk_select_short<threads, words> (rows of at most words x 1024 cells; no cache)
   uint32_t grid = 0;        // CTAs (rows are strided over them); 0: one per row
+  int words = 4;            // the short-row kernel's words a thread (4 or 8)
 };
 
 class TopkModule {
@@ -47,14 +48,15 @@ class TopkModule {
     return m;
   }
   CUfunction function(int threads) const { return threads == 256 ? f_[0] : threads == 512 ? f_[1] : f_[2]; }
-  CUfunction short_function() const { return f_[3]; }
+  CUfunction short_function(int words) const { return words == 4 ? f_[3] : f_[4]; }
   uint32_t max_dynamic_smem() const { return max_dyn_; }
   CUfunction fill() const { return fill_; }
 
  private:
   TopkModule() {
     const std::vector<std::string> names = {"dsa::sm90_topk_select<256>", "dsa::sm90_topk_select<512>",
-                                            "dsa::sm90_topk_select<1024>", "dsa::sm90_topk_select_short<256>"};
+                                            "dsa::sm90_topk_select<1024>", "dsa::sm90_topk_select_short<256>",
+                                            "dsa::sm90_topk_select_short<256, 8>"};
     // A hash-based fill for the timing rows: 2 GiB of scores without a host upload.
     const std::string src =
         "#include \"sm90_topk_select.cuh\"\n"
@@ -74,13 +76,13 @@ class TopkModule {
     auto& d = dd::Driver::get();
     DSA_CU(cuModuleLoadData(&mod_, out.cubin.data()));
     int static_smem = 0;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 5; ++i) {
       DSA_CU(cuModuleGetFunction(&f_[i], mod_, out.lowered_names[static_cast<size_t>(i)].c_str()));
       int s = 0;
       d.check(d.cuFuncGetAttribute(&s, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f_[i]), "cuFuncGetAttribute");
       static_smem = std::max(static_smem, s);
     }
-    DSA_CU(cuModuleGetFunction(&fill_, mod_, out.lowered_names[4].c_str()));
+    DSA_CU(cuModuleGetFunction(&fill_, mod_, out.lowered_names[5].c_str()));
     const int optin = dd::device_info(0).max_smem_optin;
     max_dyn_ = static_cast<uint32_t>(optin - static_smem) / 16u * 16u;
     for (int i = 0; i < 3; ++i)
@@ -88,7 +90,7 @@ class TopkModule {
               "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   }
   CUmodule mod_ = nullptr;
-  CUfunction f_[4] = {};
+  CUfunction f_[5] = {};
   CUfunction fill_ = nullptr;
   uint32_t max_dyn_ = 0;
 };
@@ -104,7 +106,7 @@ void launch_topk(const dsa::TopkSelectArgs& a, const TopkShape& sh, CUstream str
   void* params[] = {&copy};
   dd::ScopedContext ctx(0);
   if (a.n_rows > 0)
-    dd::launch_one(sh.short_rows ? m.short_function() : m.function(sh.threads), l, stream, params, "sm90_topk_select");
+    dd::launch_one(sh.short_rows ? m.short_function(sh.words) : m.function(sh.threads), l, stream, params, "sm90_topk_select");
 }
 
 struct HostCase {
@@ -330,22 +332,25 @@ TEST_CASE("topk select: exact against the CPU oracle, every k, both orders, thre
   std::printf("topk_select: oracle cases passed (seed %u)\n", seed);
 }
 
-// The short-row kernel (rows of at most 4096 cells in registers) against the oracle and bit for
-// bit against sm90_topk_select<256> (indices, values, softmax, lse): rows of every kind and of
-// lengths around k and the word and tile boundaries, in rows of 4096 floats (16-byte aligned; a
-// row may span the whole width) and of 4093 (every alignment; rows up to 4093 cells).
+// The short-row kernels (rows of at most 4096 cells in registers, 4 words a thread; and of 8192,
+// 8 words) against the oracle and bit for bit against sm90_topk_select<256> (indices, values,
+// softmax, lse): rows of every kind and of lengths around k and the word and tile boundaries, in
+// rows of words x 1024 floats (16-byte aligned; a row may span the whole width) and of 3 fewer
+// (every alignment).
 TEST_CASE("topk select: the short-row kernel, bitwise the general one", "[topk_select][topk_short]") {
   const unsigned seed = std::random_device{}();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   const int n_special = static_cast<int>(RowKind::count) - 1;
-  for (int64_t ld : {int64_t(4096), int64_t(4093)}) {
+  for (int words : {4, 8})
+  for (int64_t ld : {int64_t(words) * 1024, int64_t(words) * 1024 - 3}) {
     for (int k : {1, 7, 64, 512, 2048}) {
       HostCase c;
       c.k = k;
       c.ld = ld;
       const int32_t top = static_cast<int32_t>(ld) - 7;  // lo is 0..7
-      std::vector<int32_t> lens = {0, 1, 3, 4, 5, 31, 255, 256, 257, 1023, 1024, 1025, std::max(k - 1, 0), k, k + 1, top};
+      std::vector<int32_t> lens = {0, 1, 3, 4, 5, 31, 255, 256, 257, 1023, 1024, 1025, std::max(k - 1, 0), k, k + 1,
+                                   std::min(4095, top), std::min(4096, top), std::min(4097, top), top};
       std::vector<RowKind> kinds(lens.size(), RowKind::random);
       std::uniform_int_distribution<int32_t> len_d(0, top);
       for (int s = 1; s <= n_special; ++s)
@@ -358,7 +363,7 @@ TEST_CASE("topk select: the short-row kernel, bitwise the general one", "[topk_s
         kinds.push_back(RowKind::random);
       }
       fill_rows(c, lens, kinds, rng);
-      if (ld == 4096) {  // rows from column 0 up to the whole width
+      if (ld % 4 == 0) {  // rows from column 0 up to the whole width
         for (size_t r = 0; r < c.rows.size(); r += 3) {
           dsa::TopkRow& row = c.rows[r];
           const int32_t n = row.hi - row.lo;
@@ -372,13 +377,13 @@ TEST_CASE("topk select: the short-row kernel, bitwise the general one", "[topk_s
       }
       DeviceCase dc(c);
       for (bool sort : {false, true}) {
-        INFO(fmt::format("ld {} k {} sort_by_score {}", ld, k, sort));
+        INFO(fmt::format("words {} ld {} k {} sort_by_score {}", words, ld, k, sort));
         std::vector<dsa_test::TopkRefResult> ref;
         for (size_t r = 0; r < c.rows.size(); ++r)
           ref.push_back(dsa_test::topk_reference(c.scores.data() + r * static_cast<size_t>(ld), c.rows[r].lo, c.rows[r].hi,
                                                  c.rows[r].bias, k, sort));
         const GpuOut general = dc.run(sort, {256, 0});
-        const GpuOut g = dc.run(sort, {256, 0, true});
+        const GpuOut g = dc.run(sort, {256, 0, true, 0, words});
         std::string why;
         const int64_t bad = compare(c, ref, g, &why);
         INFO(why);
@@ -389,7 +394,7 @@ TEST_CASE("topk select: the short-row kernel, bitwise the general one", "[topk_s
         CHECK(bits_equal(g.lse, general.lse));
         // 7 CTAs: each strides over rows (the next row's window loaded ahead, the histograms
         // reused), the same bits
-        const GpuOut again = dc.run(sort, {256, 0, true, 7});
+        const GpuOut again = dc.run(sort, {256, 0, true, 7, words});
         CHECK(again.indices == g.indices);
         CHECK(bits_equal(again.values, g.values));
         CHECK(bits_equal(again.softmax, g.softmax));

@@ -284,7 +284,7 @@ TEST_CASE("topk: every variant compiles under NVRTC without spills", "[topk][nvr
     const KernelSpec spec = topk_unfused_spec(l);
     const GeneratedSource g = render(spec);
     INFO(g.name);
-    CHECK(g.kernels.size() == 5);  // rows, the selection (256 and 512 threads), the lse, the short rows' selection
+    CHECK(g.kernels.size() == 6);  // rows, the selection (256 and 512 threads), the lse, the short rows' (4 and 8 words)
     const CompileOutput out = nvrtc_compile({g.name, g.text, g.kernels, compile_options(spec.arch), nullptr});
     CHECK_FALSE(out.cubin.empty());
     INFO(out.log);
@@ -293,9 +293,9 @@ TEST_CASE("topk: every variant compiles under NVRTC without spills", "[topk][nvr
       for (std::size_t at = out.log.find(needle); at != std::string::npos; at = out.log.find(needle, at + 1)) ++n;
       return n;
     };
-    CHECK(count("bytes spill stores") == 5);  // one ptxas report per kernel, each without spills
-    CHECK(count(" 0 bytes spill stores, 0 bytes spill loads") == 5);
-    CHECK(out.lowered_names.size() == 5);
+    CHECK(count("bytes spill stores") == 6);  // one ptxas report per kernel, each without spills
+    CHECK(count(" 0 bytes spill stores, 0 bytes spill loads") == 6);
+    CHECK(out.lowered_names.size() == 6);
   }
   // The score variants of THD blocks with topk_lean_window_blocks: lean's key-column row-window
   // variants (bf16 and fp32 W), one q-tile for S_q.
@@ -411,4 +411,12 @@ TEST_CASE("topk: the short-row selection's fit", "[topk][planner]") {
   a.scores = scores + 1;  // a base not 16-byte aligned
   CHECK_FALSE(topk_select_short_fits(a, 4096));
   CHECK(topk_select_short_fits(a, 4093));
+  // the 8-word variant: 8192 cells
+  a.scores = scores;
+  a.ld = 8192;
+  CHECK(topk_select_short_fits(a, 8192, dsa::kTopkMediumCells));
+  CHECK_FALSE(topk_select_short_fits(a, 8192));
+  a.ld = 8191;
+  CHECK_FALSE(topk_select_short_fits(a, 8191, dsa::kTopkMediumCells));
+  CHECK(topk_select_short_fits(a, 8189, dsa::kTopkMediumCells));
 }
