@@ -386,9 +386,10 @@ TEST_CASE("topk fused: THD, FP8 inputs", "[topk_fused_fp8][topk_fused_thd]") {
 }
 
 // A packing's last block of a ragged end (T_q % 8 != 0: no rows to pad it with), with
-// topk_fused_ragged_thd (off by default until this case passes on a GPU): its last q-tile's rows
-// past T_q are empty (lean's THD row validity) and keep no count or failed flag. 1101 rows after
-// a 2045-row block; and at max_seqlen_k 20000 (stride 32) 1061 rows after two one-segment blocks.
+// topk_fused_ragged_thd (on by default since this case passed on an H100, session 27): its last
+// q-tile's rows past T_q are empty (lean's THD row validity) and keep no count or failed flag.
+// 1101 rows after a 2045-row block; and at max_seqlen_k 20000 (stride 32) 1061 rows after two
+// one-segment blocks.
 TEST_CASE("topk fused: THD, a ragged last block", "[topk_fused][topk_fused_thd]") {
   namespace dd = dsa_indexer::detail;
   dd::set_topk_fused_ragged_thd(true);
@@ -402,8 +403,8 @@ TEST_CASE("topk fused: THD, a ragged last block", "[topk_fused][topk_fused_thd]"
   dd::set_topk_fused_ragged_thd(std::nullopt);
 }
 
-// Row-range THD blocks (topk_fused_thd_rows, off by default until this case passes on a GPU):
-// the packing whose segment groups left a 72-row sliver in session 26 (blocks of 3080 and 3072
+// Row-range THD blocks (topk_fused_thd_rows, on by default since this case passed on an H100,
+// session 27): the packing whose segment groups left a 72-row sliver in session 26 (blocks of 3080 and 3072
 // rows at the redo's margin, each over the keys of the segments it touches, 6096 and 10192 of
 // them: past max_seqlen_k); with a ragged end too (topk_fused_ragged_thd).
 TEST_CASE("topk fused: THD, row-range blocks", "[topk_fused][topk_fused_thd]") {

@@ -425,12 +425,12 @@ void check_sample_cells_in(int64_t lo, int64_t hi, int s) {
 
 }  // namespace
 
-// THD (by name only: automatic THD calls keep the unfused path until a GPU times it): with the
-// segment groups (topk_fused_thd_rows off; on, the row ranges below) the unfused path's blocks
-// (segments grouped up to max_seqlen_k keys), each swept as a B 1 problem with the rows kernel's
-// windows by the THD sweep kernel (lean's row-windows variant with the selection epilogue); lse
-// calls, blocks under a wave of q-tiles and (topk_fused_ragged_thd off) blocks of a ragged end
-// are refused.
+// THD (by name only: automatic THD calls keep the unfused path, measured slower in session 27):
+// with the segment groups (topk_fused_thd_rows off; on, the row ranges below) the unfused path's
+// blocks (segments grouped up to max_seqlen_k keys), each swept as a B 1 problem with the rows
+// kernel's windows by the THD sweep kernel (lean's row-windows variant with the selection
+// epilogue); lse calls, blocks under a wave of q-tiles and (topk_fused_ragged_thd off) blocks of
+// a ragged end are refused.
 TEST_CASE("topk fused: THD calls by name, blocks swept as row windows", "[topk][dispatch][thd]") {
   const DeviceInfo dev = DeviceInfo::h200();
   set_topk_fused_thd_rows(false);
@@ -600,6 +600,14 @@ TEST_CASE("topk fused: the GPU cases' THD packings take the fused path by name",
   // every protocol check_fused runs: the default margin, the redo's -4 (at small k no cut: every
   // cell a candidate, the fewest rows per block) and exact; and the tiny buffer (k + 64)
   const std::optional<float> margins[] = {std::nullopt, -4.0f, std::nanf("")};
+  // row ranges (the default) and segment groups (sweeps: the distinct block shapes) both serve it
+  auto check_both_blockings = [&](const Problem& p, size_t sweeps) {
+    CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+    set_topk_fused_thd_rows(false);
+    CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
+    CHECK(topk_fused_family().inner_problems(p, dev).size() == sweeps);
+    set_topk_fused_thd_rows(std::nullopt);
+  };
   for (const Packing& pk : packings)
     for (int k : {1, 7, 64, 512, 2048})
       for (const std::optional<float>& margin : margins)
@@ -611,12 +619,7 @@ TEST_CASE("topk fused: the GPU cases' THD packings take the fused path by name",
           const Problem p = thd_topk(c, k);
           INFO("T_q " << p.t_q << " max_seqlen_k " << p.s_k << " k " << k << " margin " << (margin ? std::to_string(*margin) : std::string("default")) << " entries "
                       << entries);
-          // row ranges (the default) and segment groups (sweeps: the distinct block shapes)
-          CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
-          set_topk_fused_thd_rows(false);
-          CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
-          CHECK(topk_fused_family().inner_problems(p, dev).size() == pk.sweeps);
-          set_topk_fused_thd_rows(std::nullopt);
+          check_both_blockings(p, pk.sweeps);
         }
   set_topk_fused_margin(std::nullopt);
   set_topk_fused_candidates(0);
@@ -631,17 +634,13 @@ TEST_CASE("topk fused: the GPU cases' THD packings take the fused path by name",
         c.opt.ratio = pk.ratio;
         const Problem p = thd_topk(c, k);
         INFO("ragged: T_q " << p.t_q << " k " << k << " margin " << (margin ? std::to_string(*margin) : std::string("default")));
-        CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
-        set_topk_fused_thd_rows(false);
-        CHECK(&choose_family(p, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
-        CHECK(topk_fused_family().inner_problems(p, dev).size() == pk.sweeps);
-        set_topk_fused_thd_rows(std::nullopt);
+        check_both_blockings(p, pk.sweeps);
       }
   set_topk_fused_margin(std::nullopt);
   set_topk_fused_ragged_thd(std::nullopt);
 }
 
-// Row-range THD blocks (topk_fused_thd_rows, off until a GPU checks it): the blocking's even split
+// Row-range THD blocks (topk_fused_thd_rows, on since session 27): the blocking's even split
 // of the packed rows whatever the segments, so the packings whose segment groups leave a sliver
 // under a wave (the redo's margin at small k: every cell a candidate, 4064 rows of 8192 keys in
 // 256 MiB) are served; each block spans the keys of the segments it touches (past max_seqlen_k),
