@@ -269,6 +269,118 @@ __device__ __forceinline__ float topk_row_lse(TopkScratch& s, const TopkRowCtx& 
   return topk_lse_finish<T>(s, acc, m);
 }
 
+// One row of at most W * T words (the alignment offset included) selected from registers: the
+// same outputs bit for bit as sm90_topk_select<T> (the selected set is unique, it is compacted in
+// column order, and both end in topk_write_row<T>; the lse adds the same words in the same order:
+// thread t's words t + u * T, u ascending, then the block sum).
+//
+// Where sm90_topk_select copies a short row into shared candidates and refines them there, here
+// each thread keeps its W words (4 W keys) in registers, words tid + u * T in column order:
+// - rows of at most k cells select every visible cell, with no radix level;
+// - longer rows take the radix levels (11/11/10 bits) over the registers, each into its own
+//   histogram, so no barrier separates a level from the next; the used histograms are cleared
+//   after the compaction, which every thread reaches past its last read of them (so they are
+//   zero again for the next row: the caller zeroes them before the first);
+// - one compaction (topk_ordered_pass over the registers) writes the selection;
+// - the row max is a warp max per warp (warp_max: T / 32 words), read after the compaction's
+//   barriers (racecheck found the read of an empty row, which has no barrier, in session 27;
+//   such a row needs no max).
+template <int T, int W>
+__device__ __forceinline__ void topk_select_row_regs(TopkScratch& s, const TopkSelectArgs& a, i64 row, const TopkRow& rw,
+                                                     const TopkRowCtx& rc, u32* hist1, u32* hist2, u32* hist3, u32* skey,
+                                                     i32* scol, u32* warp_max) {
+  static_assert(W == kTopkUnroll || W == 2 * kTopkUnroll, "topk_select_row_regs: one or two tiles of the ordered pass");
+  constexpr int kW = W;  // words a thread
+  constexpr int kWarps = T / 32;
+  const u32 k = static_cast<u32>(a.k);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const u32 n = static_cast<u32>(rc.n);
+  uint4 kk[kW];
+#pragma unroll
+  for (int u = 0; u < kW; ++u) {
+    const i32 w = u * T + tid;
+    kk[u] = w < rc.nw ? topk_load_word(rc, w) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  u32 mx = 0u;
+#pragma unroll
+  for (int u = 0; u < kW; ++u) mx = max(mx, max(max(kk[u].x, kk[u].y), max(kk[u].z, kk[u].w)));
+  mx = __reduce_max_sync(0xffffffffu, mx);
+  if (lane == 0) warp_max[warp] = mx;
+
+  // The threshold: keys > tkey, and the first take_eq keys == tkey in column order.
+  u32 tkey = 0u, take_eq = 0u;  // n <= k: every visible cell (keys > 0)
+  int levels = 0;
+  if (n > k) {
+    u32* const hists[3] = {hist1, hist2, hist3};
+    u32 prefix = 0u, need = k, count = n;
+    int res_shift = 32;  // key bits >= res_shift are fixed to prefix's
+    bool done = false;
+#pragma unroll
+    for (int level = 0; level < 3; ++level) {
+      if (done) break;  // uniform
+      u32* const h = hists[level];
+      const int dshift = level == 0 ? 21 : level == 1 ? 10 : 0;
+      const u32 dmask = level == 0 ? 0x7ffu : level == 1 ? 0x7ffu : 0x3ffu;
+#pragma unroll
+      for (int u = 0; u < kW; ++u)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const u32 key = topk_lane(kk[u], q);
+          // level 0: every visible key (kTopkNoKey, bin 0, below them all, is not counted)
+          const bool in = level == 0 ? key != kTopkNoKey : (key >> res_shift) == (prefix >> res_shift);
+          if (in) atomicAdd(&h[(key >> dshift) & dmask], 1u);
+        }
+      u32 b, above;
+      topk_find_bin<T>(s, h, need, b, above);  // its barriers: h complete before, read after
+      count = h[b];
+      prefix |= b << dshift;
+      res_shift = dshift;
+      need -= above;
+      done = need == count;
+      levels = level + 1;
+    }
+    if (done) {
+      tkey = prefix - 1u;  // every key >= prefix (prefix >= 3 << 21: a visible key's bin)
+    } else {
+      tkey = prefix;
+      take_eq = need;
+    }
+  }
+  const u32 n_sel = min(n, k);
+  auto cols = [&](i32 w, int q) { return 4 * w - rc.off + q; };
+  if constexpr (W == kTopkUnroll) {
+    topk_ordered_pass<T>(s, rc.nw, [&](i32, int u) { return kk[u]; }, cols, tkey, take_eq, n_sel, n_sel, skey, scol);
+  } else {  // the second tile's words are kk[kTopkUnroll + u]: word w = (tile * 4 + u) * T + tid
+    topk_ordered_pass<T>(s, rc.nw, [&](i32 w, int u) { return w < kTopkUnroll * T ? kk[u] : kk[kTopkUnroll + u]; }, cols,
+                         tkey, take_eq, n_sel, n_sel, skey, scol);
+  }
+  // Past the pass's barriers (a row of no words has none, and no max to read): every histogram
+  // read is done, warp_max is complete.
+  u32 max_key = 0u;
+  if (rc.nw > 0)
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) max_key = max(max_key, warp_max[i]);
+  if (levels >= 1)
+    for (int i = tid; i < kTopkBins; i += T) hist1[i] = 0u;
+  if (levels >= 2)
+    for (int i = tid; i < kTopkBins; i += T) hist2[i] = 0u;
+  if (levels >= 3)  // the last level's digit has 10 bits
+    for (int i = tid; i < kTopkBins / 2; i += T) hist3[i] = 0u;
+  if (a.lse != nullptr) {
+    float lse;
+    if (!topk_lse_special(rc.n, max_key, lse)) {  // uniform
+      const float m = topk_key_value(max_key);
+      double acc = 0.0;
+#pragma unroll
+      for (int u = 0; u < kW; ++u)
+        if (u * T + tid < rc.nw) topk_lse_add(acc, kk[u], m);
+      lse = topk_lse_finish<T>(s, acc, m);
+    }
+    if (tid == 0) a.lse[row * a.lse_stride] = lse;
+  }
+  topk_write_row<T>(s, a, row, k, skey, scol, n_sel, max_key, rw.lo, rw.bias);
+}
+
 // grid: any number of CTAs (rows are strided over them); block: T threads; dynamic shared
 // memory: kTopkFixedSmemBytes + a multiple of 16 bytes of row cache.
 // The second launch bound caps registers at 64 for every T: with T = 256 alone ptxas took 80
@@ -283,7 +395,14 @@ __device__ __forceinline__ float topk_row_lse(TopkScratch& s, const TopkRowCtx& 
 // the cost of the exact path). Otherwise (an unlucky sample, heavy ties) the exact path:
 // a histogram pass over the row (cached in shared memory where it fits), radix levels and an
 // ordered pass over the row.
-template <int T>
+//
+// R (session 28): rows of at most kTopkUnroll * T words (4096 cells at T 256, 8192 at 512) are
+// skipped: the launch before it, sm90_topk_select_short<T> over the same rows, selected them
+// from registers with the same bits. So a launch whose rows are mostly short, but whose width
+// passes the short-row kernel's (BSHD ratio rows, THD: the width is max_seqlen_k), keeps its
+// block size, so its softmax bits, and takes the general path only for its longer rows. (One
+// kernel holding both paths spilled at 64 registers; each alone fits.)
+template <int T, bool R = false>
 __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_constant__ TopkSelectArgs a) {
   static_assert(T == 256 || T == 512 || T == 1024, "sm90_topk_select: T must be 256, 512 or 1024");
   static_assert(kTopkCandCap >= kTopkMaxK, "sm90_topk_select: candidates must hold a whole selection");
@@ -314,6 +433,9 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
     rc.base = p - rc.off;
     rc.n = n;
     rc.nw = n > 0 ? static_cast<i32>((static_cast<i64>(rc.off) + n + 3) >> 2) : 0;
+    if constexpr (R) {
+      if (rc.nw <= kTopkUnroll * T) continue;  // uniform: sm90_topk_select_short<T> selects it
+    }
     auto row_keys = [&](i32 w, int) { return topk_load_word(rc, w); };
     auto row_cols = [&](i32 w, int q) { return 4 * w - rc.off + q; };
 
@@ -424,47 +546,29 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
 }
 
 
-// The short-row selection: rows of at most kTopkShortCells / 4 words, the alignment offset
-// included (the host launches it only where every row fits: topk_select_short_fits), the same
-// outputs bit for bit as
-// sm90_topk_select<T> (the selected set is unique, it is compacted in column order, and both end
-// in topk_write_row<T>; the lse adds the same words in the same order).
+// The short-row selection: each row of at most W * T words, the alignment offset included, by
+// topk_select_row_regs<T, W>, the same outputs bit for bit as sm90_topk_select<T>; the next
+// row's window is loaded while this row is selected. Longer rows are skipped: the host launches
+// the kernel alone only where every row fits (topk_select_short_fits), else before
+// sm90_topk_select<T, true>, which selects the others (the register rows, session 28; T 512 only
+// there). Shared memory: kTopkShortSmemBytes (40 KB against 56 KB), so more CTAs share an SM:
+// three full histograms (topk_find_bin scans kTopkBins bins) and the selection.
 //
-// Where sm90_topk_select copies a short row into shared candidates and refines them there, here
-// each thread keeps its 4 words (16 keys) in registers, words tid + u * T in column order:
-// - rows of at most k cells select every visible cell, with no radix level;
-// - longer rows take the radix levels (11/11/10 bits) over the registers, each into its own
-//   histogram, so no barrier separates a level from the next; the used histograms are cleared
-//   after the compaction, which every thread reaches past its last read of them;
-// - one compaction (topk_ordered_pass over the registers) writes the selection;
-// - the row max is a warp max per warp, read after the compaction's barriers (racecheck found
-//   the read of an empty row, which has no barrier, in session 27; such a row needs no max);
-// - the next row's window is loaded while this row is selected.
-// Shared memory: kTopkShortSmemBytes (40 KB against 56 KB), so more CTAs share an SM: three
-// full histograms (topk_find_bin scans kTopkBins bins) and the selection.
-//
-// W = 8 (rows of at most 8192 cells, `kTopkMediumCells`; built in session 27, off until a GPU
-// times it: kTopkSelectMedium): 8 words a thread, two tiles of the ordered pass, 2 CTAs of 256
-// threads per SM so that the 32 keys fit in registers; the same bits as sm90_topk_select<256>,
-// which serves rows of up to 8192 cells.
+// W = 8 (rows of at most 8192 cells, `kTopkMediumCells`; built in session 27, measured slower
+// in session 28, off: kTopkSelectMedium): 8 words a thread, two tiles of the ordered pass, 2
+// CTAs of 256 threads per SM so that the 32 keys fit in registers; the same bits as
+// sm90_topk_select<256>, which serves rows of up to 8192 cells.
 template <int T, int W = kTopkUnroll>
-__global__ void __launch_bounds__(T, W == kTopkUnroll ? 1024 / T : 2) sm90_topk_select_short(const __grid_constant__ TopkSelectArgs a) {
-  static_assert(T == 256, "sm90_topk_select_short: T must be 256 (the short rows' block of sm90_topk_select)");
-  static_assert(W == kTopkUnroll || W == 2 * kTopkUnroll, "sm90_topk_select_short: one or two tiles of the ordered pass");
-  static_assert(kTopkUnroll * T * 4 == kTopkShortCells && 2 * kTopkShortCells == kTopkMediumCells,
-                "sm90_topk_select_short: a tile of the ordered pass is kTopkShortCells");
-  constexpr int kW = W;  // words a thread
-  constexpr int kWarps = T / 32;
+__global__ void __launch_bounds__(T, W == kTopkUnroll && T == 256 ? 4 : 2) sm90_topk_select_short(const __grid_constant__ TopkSelectArgs a) {
+  static_assert(T == 256 || (T == 512 && W == kTopkUnroll), "sm90_topk_select_short: T 256, or 512 with 4 words");
+  static_assert(kTopkUnroll * 256 * 4 == kTopkShortCells && 2 * kTopkShortCells == kTopkMediumCells,
+                "sm90_topk_select_short: a tile of the ordered pass is kTopkShortCells at T 256");
   extern __shared__ __align__(16) u32 smem[];
   __shared__ TopkScratch s;
-  __shared__ u32 warp_max[kWarps];
-  u32* const hist1 = smem;
-  u32* const hist2 = smem + kTopkBins;
-  u32* const hist3 = smem + 2 * kTopkBins;
+  __shared__ u32 warp_max[T / 32];
   u32* const skey = smem + 3 * kTopkBins;
   i32* const scol = reinterpret_cast<i32*>(skey + kTopkMaxK);
-  const u32 k = static_cast<u32>(a.k);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   for (int i = tid; i < 3 * kTopkBins; i += T) smem[i] = 0u;
   __syncthreads();
 
@@ -473,91 +577,9 @@ __global__ void __launch_bounds__(T, W == kTopkUnroll ? 1024 / T : 2) sm90_topk_
     const TopkRow rw = next;
     if (row + gridDim.x < a.n_rows) next = a.rows[row + gridDim.x];
     const TopkRowCtx rc = topk_row_ctx(a, row, rw);
-    const u32 n = static_cast<u32>(rc.n);
-    uint4 kk[kW];
-#pragma unroll
-    for (int u = 0; u < kW; ++u) {
-      const i32 w = u * T + tid;
-      kk[u] = w < rc.nw ? topk_load_word(rc, w) : make_uint4(0u, 0u, 0u, 0u);
-    }
-    u32 mx = 0u;
-#pragma unroll
-    for (int u = 0; u < kW; ++u) mx = max(mx, max(max(kk[u].x, kk[u].y), max(kk[u].z, kk[u].w)));
-    mx = __reduce_max_sync(0xffffffffu, mx);
-    if (lane == 0) warp_max[warp] = mx;
-
-    // The threshold: keys > tkey, and the first take_eq keys == tkey in column order.
-    u32 tkey = 0u, take_eq = 0u;  // n <= k: every visible cell (keys > 0)
-    int levels = 0;
-    if (n > k) {
-      u32* const hists[3] = {hist1, hist2, hist3};
-      u32 prefix = 0u, need = k, count = n;
-      int res_shift = 32;  // key bits >= res_shift are fixed to prefix's
-      bool done = false;
-#pragma unroll
-      for (int level = 0; level < 3; ++level) {
-        if (done) break;  // uniform
-        u32* const h = hists[level];
-        const int dshift = level == 0 ? 21 : level == 1 ? 10 : 0;
-        const u32 dmask = level == 0 ? 0x7ffu : level == 1 ? 0x7ffu : 0x3ffu;
-#pragma unroll
-        for (int u = 0; u < kW; ++u)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const u32 key = topk_lane(kk[u], q);
-            // level 0: every visible key (kTopkNoKey, bin 0, below them all, is not counted)
-            const bool in = level == 0 ? key != kTopkNoKey : (key >> res_shift) == (prefix >> res_shift);
-            if (in) atomicAdd(&h[(key >> dshift) & dmask], 1u);
-          }
-        u32 b, above;
-        topk_find_bin<T>(s, h, need, b, above);  // its barriers: h complete before, read after
-        count = h[b];
-        prefix |= b << dshift;
-        res_shift = dshift;
-        need -= above;
-        done = need == count;
-        levels = level + 1;
-      }
-      if (done) {
-        tkey = prefix - 1u;  // every key >= prefix (prefix >= 3 << 21: a visible key's bin)
-      } else {
-        tkey = prefix;
-        take_eq = need;
-      }
-    }
-    const u32 n_sel = min(n, k);
-    auto cols = [&](i32 w, int q) { return 4 * w - rc.off + q; };
-    if constexpr (W == kTopkUnroll) {
-      topk_ordered_pass<T>(s, rc.nw, [&](i32, int u) { return kk[u]; }, cols, tkey, take_eq, n_sel, n_sel, skey, scol);
-    } else {  // the second tile's words are kk[kTopkUnroll + u]: word w = (tile * 4 + u) * T + tid
-      topk_ordered_pass<T>(s, rc.nw, [&](i32 w, int u) { return w < kTopkUnroll * T ? kk[u] : kk[kTopkUnroll + u]; }, cols,
-                           tkey, take_eq, n_sel, n_sel, skey, scol);
-    }
-    // Past the pass's barriers (a row of no words has none, and no max to read): every histogram
-    // read is done, warp_max is complete.
-    u32 max_key = 0u;
-    if (rc.nw > 0)
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) max_key = max(max_key, warp_max[i]);
-    if (levels >= 1)
-      for (int i = tid; i < kTopkBins; i += T) hist1[i] = 0u;
-    if (levels >= 2)
-      for (int i = tid; i < kTopkBins; i += T) hist2[i] = 0u;
-    if (levels >= 3)  // the last level's digit has 10 bits
-      for (int i = tid; i < kTopkBins / 2; i += T) hist3[i] = 0u;
-    if (a.lse != nullptr) {
-      float lse;
-      if (!topk_lse_special(rc.n, max_key, lse)) {  // uniform
-        const float m = topk_key_value(max_key);
-        double acc = 0.0;
-#pragma unroll
-        for (int u = 0; u < kW; ++u)
-          if (u * T + tid < rc.nw) topk_lse_add(acc, kk[u], m);
-        lse = topk_lse_finish<T>(s, acc, m);
-      }
-      if (tid == 0) a.lse[row * a.lse_stride] = lse;
-    }
-    topk_write_row<T>(s, a, row, k, skey, scol, n_sel, max_key, rw.lo, rw.bias);
+    if (rc.nw > W * T) continue;  // uniform: sm90_topk_select<T, true> selects it, in the next launch
+    topk_select_row_regs<T, W>(s, a, row, rw, rc, smem, smem + kTopkBins, smem + 2 * kTopkBins, skey,
+                               scol, warp_max);
   }
 }
 

@@ -211,6 +211,11 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_lse_lanes(o.lse_lanes);
   dd::set_topk_select_short(o.select_short);
   dd::set_topk_select_medium(o.select_medium);
+  dd::set_topk_select_regs(o.select_regs);
+  if (o.select_regs)
+    fmt::print("\nbench --op topk: long-row selections (512 threads) select {}\n",
+               *o.select_regs ? "their rows of at most 8192 cells from registers, the others by the general path (register rows)"
+                              : "every row by the general kernel");
   if (o.select_medium)
     fmt::print("\nbench --op topk: rows of 4097 to 8192 cells selected by {}\n",
                *o.select_medium ? "the 8-word short-row kernel (the row in registers)" : "the general kernel");

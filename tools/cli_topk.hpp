@@ -23,8 +23,9 @@ struct TopkBenchOptions {
   std::optional<bool> fused_part;  // the fused sweep's partitioned appends (topk_fused_part; unset: the default)
   bool fp8 = false;  // E4M3 q and k with per-token q and k scales (bench --op topk --in e4m3), W bf16
   bool lse = false;  // every call (scores and top-k) also writes the lse (shape names gain " lse")
-  std::optional<bool> select_short;
-  std::optional<bool> select_medium;  // rows of 4097..8192 cells by sm90_topk_select_short<256, 8> (unset: the default)  // rows of at most 4096 cells by sm90_topk_select_short (unset: the default)
+  std::optional<bool> select_short;   // rows of at most 4096 cells by sm90_topk_select_short (unset: the default)
+  std::optional<bool> select_medium;  // rows of 4097..8192 cells by sm90_topk_select_short<256, 8> (unset: the default)
+  std::optional<bool> select_regs;    // the general kernels' register rows, sm90_topk_select<T, true> (unset: the default)
   std::optional<bool> lse_lanes;  // BSHD lse in the fused sweep's lane order (topk_lse_lanes; unset: the default)
 };
 

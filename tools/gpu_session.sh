@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28a|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28a|s28b|s28c|s28d|s28e|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -556,6 +556,49 @@ if [[ " $steps " == *" s28a "* ]]; then
   for sh in off on; do
     run "topk_bench_medium_$sh" 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 8192" --topk-select-medium $sh
   done
+fi
+# s28b / s28c (not in all; two calls back to back, the machine kept): s28a in two parts around the
+# cuDNN-frontend wheels (a call carries 64 MiB). s28b (carry .whl/parts/p1, the library and
+# dsa_gpu_tests) stages part 1 and runs s28a's tests and sanitizers; s28c (carry .whl/parts/p2, the
+# library and dsa-indexer) times the S_k 8192 row with the 8-word kernel off and on, then the top-k
+# peers (cuDNN-frontend's radix top-k and torch.topk after our scores, our unfused and fused calls)
+# on every top-k bench row, in the same run.
+if [[ " $steps " == *" s28b "* ]]; then
+  run stage_p1 120 python3 bench/peer_wheels.py stage .whl/parts/p1 --to /tmp/dsa_peers_stage
+  run gpu_topk_short 150 $b/tests/dsa_gpu_tests "[topk_short]" --durations yes
+  run racecheck_short 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  run memcheck_short 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+fi
+if [[ " $steps " == *" s28c "* ]]; then
+  for sh in off on; do
+    run "topk_bench_medium_$sh" 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 8192" --topk-select-medium $sh
+  done
+  PYTHONUNBUFFERED=1 DSA_INDEXER_LIBRARY=${lib:-$b/libdsa_indexer.so} run topk_peers 400 python3 bench/peers.py --op topk \
+    --out "$out/docs" --topk-k 2048,512 --max-seconds "${PEERS_MAX_SECONDS:-300}" --wheels /tmp/dsa_peers_stage .whl/parts/p2
+fi
+# s28d (not in all): the register rows (session 28, off: kTopkSelectRegs): the short-row kernel
+# after its body moved into topk_select_row_regs and the register rows' two launches, each against
+# the oracle and bitwise the general kernel; the whole path with the register rows; the THD and
+# S_k 8192 ratio-2 rows with them off and on; then racecheck and memcheck over the kernel cases.
+if [[ " $steps " == *" s28d "* ]]; then
+  run gpu_topk_short 120 $b/tests/dsa_gpu_tests "[topk_select][topk_short]" --durations yes
+  run gpu_topk_regs 90 $b/tests/dsa_gpu_tests "[topk][topk_regs]" --durations yes
+  for sh in off on; do
+    run "topk_bench_regs_thd_$sh" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-select-regs $sh
+    run "topk_bench_regs_r2_$sh" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 8192" --topk-select-regs $sh
+  done
+  [[ -n ${S28_EXTRA:-} ]] && bash -c "$S28_EXTRA"
+  run racecheck_regs "${S28_RACECHECK_S:-120}" "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_short]"
+  run memcheck_regs 45 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_short]"
+fi
+# s28e (not in all): s28d's kernel cases after the test module's fix (the general kernels that
+# skip the register rows need the dynamic shared memory attribute), the whole path with the
+# register rows (512 threads), racecheck and memcheck over the kernel cases.
+if [[ " $steps " == *" s28e "* ]]; then
+  run gpu_topk_short 100 $b/tests/dsa_gpu_tests "[topk_select][topk_short]" --durations yes
+  run gpu_topk_regs 60 $b/tests/dsa_gpu_tests "[topk][topk_regs]" --durations yes
+  run racecheck_regs 100 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_short]"
+  run memcheck_regs 45 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_short]"
 fi
 # s27d (not in all): s27c within the last minutes of a session's device time: no memcheck (the
 # short-row kernel's was clean before the fix) and no sanitizers over the small fused cases.

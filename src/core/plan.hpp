@@ -20,7 +20,7 @@ inline uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
 struct Plan {
   KernelSpec spec;
   // One launch per kernel of the variant, in the order of its name expressions.
-  static constexpr int kMaxLaunches = 6;
+  static constexpr int kMaxLaunches = 8;
   KernelLaunch launches[kMaxLaunches];
   int n_launches = 0;
   // Persistent families: the static schedule runs num_tiles work items (q-tiles x batch) of

@@ -49,6 +49,7 @@ std::atomic<uint64_t> g_budget{0};
 FlagOverride g_part;
 FlagOverride g_ragged_thd;
 FlagOverride g_thd_rows;
+FlagOverride g_automatic;
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
@@ -228,7 +229,9 @@ class TopkFusedFamily final : public Family {
   bool serves_input(DType d) const override { return fused_serves_input(d); }
   // Above the unfused path, for the automatic calls its policy takes (auto_applies).
   int auto_priority() const override { return 2; }
-  // Automatic calls come here only where the unfused path's blocks would fall under half a wave
+  // Automatic calls come here only with topk_fused_automatic (off since session 28: the sampled
+  // sweep's redo makes its time depend on the inputs, see sm90_topk_fused.hpp), and then only
+  // where the unfused path's blocks would fall under half a wave
   // of rows (S_k past about 127k keys at its 256 MiB budget on 132 SMs). There the fused path
   // keeps blocks of full waves in 1.1-1.9x less workspace than the bounded unfused blocks and
   // within about 4 % of their time (2.9-7.7x less than the old one-wave blocks of 0.5-1 GiB, which
@@ -244,7 +247,7 @@ class TopkFusedFamily final : public Family {
   // 2137.3 us cold, 1.86x against 1.63x the scores (session 27, an H100, docs/PERF_NOTES.md).
   // Its rows are short, where the fused path loses on BSHD too.
   bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {
-    return !p.is_thd() && p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) &&
+    return topk_fused_automatic() && !p.is_thd() && p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) &&
            topk_fused_candidates_fit(p.topk.k, p.s_k);
   }
   bool fast_path() const override { return true; }
@@ -429,6 +432,8 @@ bool topk_fused_ragged_thd() { return g_ragged_thd.get(kTopkFusedRaggedThd); }
 void set_topk_fused_ragged_thd(std::optional<bool> on) { g_ragged_thd.set(on); }
 bool topk_fused_thd_rows() { return g_thd_rows.get(kTopkFusedThdRows); }
 void set_topk_fused_thd_rows(std::optional<bool> on) { g_thd_rows.set(on); }
+bool topk_fused_automatic() { return g_automatic.get(kTopkFusedAutomatic); }
+void set_topk_fused_automatic(std::optional<bool> on) { g_automatic.set(on); }
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
 void set_topk_fused_budget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }

@@ -93,6 +93,15 @@ void set_topk_fused_ragged_thd(std::optional<bool> on);  // nullopt: kTopkFusedR
 inline constexpr bool kTopkFusedThdRows = true;
 bool topk_fused_thd_rows();
 void set_topk_fused_thd_rows(std::optional<bool> on);  // nullopt: kTopkFusedThdRows
+// Whether automatic calls take the fused path where its policy would (Family::auto_applies:
+// BSHD bf16 past about 127k keys). Off since session 28: the sampled sweep's exact redo depends
+// on the inputs, and on an H100 one of three N(0,1) input sets at S_q 2048 / S_k 262144 sent q-tiles
+// to it, 11.2 ms after the 14.1 ms sweep: the call took 26.1 ms against 15.6 for the unfused path
+// and 15.2-15.6 for the fused one on the other sets (docs/PERF_NOTES.md). The unfused path's time
+// does not depend on the inputs, so automatic calls take it; the fused path serves by name.
+inline constexpr bool kTopkFusedAutomatic = false;
+bool topk_fused_automatic();
+void set_topk_fused_automatic(std::optional<bool> on);  // tests and measurements (nullopt: kTopkFusedAutomatic)
 // Measurements: device memory of dsa::kLeanTopkStats u32 counters that every later sampled
 // sweep launch adds its rows to (by how they ended, and the entries kept: LeanTopkStat in
 // sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.

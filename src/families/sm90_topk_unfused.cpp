@@ -32,6 +32,9 @@ enum Slot { kLayout };
 constexpr int kSelectThreadsShort = 256, kSelectThreadsLong = 512;
 constexpr int kLseWarps = 8;  // rows per CTA of sm90_topk_lse
 constexpr int64_t kLongRow = 8192;
+// The register rows' two launches (topk_select_regs) stride over the rows with this many CTAs
+// per SM (2-4 waves), so that neither spends a CTA on each row it skips.
+constexpr uint32_t kRegsCtasPerSm = 8;
 
 std::atomic<uint64_t> g_budget{0};
 std::atomic<bool> g_wave{false};
@@ -39,6 +42,7 @@ FlagOverride g_lean_windows;
 FlagOverride g_lse_lanes;
 FlagOverride g_select_short;
 FlagOverride g_select_medium;
+FlagOverride g_select_regs;
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
 TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
@@ -98,6 +102,16 @@ class TopkUnfusedFamily final : public Family {
     KernelLaunch& medium_sel = plan.launches[plan.n_launches++];  // rows of at most 8192 cells
     medium_sel.block[0] = kSelectThreadsShort;
     medium_sel.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
+    // The register rows of long-row launches (topk_select_regs): sm90_topk_select<512, true> (the
+    // rows longer than 8192 cells), after sm90_topk_select_short<512> (the others). The grid is
+    // the most CTAs they stride with.
+    KernelLaunch& regs_general = plan.launches[plan.n_launches++];
+    regs_general.block[0] = kSelectThreadsLong;
+    regs_general.smem = plan.spec.dynamic_smem;
+    regs_general.grid[0] = static_cast<uint32_t>(dev.sm_count) * kRegsCtasPerSm;
+    KernelLaunch& short_long = plan.launches[plan.n_launches++];
+    short_long.block[0] = kSelectThreadsLong;
+    short_long.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
     return plan;
   }
 
@@ -126,6 +140,8 @@ class TopkUnfusedFamily final : public Family {
     g.kernels.push_back(fmt::format("dsa::sm90_topk_lse<{}>", kLseWarps));
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select_short<{}>", kSelectThreadsShort));
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select_short<{}, 8>", kSelectThreadsShort));
+    g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}, true>", kSelectThreadsLong));
+    g.kernels.push_back(fmt::format("dsa::sm90_topk_select_short<{}>", kSelectThreadsLong));
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
@@ -378,14 +394,23 @@ bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width, int64_t
 }
 
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream) {
-  const bool short_rows = topk_select_short() && topk_select_short_fits(a, width, dsa::kTopkShortCells);
-  const bool medium_rows = !short_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
-  const int which = width > kLongRow ? 2 : short_rows ? 4 : medium_rows ? 5 : 1;
-  KernelLaunch sel = plan.launches[which];
-  sel.grid[0] = static_cast<uint32_t>(std::min<int64_t>(a.n_rows, int64_t(1) << 30));  // the kernel strides over rows beyond
   dsa::TopkSelectArgs args = a;
   void* params[] = {&args};
-  launch_one(k.functions[which], sel, stream, params, "cuLaunchKernelEx(sm90_topk_select)");
+  const int64_t all_rows = std::min<int64_t>(a.n_rows, int64_t(1) << 30);  // the kernels stride over rows beyond
+  auto go = [&](int which, int64_t grid) {
+    KernelLaunch sel = plan.launches[which];
+    sel.grid[0] = static_cast<uint32_t>(grid);
+    launch_one(k.functions[which], sel, stream, params, "cuLaunchKernelEx(sm90_topk_select)");
+  };
+  const bool long_rows = width > kLongRow;
+  const bool short_rows = !long_rows && topk_select_short() && topk_select_short_fits(a, width, dsa::kTopkShortCells);
+  const bool medium_rows = !long_rows && !short_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
+  if (short_rows || medium_rows) return go(short_rows ? 4 : 5, all_rows);
+  if (!long_rows || !topk_select_regs()) return go(long_rows ? 2 : 1, all_rows);
+  // The register rows: the rows of at most 8192 cells from registers, then the others.
+  const int64_t grid = std::min<int64_t>(all_rows, plan.launches[6].grid[0]);
+  go(7, grid);
+  go(6, grid);
 }
 
 KernelSpec topk_unfused_spec(Layout layout) {
@@ -408,6 +433,8 @@ bool topk_select_short() { return g_select_short.get(kTopkSelectShort); }
 void set_topk_select_short(std::optional<bool> on) { g_select_short.set(on); }
 bool topk_select_medium() { return g_select_medium.get(kTopkSelectMedium); }
 void set_topk_select_medium(std::optional<bool> on) { g_select_medium.set(on); }
+bool topk_select_regs() { return g_select_regs.get(kTopkSelectRegs); }
+void set_topk_select_regs(std::optional<bool> on) { g_select_regs.set(on); }
 void set_topk_lean_window_blocks(std::optional<bool> on) { g_lean_windows.set(on); }
 
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev) {

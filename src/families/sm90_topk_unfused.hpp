@@ -82,9 +82,20 @@ void set_topk_select_short(std::optional<bool> on);  // tests and measurements (
 // Rows of 4097..8192 cells (BSHD S_k <= 8192, THD max_seqlen_k <= 8189) by the 8-word variant,
 // sm90_topk_select_short<256, 8> (2 CTAs per SM, 32 keys a thread in registers), the same bits
 // as sm90_topk_select<256>. Built in session 27 without a GPU: off until one checks and times it.
+// Session 28 on an H100: its selection of the S_q 16384 / S_k 8192 ratio-2 row took 656.0 µs
+// against the general kernel's 601.6 (docs/PERF_NOTES.md), so it stays off.
 inline constexpr bool kTopkSelectMedium = false;
 bool topk_select_medium();
 void set_topk_select_medium(std::optional<bool> on);  // tests and measurements (nullopt: the default)
+// The register rows: a selection of long rows (width past 8192: BSHD S_k, THD max_seqlen_k; 512
+// threads) runs two launches, with the same block size and so the same bits:
+// sm90_topk_select_short<512> selects the rows of at most 8192 cells from registers, then
+// sm90_topk_select<512, true> the others. Built in session 28: on an H100 the whole path with it
+// passed, and the THD bench row's selection took 548.1 µs against 628.4 (docs/PERF_NOTES.md);
+// its kernel-level bitwise case has not yet run on a GPU (a test-harness fault), so off.
+inline constexpr bool kTopkSelectRegs = false;
+bool topk_select_regs();
+void set_topk_select_regs(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
 // candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy).

@@ -181,6 +181,21 @@ TEST_CASE("topk: the 8-word short-row selection through the whole path", "[topk]
   dsa_indexer::detail::set_topk_select_medium(std::nullopt);
 }
 
+// The register rows (set_topk_select_regs: in long-row launches, the rows of at most 8192 cells
+// from registers, the others by the general kernel, in two launches) through the whole path, with
+// rows on both sides of 8192 cells: BSHD S_k 16384 (rows of 7901..8412 keys) and THD segments of
+// up to 9000 keys, against the reference selection.
+TEST_CASE("topk: the register rows through the whole path", "[topk][topk_short][topk_regs]") {
+  dsa_indexer::detail::set_topk_select_regs(true);
+  HostProblem l = bshd(1, 512, 16384, 64, 1);
+  l.offsets = {7900};
+  check_topk(l, 163, {7, 2048});
+  HostProblem t = thd({1500, 700, 900}, {9000, 200, 8300}, 64, 1);
+  t.offsets = {7400, -100, 7300};
+  check_topk(t, 164, {64, 2048});
+  dsa_indexer::detail::set_topk_select_regs(std::nullopt);
+}
+
 // FP8 (e4m3) q and k with their scales (issue 22): the unfused path's blocks take the FP8 score
 // families (generic FP8, and lean FP8 and its split variant at the saturated shape), and the
 // selection must be exactly the reference selection of generic FP8's scores of the whole call.

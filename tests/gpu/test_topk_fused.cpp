@@ -197,9 +197,10 @@ TEST_CASE("topk fused: S_k 65536, a sample stride of 64", "[topk_fused]") {
   check_fused(p, 251, {2048});
 }
 
-// The automatic policy (sm90_topk_fused.hpp): past about 127k keys the unfused blocks would hold
-// under half a wave of rows and automatic calls take the fused path. Its output equals the
-// unfused path's, by name, in blocks within the budget (lean split) and in the old one-wave blocks.
+// The automatic policy (sm90_topk_fused.hpp; on here by set_topk_fused_automatic, off by
+// default): past about 127k keys the unfused blocks would hold under half a wave of rows and
+// automatic calls take the fused path. Its output equals the unfused path's, by name, in blocks
+// within the budget (lean split) and in the old one-wave blocks.
 TEST_CASE("topk fused: automatic calls at S_k 131072 take it, equal to the unfused path", "[topk_fused][topk_auto]") {
   namespace dd = dsa_indexer::detail;
   HostProblem p = bshd(1, 1056, 131072, 64, 1);
@@ -207,6 +208,7 @@ TEST_CASE("topk fused: automatic calls at S_k 131072 take it, equal to the unfus
   ds::fill_random(p, 271);
   auto dp = ds::upload(p, 0, true);
   const dd::DeviceInfo& dev = dd::device_info(0);
+  dd::set_topk_fused_automatic(true);
   for (int k : {64, 2048}) {
     INFO("k " << k);
     {  // the dispatcher's choice on this GPU (132 SMs: the unfused blocks hold 512 of 528 rows)
@@ -230,6 +232,7 @@ TEST_CASE("topk fused: automatic calls at S_k 131072 take it, equal to the unfus
     dd::set_topk_unfused_blocking(0, false);
     CHECK(mismatches(w, u, first, k) == 0);
   }
+  dd::set_topk_fused_automatic(std::nullopt);
   std::printf("topk fused automatic case %-80s passed\n", p.describe().c_str());
 }
 

@@ -39,6 +39,9 @@ struct TopkShape {
   bool short_rows = false;  // sm90_topk_select_short<threads, words> (rows of at most words x 1024 cells; no cache)
   uint32_t grid = 0;        // CTAs (rows are strided over them); 0: one per row
   int words = 4;            // the short-row kernel's words a thread (4 or 8)
+  // the register rows: sm90_topk_select_short<threads> (the rows of at most 4 words a thread),
+  // then sm90_topk_select<threads, true> (the others), no cache
+  bool regs = false;
 };
 
 class TopkModule {
@@ -49,6 +52,9 @@ class TopkModule {
   }
   CUfunction function(int threads) const { return threads == 256 ? f_[0] : threads == 512 ? f_[1] : f_[2]; }
   CUfunction short_function(int words) const { return words == 4 ? f_[3] : f_[4]; }
+  // the register rows' launches at `threads`: the short-row kernel, then the general one
+  CUfunction regs_short(int threads) const { return threads == 256 ? f_[3] : f_[7]; }
+  CUfunction regs_general(int threads) const { return threads == 256 ? f_[5] : f_[6]; }
   uint32_t max_dynamic_smem() const { return max_dyn_; }
   CUfunction fill() const { return fill_; }
 
@@ -56,7 +62,8 @@ class TopkModule {
   TopkModule() {
     const std::vector<std::string> names = {"dsa::sm90_topk_select<256>", "dsa::sm90_topk_select<512>",
                                             "dsa::sm90_topk_select<1024>", "dsa::sm90_topk_select_short<256>",
-                                            "dsa::sm90_topk_select_short<256, 8>"};
+                                            "dsa::sm90_topk_select_short<256, 8>", "dsa::sm90_topk_select<256, true>",
+                                            "dsa::sm90_topk_select<512, true>", "dsa::sm90_topk_select_short<512>"};
     // A hash-based fill for the timing rows: 2 GiB of scores without a host upload.
     const std::string src =
         "#include \"sm90_topk_select.cuh\"\n"
@@ -76,21 +83,21 @@ class TopkModule {
     auto& d = dd::Driver::get();
     DSA_CU(cuModuleLoadData(&mod_, out.cubin.data()));
     int static_smem = 0;
-    for (int i = 0; i < 5; ++i) {
-      DSA_CU(cuModuleGetFunction(&f_[i], mod_, out.lowered_names[static_cast<size_t>(i)].c_str()));
+    for (size_t i = 0; i < names.size(); ++i) {
+      DSA_CU(cuModuleGetFunction(&f_[i], mod_, out.lowered_names[i].c_str()));
       int s = 0;
       d.check(d.cuFuncGetAttribute(&s, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f_[i]), "cuFuncGetAttribute");
       static_smem = std::max(static_smem, s);
     }
-    DSA_CU(cuModuleGetFunction(&fill_, mod_, out.lowered_names[5].c_str()));
+    DSA_CU(cuModuleGetFunction(&fill_, mod_, out.lowered_names[names.size()].c_str()));
     const int optin = dd::device_info(0).max_smem_optin;
     max_dyn_ = static_cast<uint32_t>(optin - static_smem) / 16u * 16u;
-    for (int i = 0; i < 3; ++i)
+    for (int i : {0, 1, 2, 5, 6})  // the general kernels (a row cache past 48 KB)
       d.check(d.cuFuncSetAttribute(f_[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(max_dyn_)),
               "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   }
   CUmodule mod_ = nullptr;
-  CUfunction f_[5] = {};
+  CUfunction f_[8] = {};
   CUfunction fill_ = nullptr;
   uint32_t max_dyn_ = 0;
 };
@@ -105,7 +112,13 @@ void launch_topk(const dsa::TopkSelectArgs& a, const TopkShape& sh, CUstream str
   dsa::TopkSelectArgs copy = a;
   void* params[] = {&copy};
   dd::ScopedContext ctx(0);
-  if (a.n_rows > 0)
+  if (a.n_rows > 0 && sh.regs) {
+    dd::KernelLaunch s = l;
+    s.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
+    dd::launch_one(m.regs_short(sh.threads), s, stream, params, "sm90_topk_select_short");
+    l.smem = static_cast<uint32_t>(dsa::kTopkFixedSmemBytes);
+    dd::launch_one(m.regs_general(sh.threads), l, stream, params, "sm90_topk_select<T, true>");
+  } else if (a.n_rows > 0)
     dd::launch_one(sh.short_rows ? m.short_function(sh.words) : m.function(sh.threads), l, stream, params, "sm90_topk_select");
 }
 
@@ -174,6 +187,14 @@ struct DeviceCase {
 
 bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+}
+
+// Every output of a bit for bit equal to b's.
+void check_same_bits(const GpuOut& a, const GpuOut& b) {
+  CHECK(a.indices == b.indices);
+  CHECK(bits_equal(a.values, b.values));
+  CHECK(bits_equal(a.softmax, b.softmax));
+  CHECK(bits_equal(a.lse, b.lse));
 }
 
 // Every slot of every row against the oracle; returns the number of mismatching rows and
@@ -293,43 +314,52 @@ HostCase make_case(int k, std::mt19937& rng) {
 
 const TopkShape kShapes[] = {{256, 0}, {512, 65536}, {1024, UINT32_MAX}};
 
-}  // namespace
+// The oracle's selection of every row of c.
+std::vector<dsa_test::TopkRefResult> reference_rows(const HostCase& c, int k, bool sort) {
+  std::vector<dsa_test::TopkRefResult> ref;
+  for (size_t r = 0; r < c.rows.size(); ++r)
+    ref.push_back(dsa_test::topk_reference(c.scores.data() + r * static_cast<size_t>(c.ld), c.rows[r].lo, c.rows[r].hi,
+                                           c.rows[r].bias, k, sort));
+  return ref;
+}
 
-TEST_CASE("topk select: exact against the CPU oracle, every k, both orders, three launch shapes", "[topk_select]") {
+// f(c, dc, k, sort, ref) for make_case's rows (a fresh seed, printed as `what`) at every k, in
+// both slot orders, with the oracle's selection ref.
+template <class F>
+void for_each_make_case(const char* what, F&& f) {
   const unsigned seed = std::random_device{}();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   for (int k : {1, 7, 64, 512, 2048}) {
     const HostCase c = make_case(k, rng);
     DeviceCase dc(c);
-    for (bool sort : {false, true}) {
-      std::vector<dsa_test::TopkRefResult> ref;
-      for (const auto& row : c.rows)
-        ref.push_back(dsa_test::topk_reference(c.scores.data() + (&row - c.rows.data()) * c.ld, row.lo, row.hi, row.bias, k, sort));
-      GpuOut first_shape;
-      for (const TopkShape& sh : kShapes) {
-        INFO(fmt::format("k {} sort_by_score {} threads {} cache {}", k, sort, sh.threads, sh.cache_bytes));
-        const GpuOut g = dc.run(sort, sh);
-        std::string why;
-        const int64_t bad = compare(c, ref, g, &why);
-        INFO(why);
-        CHECK(bad == 0);
-        const GpuOut again = dc.run(sort, sh);
-        CHECK(again.indices == g.indices);
-        CHECK(bits_equal(again.values, g.values));
-        CHECK(bits_equal(again.softmax, g.softmax));
-        CHECK(bits_equal(again.lse, g.lse));
-        // the launch shape changes only the order of the fp64 sums: the selection is the same
-        if (first_shape.indices.empty()) {
-          first_shape = g;
-        } else {
-          CHECK(g.indices == first_shape.indices);
-          CHECK(bits_equal(g.values, first_shape.values));
-        }
+    for (bool sort : {false, true}) f(c, dc, k, sort, reference_rows(c, k, sort));
+  }
+  std::printf("topk_select: %s passed (seed %u)\n", what, seed);
+}
+
+}  // namespace
+
+TEST_CASE("topk select: exact against the CPU oracle, every k, both orders, three launch shapes", "[topk_select]") {
+  for_each_make_case("oracle cases", [](const HostCase& c, DeviceCase& dc, int k, bool sort, const std::vector<dsa_test::TopkRefResult>& ref) {
+    GpuOut first_shape;
+    for (const TopkShape& sh : kShapes) {
+      INFO(fmt::format("k {} sort_by_score {} threads {} cache {}", k, sort, sh.threads, sh.cache_bytes));
+      const GpuOut g = dc.run(sort, sh);
+      std::string why;
+      const int64_t bad = compare(c, ref, g, &why);
+      INFO(why);
+      CHECK(bad == 0);
+      check_same_bits(dc.run(sort, sh), g);
+      // the launch shape changes only the order of the fp64 sums: the selection is the same
+      if (first_shape.indices.empty()) {
+        first_shape = g;
+      } else {
+        CHECK(g.indices == first_shape.indices);
+        CHECK(bits_equal(g.values, first_shape.values));
       }
     }
-  }
-  std::printf("topk_select: oracle cases passed (seed %u)\n", seed);
+  });
 }
 
 // The short-row kernels (rows of at most 4096 cells in registers, 4 words a thread; and of 8192,
@@ -378,31 +408,46 @@ TEST_CASE("topk select: the short-row kernel, bitwise the general one", "[topk_s
       DeviceCase dc(c);
       for (bool sort : {false, true}) {
         INFO(fmt::format("words {} ld {} k {} sort_by_score {}", words, ld, k, sort));
-        std::vector<dsa_test::TopkRefResult> ref;
-        for (size_t r = 0; r < c.rows.size(); ++r)
-          ref.push_back(dsa_test::topk_reference(c.scores.data() + r * static_cast<size_t>(ld), c.rows[r].lo, c.rows[r].hi,
-                                                 c.rows[r].bias, k, sort));
+        const std::vector<dsa_test::TopkRefResult> ref = reference_rows(c, k, sort);
         const GpuOut general = dc.run(sort, {256, 0});
         const GpuOut g = dc.run(sort, {256, 0, true, 0, words});
         std::string why;
         const int64_t bad = compare(c, ref, g, &why);
         INFO(why);
         CHECK(bad == 0);
-        CHECK(g.indices == general.indices);
-        CHECK(bits_equal(g.values, general.values));
-        CHECK(bits_equal(g.softmax, general.softmax));
-        CHECK(bits_equal(g.lse, general.lse));
+        check_same_bits(g, general);
         // 7 CTAs: each strides over rows (the next row's window loaded ahead, the histograms
         // reused), the same bits
-        const GpuOut again = dc.run(sort, {256, 0, true, 7, words});
-        CHECK(again.indices == g.indices);
-        CHECK(bits_equal(again.values, g.values));
-        CHECK(bits_equal(again.softmax, g.softmax));
-        CHECK(bits_equal(again.lse, g.lse));
+        check_same_bits(dc.run(sort, {256, 0, true, 7, words}), g);
       }
     }
   }
   std::printf("topk_select: short-row kernel passed (seed %u)\n", seed);
+}
+
+// The register rows (two launches: sm90_topk_select_short<T> takes the rows of at most 4 words a
+// thread, sm90_topk_select<T, true> the others) against the oracle and bit for bit against
+// sm90_topk_select<T> alone, at 256 and 512 threads: make_case's rows (every kind, 0..131072
+// cells, every alignment), one CTA per row and 7 striding CTAs; every row written (the outputs
+// start poisoned).
+TEST_CASE("topk select: the register rows, bitwise the general kernel", "[topk_select][topk_short][topk_regs]") {
+  for_each_make_case("register rows", [](const HostCase& c, DeviceCase& dc, int k, bool sort, const std::vector<dsa_test::TopkRefResult>& ref) {
+    for (int threads : {256, 512}) {
+      INFO(fmt::format("k {} sort_by_score {} threads {}", k, sort, threads));
+      const GpuOut general = dc.run(sort, {threads, 0});
+      for (uint32_t grid : {0u, 7u}) {
+        TopkShape sh{threads, 0};
+        sh.regs = true;
+        sh.grid = grid;
+        const GpuOut g = dc.run(sort, sh);
+        std::string why;
+        const int64_t bad = compare(c, ref, g, &why);
+        INFO(why);
+        CHECK(bad == 0);
+        check_same_bits(g, general);
+      }
+    }
+  });
 }
 
 TEST_CASE("topk select: optional outputs absent, strided outputs", "[topk_select]") {
@@ -728,10 +773,7 @@ TEST_CASE("topk candidates: bitwise the select kernel's outputs from candidate l
     // The select kernel's outputs per (order, T), held to the oracle first.
     GpuOut want[2][2];
     for (int sort = 0; sort < 2; ++sort) {
-      std::vector<dsa_test::TopkRefResult> ref;
-      for (size_t r = 0; r < c.rows.size(); ++r)
-        ref.push_back(dsa_test::topk_reference(c.scores.data() + r * static_cast<size_t>(c.ld), c.rows[r].lo, c.rows[r].hi,
-                                               c.rows[r].bias, k, sort != 0));
+      const std::vector<dsa_test::TopkRefResult> ref = reference_rows(c, k, sort != 0);
       for (int t = 0; t < 2; ++t) {
         want[sort][t] = dc.run(sort != 0, TopkShape{t == 0 ? 256 : 512, 0});
         std::string why;

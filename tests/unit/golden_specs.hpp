@@ -67,7 +67,8 @@ inline std::vector<dsa_indexer::detail::KernelSpec> all_specs(const dsa_indexer:
 // every variant of the default manifest, plus lean BSHD shapes around the schedule's edges (one
 // q-tile, one round of 132 CTAs and one more, odd tile counts, S_k past S_q and ratios 1 to 64,
 // up to 65,536 q-tiles, the last the planner balances by evaluation), each with both weight
-// dtypes and both scale variants.
+// dtypes and both scale variants; and the fused top-k path by name at the long rows the
+// automatic policy gave it until session 28.
 inline std::string digest_manifest_text() {
   std::ifstream in(DSA_TEST_DEFAULT_MANIFEST);
   std::stringstream text;
@@ -82,6 +83,8 @@ inline std::string digest_manifest_text() {
     for (const char* w : {"bf16", "f32"})
       text << "layout=bshd heads=64 family=lean scale=both w=" << w << " sq=" << sh[0] << " sk=" << sh[1]
            << " batch=" << sh[2] << "\n";
+  text << "op=topk layout=bshd heads=64 sq=4096 sk=131072 ratio=1 w=bf16 k=2048 family=topk_fused\n"
+       << "op=topk layout=bshd heads=64 sq=2048 sk=262144 ratio=1 w=bf16 k=2048 family=topk_fused\n";
   return text.str();
 }
 

@@ -101,6 +101,13 @@ TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][di
 TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall under half a wave", "[topk][dispatch]") {
   const DeviceInfo dev = DeviceInfo::h200();  // 132 SMs: half a wave is 528 rows
   const auto automatic = [&](const Problem& p) { return &choose_family(p, dev, KernelFamily::automatic, false); };
+  // by default (kTopkFusedAutomatic off) automatic calls take the unfused path at every S_k
+  for (int k : {2048, 512}) {
+    CHECK(automatic(topk_problem(1, 4096, 131072, k)) == &topk_unfused_family());
+    CHECK(automatic(topk_problem(1, 2048, 262144, k)) == &topk_unfused_family());
+  }
+  // the policy where it is on
+  set_topk_fused_automatic(true);
   // S_k 65536: the 256 MiB budget holds 1024 rows (lean split blocks): unfused
   const Problem p64k = topk_problem(1, 8192, 65536, 2048);
   CHECK_FALSE(topk_unfused_short_blocks(p64k, dev));
@@ -143,6 +150,7 @@ TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall und
   CHECK_FALSE(topk_unfused_short_blocks(p64k, big));
   big.sm_count = 512;
   CHECK(topk_unfused_short_blocks(p64k, big));
+  set_topk_fused_automatic(std::nullopt);
 }
 
 TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") {

@@ -18,7 +18,8 @@ using namespace dsa_indexer::detail;
 namespace {
 const std::vector<std::string> kTopkKernels = {"dsa::sm90_topk_select<256>", "dsa::sm90_topk_select<512>",
                                                "dsa::sm90_topk_select<1024>", "dsa::sm90_topk_select_short<256>",
-                                               "dsa::sm90_topk_select_short<256, 8>"};
+                                               "dsa::sm90_topk_select_short<256, 8>", "dsa::sm90_topk_select<256, true>",
+                                               "dsa::sm90_topk_select<512, true>"};
 const std::vector<std::string> kTopkCandKernels = {"dsa::sm90_topk_candidates<256>", "dsa::sm90_topk_candidates<512>"};
 
 // Compiles `kernels` from `header` and checks the cubin, the names and the ptxas report.

@@ -373,9 +373,9 @@ TEST_CASE("manifest: the default manifest's scores lines keep their variants, it
   const auto all = manifest_specs(parse_manifest(text.str(), "default"), DeviceInfo::h200());
   const auto before = manifest_specs(parse_manifest(scores_only, "default"), DeviceInfo::h200());
   // The top-k lines come last: the scores lines' variants first, in their order, then the top-k
-  // families' variants (the unfused path's two; the fused path's for S_k 131072, whose unfused
-  // blocks would fall under half a wave) and the lean variants of their BSHD blocks' shapes and
-  // the fused path's sweep (the blocks' generic variants are among the scores lines' ones).
+  // families' variants (the unfused path's two, BSHD and THD: automatic calls take no fused path
+  // since session 28) and the lean variants of their BSHD blocks' shapes (the blocks' generic
+  // variants are among the scores lines' ones).
   REQUIRE(all.size() > before.size() + 2);
   CHECK(std::vector<KernelSpec>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(before.size())) == before);
   int topk_specs = 0;
@@ -383,7 +383,7 @@ TEST_CASE("manifest: the default manifest's scores lines keep their variants, it
     if (family_of(all[i]).operation() == Operation::topk) ++topk_specs;
     else CHECK_THAT(std::string(family_of(all[i]).option()), Catch::Matchers::Equals("lean") || Catch::Matchers::Equals("topk_fused_sweep"));
   }
-  CHECK(topk_specs == 3);
+  CHECK(topk_specs == 2);
 }
 
 // Issue 24, class 5: messages that name the cause and, for manifests, the file and line.
