@@ -98,7 +98,8 @@ bool topk_select_regs();
 void set_topk_select_regs(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
-// candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy).
+// candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy, off
+// since session 28: topk_fused_automatic).
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev);
 inline constexpr uint64_t kTopkDefaultBudget = uint64_t(256) << 20;
 
