@@ -594,7 +594,8 @@ fi
 # s29a (not in all): what session 28 left unmeasured: the register rows (off: kTopkSelectRegs) on
 # BSHD long rows, where their first launch only skips (S_k 16384 and 65536; and the THD row
 # again), off and on; racecheck over the register rows' kernel case alone, with room to finish;
-# the automatic-policy case with the policy set by the case ([topk_auto]).
+# the automatic-policy case with the policy set by the case ([topk_auto]); the fused path's failed
+# rows by input seed at S_k 262144 and how they failed ([topk_seeds]).
 if [[ " $steps " == *" s29a "* ]]; then
   for sh in off on; do
     for m in "S_k 16384" "S_k 65536" thd; do
@@ -603,6 +604,7 @@ if [[ " $steps " == *" s29a "* ]]; then
   done
   run racecheck_regs 240 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_regs]"
   run gpu_topk_auto 120 $b/tests/dsa_gpu_tests "[topk_auto]" --durations yes
+  run topk_seeds 240 $b/tests/dsa_gpu_tests "[topk_seeds]"
 fi
 # s28e (not in all): s28d's kernel cases after the test module's fix (the general kernels that
 # skip the register rows need the dynamic shared memory attribute), the whole path with the

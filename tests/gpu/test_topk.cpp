@@ -324,6 +324,64 @@ TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
   }
 }
 
+// Session 28: at S_q 2048 / S_k 262144 the fused path's time depended on the inputs (one of three
+// N(0,1) input sets sent q-tiles to the exact redo, 1.7x the call). For input sets of several
+// seeds (fill_random), one fused call each (k 2048 and 512) with the sampled sweep's row counters
+// (set_topk_fused_stats): how many rows failed and how (overflow, bad sample, below k), and the
+// call's time against the unfused path's on the same inputs. Run by hand:
+// `dsa_gpu_tests "[topk_seeds]"`.
+TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]") {
+  auto& d = dsa_indexer::detail::Driver::get();
+  dsa_indexer::detail::ScopedContext ctx(0);
+  CUevent e0, e1;
+  d.check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
+  d.check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+  const int64_t sq = 2048, sk = 262144;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    HostProblem p = bshd(1, sq, sk, 64, 1);
+    p.offsets = {static_cast<int32_t>(sk - sq - 1)};
+    ds::fill_random(p, seed);
+    auto dp = ds::upload(p, 0, true);
+    for (int k : {2048, 512}) {
+      ds::DeviceBuffer ind(static_cast<size_t>(sq) * k * 4);
+      const auto ti = dsa_indexer::TensorDesc::contiguous(ind.get(), dsa_indexer::DType::i32, {1, sq, k});
+      auto once = [&](KernelFamily fam) {  // ms of the second of two calls
+        dsa_indexer::IndexerOptions o = dp.opt;
+        o.family = fam;
+        dsa_indexer::TopkOptions t;
+        t.k = k;
+        float ms = 0;
+        for (int i = 0; i < 2; ++i) {
+          d.check(d.cuEventRecord(e0, nullptr), "cuEventRecord");
+          dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
+          d.check(d.cuEventRecord(e1, nullptr), "cuEventRecord");
+          d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+          d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
+        }
+        return ms;
+      };
+      const float t_unfused = once(KernelFamily::topk_unfused);
+      ds::DeviceBuffer counters(dsa::kLeanTopkStats * 4);
+      counters.fill_u32(0u);
+      dsa_indexer::detail::set_topk_fused_stats(static_cast<uint32_t*>(counters.get()));
+      const float t_fused = once(KernelFamily::topk_fused);  // two calls counted
+      dsa_indexer::detail::set_topk_fused_stats(nullptr);
+      uint32_t st[dsa::kLeanTopkStats] = {};
+      counters.download(st, sizeof st);
+      std::printf("topk_seeds S_q %lld S_k %lld seed %llu k %4d: fused %.3f ms, unfused %.3f ms; rows per call: cut %u, not cut %u, "
+                  "failed by overflow %u, sample %u, below k %u\n",
+                  static_cast<long long>(sq), static_cast<long long>(sk), static_cast<unsigned long long>(seed), k, t_fused, t_unfused,
+                  st[dsa::kLeanTopkStatCut] / 2, st[dsa::kLeanTopkStatUncut] / 2, st[dsa::kLeanTopkStatOverflow] / 2,
+                  st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
+      CHECK(st[dsa::kLeanTopkStatCut] + st[dsa::kLeanTopkStatUncut] + st[dsa::kLeanTopkStatOverflow] +
+                st[dsa::kLeanTopkStatBadSample] + st[dsa::kLeanTopkStatBelowK] ==
+            2u * static_cast<uint32_t>(sq));
+    }
+  }
+  d.cuEventDestroy(e0);
+  d.cuEventDestroy(e1);
+}
+
 // One scores call and one fused top-k call at S_q 8192 / S_k 16384 (k 2048), for a profiler to
 // compare the lean scores kernel with the fused sweep of the same shape. Run by hand:
 // `ncu --kernel-name regex:sm90_topk_fused_sweep dsa_gpu_tests "[topk_profile]"`.
