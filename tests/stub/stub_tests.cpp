@@ -241,9 +241,11 @@ int child_topk() {
   expect(cands == 4404 && wsf >= std::size_t(2304) * cands * 8 && wsf < ws,
          fmt::format("fused: the workspace holds 2304 rows of {} candidates ({} bytes), less than the unfused ({})", cands, wsf,
                      ws));
-  // An automatic call past about 127k keys (S_q 1056, S_k 131072: the unfused blocks would hold
-  // 352 rows, under half a wave) takes the fused path: one block, 4 launches, and (sync compile
-  // mode) the fused path's workspace, smaller than the unfused path's by name.
+  // An automatic call past about 127k keys (S_q 1056, S_k 131072: the unfused blocks hold 352
+  // rows, under half a wave) takes the unfused path (3 blocks, 9 launches) and its workspace; with
+  // the fused path's automatic policy on (set_topk_fused_automatic, off since session 28) it takes
+  // the fused path: one block, 4 launches, and (sync compile mode) the fused path's workspace,
+  // smaller than the unfused path's.
   {
     Bshd l(1, 1056, 131072);
     l.opt.ratio = 1;
@@ -251,16 +253,24 @@ int child_topk() {
     TensorDesc lidx = TensorDesc::contiguous(dalloc(std::size_t(1056) * kl * 4), DType::i32, {1, 1056, kl});
     dsa_indexer::TopkOptions lt;
     lt.k = kl;
+    const unsigned long nu = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
+    expect(nu == 9 && contains(stub_last_kernel(), "sm90_topk_select"),
+           fmt::format("automatic at S_k 131072: the unfused path, 9 launches ({}), last {}", nu, stub_last_kernel()));
+    const std::size_t wd = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
+    dsa_indexer::detail::set_topk_fused_automatic(true);
     const unsigned long na = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
     expect(na == 4 && contains(stub_last_kernel(), "sm90_topk_candidates"),
-           fmt::format("automatic at S_k 131072: the fused path, 4 launches ({}), last {}", na, stub_last_kernel()));
+           fmt::format("automatic at S_k 131072, the fused policy on: the fused path, 4 launches ({}), last {}", na, stub_last_kernel()));
     const std::size_t wa = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
+    dsa_indexer::detail::set_topk_fused_automatic(std::nullopt);
     l.opt.family = dsa_indexer::KernelFamily::topk_fused;
     const std::size_t wf = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
     l.opt.family = dsa_indexer::KernelFamily::topk_unfused;
     const std::size_t wu = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
-    expect(wa == wf && wf < wu && wu <= (std::size_t(257) << 20),
-           fmt::format("automatic at S_k 131072: the fused workspace ({} = {} bytes), under the unfused one ({})", wa, wf, wu));
+    expect(wd == wu && wa == wf && wf < wu && wu <= (std::size_t(257) << 20),
+           fmt::format("automatic at S_k 131072: the unfused workspace ({} = {} bytes); the fused policy on, the fused one "
+                       "({} = {} bytes), under it",
+                       wd, wu, wa, wf));
   }
   // THD with device-only cu_seqlens: segments 0 and 2 hold the rows; their keys (with segment 1's
   // between them) span 16 > max_seqlen_k 7 columns, so two blocks; generic with explicit windows.
