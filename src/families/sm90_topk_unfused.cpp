@@ -33,7 +33,8 @@ constexpr int kSelectThreadsShort = 256, kSelectThreadsLong = 512;
 constexpr int kLseWarps = 8;  // rows per CTA of sm90_topk_lse
 constexpr int64_t kLongRow = 8192;
 // The register rows' two launches (topk_select_regs) stride over the rows with this many CTAs
-// per SM (2-4 waves), so that neither spends a CTA on each row it skips.
+// per SM (4 waves of their 2 CTAs of 512 threads per SM), so that neither spends a CTA on each
+// row it skips.
 constexpr uint32_t kRegsCtasPerSm = 8;
 
 std::atomic<uint64_t> g_budget{0};
