@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28a|s28b|s28c|s28d|s28e|s29a|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -64,6 +64,13 @@ lse_rows() {
 sanitize_fused() {  # memcheck timeout, racecheck timeout
   run sanitize_memcheck_fused "$1" "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
   run sanitize_racecheck_fused "$2" "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_fused_small]"
+}
+# sanitize_tags NAME TAGS RACECHECK_TIMEOUT [MEMCHECK_TIMEOUT]: racecheck (racecheck_NAME) and, given
+# a timeout, memcheck (memcheck_NAME) over the GPU test cases of TAGS, one process each.
+sanitize_tags() {
+  run "racecheck_$1" "$3" "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "$2"
+  [[ -n ${4:-} ]] && run "memcheck_$1" "$4" "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "$2"
+  return 0
 }
 # racecheck_cases TAGS TIMEOUT [DEADLINE]: every GPU test case of TAGS under compute-sanitizer
 # racecheck, one process per case (tools/racecheck_case.sh), RACECHECK_JOBS (4) at a time, each
@@ -537,37 +544,25 @@ fi
 # the THD fused cases under the new defaults, the unfused cases and the selection kernels, the
 # THD and ratio-4 rows of the top-k bench, then the sanitizers over the small fused cases.
 if [[ " $steps " == *" s27c "* ]]; then
-  run racecheck_short 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
-  run memcheck_short 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  sanitize_tags short "[topk_short][topk_select]" 90 90
   run gpu_topk_fused_thd 200 $b/tests/dsa_gpu_tests "[topk_fused_thd]" --durations yes
   run gpu_topk_unfused 150 $b/tests/dsa_gpu_tests "[topk],[topk_select]" --durations yes
   run topk_bench_thd 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd
   run topk_bench_r4 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match r4
   sanitize_fused 100 120
 fi
-# s28a (not in all): the 8-word short-row selection (session 27, off: kTopkSelectMedium): its
-# kernel against the oracle and bitwise the general one, the whole path with it ([topk_short]),
-# racecheck and memcheck over the kernel case, then the S_k 8192 ratio-2 row (rows of 4097..8192
-# keys) with it off and on.
-if [[ " $steps " == *" s28a "* ]]; then
-  run gpu_topk_short 150 $b/tests/dsa_gpu_tests "[topk_short]" --durations yes
-  run racecheck_short 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
-  run memcheck_short 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
-  for sh in off on; do
-    run "topk_bench_medium_$sh" 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 8192" --topk-select-medium $sh
-  done
-fi
-# s28b / s28c (not in all; two calls back to back, the machine kept): s28a in two parts around the
-# cuDNN-frontend wheels (a call carries 64 MiB). s28b (carry .whl/parts/p1, the library and
-# dsa_gpu_tests) stages part 1 and runs s28a's tests and sanitizers; s28c (carry .whl/parts/p2, the
-# library and dsa-indexer) times the S_k 8192 row with the 8-word kernel off and on, then the top-k
-# peers (cuDNN-frontend's radix top-k and torch.topk after our scores, our unfused and fused calls)
-# on every top-k bench row, in the same run.
+# s28b / s28c (not in all; two calls back to back, the machine kept, around the cuDNN-frontend
+# wheels: a call carries 64 MiB): the 8-word short-row selection (session 27, off:
+# kTopkSelectMedium) and the top-k peers. s28b (carry .whl/parts/p1, the library and
+# dsa_gpu_tests) stages part 1, runs the kernel against the oracle and bitwise the general one
+# and the whole path with it ([topk_short]), then racecheck and memcheck over the kernel case;
+# s28c (carry .whl/parts/p2, the library and dsa-indexer) times the S_k 8192 ratio-2 row (rows of
+# 4097..8192 keys) with the 8-word kernel off and on, then the top-k peers (cuDNN-frontend's radix
+# top-k and torch.topk after our scores, our unfused and fused calls) on every top-k bench row.
 if [[ " $steps " == *" s28b "* ]]; then
   run stage_p1 120 python3 bench/peer_wheels.py stage .whl/parts/p1 --to /tmp/dsa_peers_stage
   run gpu_topk_short 150 $b/tests/dsa_gpu_tests "[topk_short]" --durations yes
-  run racecheck_short 90 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
-  run memcheck_short 90 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  sanitize_tags short "[topk_short][topk_select]" 90 90
 fi
 if [[ " $steps " == *" s28c "* ]]; then
   for sh in off on; do
@@ -580,6 +575,7 @@ fi
 # after its body moved into topk_select_row_regs and the register rows' two launches, each against
 # the oracle and bitwise the general kernel; the whole path with the register rows; the THD and
 # S_k 8192 ratio-2 rows with them off and on; then racecheck and memcheck over the kernel cases.
+# (The session-28 call also timed the S_k 262144 row by seed in between: bench/topk_seeds.py now.)
 if [[ " $steps " == *" s28d "* ]]; then
   run gpu_topk_short 120 $b/tests/dsa_gpu_tests "[topk_select][topk_short]" --durations yes
   run gpu_topk_regs 90 $b/tests/dsa_gpu_tests "[topk][topk_regs]" --durations yes
@@ -587,9 +583,7 @@ if [[ " $steps " == *" s28d "* ]]; then
     run "topk_bench_regs_thd_$sh" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-select-regs $sh
     run "topk_bench_regs_r2_$sh" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 8192" --topk-select-regs $sh
   done
-  [[ -n ${S28_EXTRA:-} ]] && bash -c "$S28_EXTRA"
-  run racecheck_regs "${S28_RACECHECK_S:-120}" "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_short]"
-  run memcheck_regs 45 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_short]"
+  sanitize_tags regs "[topk_select][topk_short]" 110 45
 fi
 # s29a (not in all): what session 28 left unmeasured: the register rows (off: kTopkSelectRegs) on
 # BSHD long rows, where their first launch only skips (S_k 16384 and 65536; and the THD row
@@ -602,7 +596,7 @@ if [[ " $steps " == *" s29a "* ]]; then
       run "topk_bench_regs_${sh}_${m// /_}" 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "$m" --topk-select-regs $sh
     done
   done
-  run racecheck_regs 240 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_regs]"
+  sanitize_tags regs "[topk_select][topk_regs]" 240
   run gpu_topk_auto 120 $b/tests/dsa_gpu_tests "[topk_auto]" --durations yes
   run topk_seeds 240 $b/tests/dsa_gpu_tests "[topk_seeds]"
 fi
@@ -612,13 +606,12 @@ fi
 if [[ " $steps " == *" s28e "* ]]; then
   run gpu_topk_short 100 $b/tests/dsa_gpu_tests "[topk_select][topk_short]" --durations yes
   run gpu_topk_regs 60 $b/tests/dsa_gpu_tests "[topk][topk_regs]" --durations yes
-  run racecheck_regs 100 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_short]"
-  run memcheck_regs 45 "$cs" --tool memcheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_select][topk_short]"
+  sanitize_tags regs "[topk_select][topk_short]" 100 45
 fi
 # s27d (not in all): s27c within the last minutes of a session's device time: no memcheck (the
 # short-row kernel's was clean before the fix) and no sanitizers over the small fused cases.
 if [[ " $steps " == *" s27d "* ]]; then
-  run racecheck_short 60 "$cs" --tool racecheck --error-exitcode 9 $b/tests/dsa_gpu_tests "[topk_short][topk_select]"
+  sanitize_tags short "[topk_short][topk_select]" 60
   run gpu_topk_fused_thd 110 $b/tests/dsa_gpu_tests "[topk_fused_thd]" --durations yes
   run topk_bench_thd 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match thd
   run gpu_topk_unfused 90 $b/tests/dsa_gpu_tests "[topk],[topk_select]" --durations yes

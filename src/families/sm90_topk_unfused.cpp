@@ -36,6 +36,17 @@ constexpr int64_t kLongRow = 8192;
 // per SM (4 waves of their 2 CTAs of 512 threads per SM), so that neither spends a CTA on each
 // row it skips.
 constexpr uint32_t kRegsCtasPerSm = 8;
+// The plan's launches and the module's kernels, in render()'s order.
+enum SelectKernel : int {
+  kRowsKernel = 0,      // sm90_topk_rows
+  kSelect256 = 1,       // sm90_topk_select<256>
+  kSelect512 = 2,       // sm90_topk_select<512>
+  kLseKernel = 3,       // sm90_topk_lse
+  kShort256 = 4,        // sm90_topk_select_short<256>: rows of at most 4096 cells
+  kMedium256 = 5,       // sm90_topk_select_short<256, 8>: rows of at most 8192 cells
+  kRegsGeneral512 = 6,  // sm90_topk_select<512, true>: the register rows' general launch
+  kShort512 = 7,        // sm90_topk_select_short<512>: the register rows' short launch
+};
 
 std::atomic<uint64_t> g_budget{0};
 std::atomic<bool> g_wave{false};
@@ -88,31 +99,25 @@ class TopkUnfusedFamily final : public Family {
     plan.empty = p.rows == 0;
     const TopkBlocking bl = unfused_blocking(p, dev);
     plan.workspace_bytes = bl.total_bytes;
-    KernelLaunch& rows = plan.launches[plan.n_launches++];
-    rows.block[0] = kTopkRowsThreads;
-    for (int threads : {kSelectThreadsShort, kSelectThreadsLong}) {
-      KernelLaunch& sel = plan.launches[plan.n_launches++];
-      sel.block[0] = static_cast<uint32_t>(threads);
-      sel.smem = plan.spec.dynamic_smem;
-    }
-    KernelLaunch& lse = plan.launches[plan.n_launches++];  // BSHD lse: sm90_topk_lse, a warp per row
-    lse.block[0] = 32 * kLseWarps;
-    KernelLaunch& short_sel = plan.launches[plan.n_launches++];  // rows of at most 4096 cells
-    short_sel.block[0] = kSelectThreadsShort;
-    short_sel.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
-    KernelLaunch& medium_sel = plan.launches[plan.n_launches++];  // rows of at most 8192 cells
-    medium_sel.block[0] = kSelectThreadsShort;
-    medium_sel.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
+    // One launch per SelectKernel, in its order.
+    auto add = [&](int threads, uint32_t smem) -> KernelLaunch& {
+      KernelLaunch& l = plan.launches[plan.n_launches++];
+      l.block[0] = static_cast<uint32_t>(threads);
+      l.smem = smem;
+      return l;
+    };
+    const uint32_t general_smem = plan.spec.dynamic_smem, short_smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
+    add(kTopkRowsThreads, 0);
+    add(kSelectThreadsShort, general_smem);
+    add(kSelectThreadsLong, general_smem);
+    add(32 * kLseWarps, 0);  // BSHD lse: sm90_topk_lse, a warp per row
+    add(kSelectThreadsShort, short_smem);
+    add(kSelectThreadsShort, short_smem);
     // The register rows of long-row launches (topk_select_regs): sm90_topk_select<512, true> (the
     // rows longer than 8192 cells), after sm90_topk_select_short<512> (the others). The grid is
     // the most CTAs they stride with.
-    KernelLaunch& regs_general = plan.launches[plan.n_launches++];
-    regs_general.block[0] = kSelectThreadsLong;
-    regs_general.smem = plan.spec.dynamic_smem;
-    regs_general.grid[0] = static_cast<uint32_t>(dev.sm_count) * kRegsCtasPerSm;
-    KernelLaunch& short_long = plan.launches[plan.n_launches++];
-    short_long.block[0] = kSelectThreadsLong;
-    short_long.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
+    add(kSelectThreadsLong, general_smem).grid[0] = static_cast<uint32_t>(dev.sm_count) * kRegsCtasPerSm;
+    add(kSelectThreadsLong, short_smem);
     return plan;
   }
 
@@ -135,6 +140,7 @@ class TopkUnfusedFamily final : public Family {
   }
 
   void render(const KernelSpec&, GeneratedSource& g) const override {
+    // in SelectKernel's order
     g.kernels.push_back("dsa::sm90_topk_rows<DsaKernelConfig::kLayout>");
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsShort));
     g.kernels.push_back(fmt::format("dsa::sm90_topk_select<{}>", kSelectThreadsLong));
@@ -354,10 +360,10 @@ void launch_topk_rows(const Plan& plan, const LoadedKernel& k, dsa::TopkBlockArg
   rb.n_rows = b.n;
   rb.n_win = b.score_rows();
   rb.k_base = b.k_base;
-  KernelLaunch rows = plan.launches[0];
+  KernelLaunch rows = plan.launches[kRowsKernel];
   rows.grid[0] = static_cast<uint32_t>((rb.n_win + kTopkRowsThreads - 1) / kTopkRowsThreads);
   void* rp[] = {&rb};
-  launch_one(k.functions[0], rows, stream, rp, "cuLaunchKernelEx(sm90_topk_rows)");
+  launch_one(k.functions[kRowsKernel], rows, stream, rp, "cuLaunchKernelEx(sm90_topk_rows)");
 }
 
 const Family& topk_unfused_family() {
@@ -381,10 +387,10 @@ void launch_topk_lse(const Plan& plan, const LoadedKernel& k, const dsa::TopkSel
   args.sample_stride = dsa::lean_topk_sample_stride(a.ld);
   args.lse = lse;
   args.lse_stride = stride;
-  KernelLaunch l = plan.launches[3];
+  KernelLaunch l = plan.launches[kLseKernel];
   l.grid[0] = static_cast<uint32_t>((a.n_rows + kLseWarps - 1) / kLseWarps);
   void* params[] = {&args};
-  launch_one(k.functions[3], l, stream, params, "cuLaunchKernelEx(sm90_topk_lse)");
+  launch_one(k.functions[kLseKernel], l, stream, params, "cuLaunchKernelEx(sm90_topk_lse)");
 }
 
 bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width, int64_t cells) {
@@ -406,12 +412,12 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
   const bool long_rows = width > kLongRow;
   const bool short_rows = !long_rows && topk_select_short() && topk_select_short_fits(a, width, dsa::kTopkShortCells);
   const bool medium_rows = !long_rows && !short_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
-  if (short_rows || medium_rows) return go(short_rows ? 4 : 5, all_rows);
-  if (!long_rows || !topk_select_regs()) return go(long_rows ? 2 : 1, all_rows);
+  if (short_rows || medium_rows) return go(short_rows ? kShort256 : kMedium256, all_rows);
+  if (!long_rows || !topk_select_regs()) return go(long_rows ? kSelect512 : kSelect256, all_rows);
   // The register rows: the rows of at most 8192 cells from registers, then the others.
-  const int64_t grid = std::min<int64_t>(all_rows, plan.launches[6].grid[0]);
-  go(7, grid);
-  go(6, grid);
+  const int64_t grid = std::min<int64_t>(all_rows, plan.launches[kRegsGeneral512].grid[0]);
+  go(kShort512, grid);
+  go(kRegsGeneral512, grid);
 }
 
 KernelSpec topk_unfused_spec(Layout layout) {
