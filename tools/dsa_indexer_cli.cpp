@@ -788,7 +788,8 @@ void build_cli(Cli& cli) {
                                          "or the general one (off); unset: the library's default")
       ->check(CLI::IsMember({"on", "off"}));
   cli.value(bench, "topk-select-regs", "top-k rows: long-row selections (512 threads) take their rows of at most 8192 cells "
-                                       "from registers (on) or every row by the general path (off); unset: the library's default")
+                                       "from registers (on) or every row by the general path (off); unset: the library's policy (where at "
+                                       "least half of a launch's rows are known to fit)")
       ->check(CLI::IsMember({"on", "off"}));
   cli.value(bench, "in", "input precision of q and k: bf16 (the default: the scores and top-k rows) or e4m3 (the FP8 rows of issue 22: "
                         "S_q 8192 / S_k 4096 ratio 2, S_q 2048 with S_k 8192 and 65536 ending at S_k (ratio 1, offset "

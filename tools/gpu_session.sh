@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|s29b|s29c|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -587,18 +587,28 @@ if [[ " $steps " == *" s28d "* ]]; then
 fi
 # s29a (not in all): what session 28 left unmeasured: the register rows (off: kTopkSelectRegs) on
 # BSHD long rows, where their first launch only skips (S_k 16384 and 65536; and the THD row
-# again), off and on; racecheck over the register rows' kernel case alone, with room to finish;
-# the automatic-policy case with the policy set by the case ([topk_auto]); the fused path's failed
-# rows by input seed at S_k 262144 and how they failed ([topk_seeds]).
+# again), off and on; the automatic-policy case with the policy set by the case ([topk_auto]).
 if [[ " $steps " == *" s29a "* ]]; then
   for sh in off on; do
     for m in "S_k 16384" "S_k 65536" thd; do
       run "topk_bench_regs_${sh}_${m// /_}" 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --match "$m" --topk-select-regs $sh
     done
   done
-  sanitize_tags regs "[topk_select][topk_regs]" 240
   run gpu_topk_auto 120 $b/tests/dsa_gpu_tests "[topk_auto]" --durations yes
+fi
+# s29b (not in all; s29a's second call): racecheck over the register rows' kernel case alone, with
+# room to finish, and the fused path's failed rows by input seed ([topk_seeds]).
+if [[ " $steps " == *" s29b "* ]]; then
+  sanitize_tags regs "[topk_select][topk_regs]" 240
   run topk_seeds 240 $b/tests/dsa_gpu_tests "[topk_seeds]"
+fi
+# s29c (not in all): the register rows' policy (session 29: a long-row launch takes them where at
+# least half of its rows are known to fit): the unfused GPU cases and the selection kernels under
+# the default, then every top-k bench row at k 2048 under the default (the THD row should take the
+# register rows, the BSHD rows the general kernel: the header line says which when forced only).
+if [[ " $steps " == *" s29c "* ]]; then
+  run gpu_topk_unfused 200 $b/tests/dsa_gpu_tests "[topk],[topk_select]" --durations yes
+  run topk_bench_default 300 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --json "$out/topk_bench.json"
 fi
 # s28e (not in all): s28d's kernel cases after the test module's fix (the general kernels that
 # skip the register rows need the dynamic shared memory attribute), the whole path with the

@@ -54,7 +54,7 @@ FlagOverride g_lean_windows;
 FlagOverride g_lse_lanes;
 FlagOverride g_select_short;
 FlagOverride g_select_medium;
-FlagOverride g_select_regs;
+std::atomic<int> g_select_regs{-1};  // -1: the policy (topk_select_regs_take); 0 never; 1 always
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
 TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
@@ -179,7 +179,7 @@ class TopkUnfusedFamily final : public Family {
         sa.lse = lse;
         sa.lse_stride = p.lse_stride[1];
       }
-      launch_topk_select(plan, k, sa, topk_select_width(p, b), stream);
+      launch_topk_select(plan, k, sa, topk_select_width(p, b), topk_rows_within(p, b, kTopkRegsCells), stream);
       if (lse && lanes) launch_topk_lse(plan, k, sa, lse, p.lse_stride[1], stream);
     });
   }
@@ -400,7 +400,8 @@ bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width, int64_t
   return (aligned && width == a.ld ? width : width + 3) <= cells;
 }
 
-void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream) {
+void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, int64_t fitting_rows,
+                        CUstream stream) {
   dsa::TopkSelectArgs args = a;
   void* params[] = {&args};
   const int64_t all_rows = std::min<int64_t>(a.n_rows, int64_t(1) << 30);  // the kernels stride over rows beyond
@@ -410,10 +411,11 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
     launch_one(k.functions[which], sel, stream, params, "cuLaunchKernelEx(sm90_topk_select)");
   };
   const bool long_rows = width > kLongRow;
+  const bool regs = long_rows && topk_select_regs_take(fitting_rows, a.n_rows);
   const bool short_rows = !long_rows && topk_select_short() && topk_select_short_fits(a, width, dsa::kTopkShortCells);
   const bool medium_rows = !long_rows && !short_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
   if (short_rows || medium_rows) return go(short_rows ? kShort256 : kMedium256, all_rows);
-  if (!long_rows || !topk_select_regs()) return go(long_rows ? kSelect512 : kSelect256, all_rows);
+  if (!regs) return go(long_rows ? kSelect512 : kSelect256, all_rows);
   // The register rows: the rows of at most 8192 cells from registers, then the others.
   const int64_t grid = std::min<int64_t>(all_rows, plan.launches[kRegsGeneral512].grid[0]);
   go(kShort512, grid);
@@ -440,8 +442,35 @@ bool topk_select_short() { return g_select_short.get(kTopkSelectShort); }
 void set_topk_select_short(std::optional<bool> on) { g_select_short.set(on); }
 bool topk_select_medium() { return g_select_medium.get(kTopkSelectMedium); }
 void set_topk_select_medium(std::optional<bool> on) { g_select_medium.set(on); }
-bool topk_select_regs() { return g_select_regs.get(kTopkSelectRegs); }
-void set_topk_select_regs(std::optional<bool> on) { g_select_regs.set(on); }
+bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows) {
+  const int forced = g_select_regs.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  return kTopkSelectRegs && n_rows > 0 && 2 * fitting_rows >= n_rows;
+}
+void set_topk_select_regs(std::optional<bool> on) { g_select_regs.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed); }
+
+int64_t topk_rows_within(const Problem& p, const TopkBlock& b, int64_t cells) {
+  // Rows [i0, i1) of a segment of s_k keys whose causal window (zero offset) holds at most
+  // `cells` keys: floor((i + 1) / ratio) <= cells, i.e. i < (cells + 1) ratio - 1.
+  const bool exact = !p.has_offsets && !p.has_windows;
+  auto count = [&](int64_t i0, int64_t i1, int64_t s_k) -> int64_t {
+    if (i1 <= i0) return 0;
+    if (s_k <= cells) return i1 - i0;  // no row sees more than its segment's keys
+    if (!exact) return 0;
+    const int64_t end = std::min(i1, (cells + 1) * p.ratio - 1);
+    return std::max<int64_t>(end - i0, 0);
+  };
+  if (!p.is_thd()) return count(b.row0, b.row0 + b.n, p.s_k);
+  int64_t n = 0;
+  const std::vector<int32_t>& cq = p.cu_q_host;
+  const std::vector<int32_t>& ck = p.cu_k_host;
+  for (size_t s = 0; s + 1 < cq.size() && s + 1 < ck.size(); ++s) {
+    const int64_t q0 = cq[s], q1 = cq[s + 1];
+    const int64_t lo = std::max<int64_t>(q0, b.row0), hi = std::min<int64_t>(q1, b.row0 + b.n);
+    n += count(lo - q0, hi - q0, int64_t(ck[s + 1]) - ck[s]);
+  }
+  return n;
+}
 void set_topk_lean_window_blocks(std::optional<bool> on) { g_lean_windows.set(on); }
 
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev) {

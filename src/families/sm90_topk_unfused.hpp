@@ -19,7 +19,11 @@ KernelSpec topk_unfused_spec(Layout layout);
 // most `width` visible columns: what launch() runs after each block's scores, exposed so that a
 // tool can time the selection alone on score rows it holds (dsa-indexer bench --op topk).
 // Rows that fit the short-row kernel take it (topk_select_short, topk_select_short_fits).
-void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, CUstream stream);
+// fitting_rows: how many of the rows the caller knows to see at most kTopkRegsCells cells
+// (topk_rows_within), which decides whether a long-row launch takes the register rows
+// (topk_select_regs_take); it changes the launches, never the bits.
+void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, int64_t fitting_rows,
+                        CUstream stream);
 // Whether every row of `a` of at most `width` visible cells fits `cells` (kTopkShortCells:
 // sm90_topk_select_short<256>; kTopkMediumCells: its 8-word variant) with its alignment.
 bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width, int64_t cells = dsa::kTopkShortCells);
@@ -91,12 +95,20 @@ void set_topk_select_medium(std::optional<bool> on);  // tests and measurements 
 // threads) runs two launches, with the same block size and so the same bits:
 // sm90_topk_select_short<512> selects the rows of at most 8192 cells from registers, then
 // sm90_topk_select<512, true> the others. Built in session 28: on an H100 both kernels held the
-// general kernel's bits and the oracle, the whole path with them passed, and the THD bench row's
-// selection took 548.1 µs against 628.4 (docs/PERF_NOTES.md); off until BSHD long rows, where the
-// first launch only skips, are timed with it (gpu_session.sh s29a).
-inline constexpr bool kTopkSelectRegs = false;
-bool topk_select_regs();
-void set_topk_select_regs(std::optional<bool> on);  // tests and measurements (nullopt: the default)
+// general kernel's bits and the oracle, the whole path with them passed, racecheck and memcheck
+// clean (session 29 racecheck of the two-launch case: 0 hazards). Session 29 timed it on an H100
+// (docs/PERF_NOTES.md): the THD bench row's selection (nearly every row within 8192 cells) 546.6
+// µs against 626.0, and the BSHD long rows, where no row fits and the first launch only skips,
+// 4-10 % slower (S_k 16384: 602.3 against 547.9; B 4: 1183.7 / 1119.0; S_k 65536: 1354.5 /
+// 1313.1). So it is a policy (kTopkSelectRegs): a long-row launch takes the register rows where
+// at least half of its rows are known to fit (topk_rows_within); mixtures in between are
+// unmeasured. set_topk_select_regs(true / false) forces them on / off (tests, measurements);
+// nullopt: the policy.
+inline constexpr bool kTopkSelectRegs = true;
+// Cells a register row holds with its alignment (topk_select_short_fits' width + 3 <= 8192).
+inline constexpr int64_t kTopkRegsCells = 8189;
+bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows);
+void set_topk_select_regs(std::optional<bool> on);  // tests and measurements (nullopt: the policy)
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
 // candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy, off
@@ -120,6 +132,10 @@ struct TopkBlock {
 // path's row-range blocks span any keys), so a block's own width would make the softmax's bits
 // depend on the path and the workspace budget; the call's makes them the same on both paths.
 int64_t topk_select_width(const Problem& p, const TopkBlock& b);
+// The rows of block b known on the host to see at most `cells` keys: a row sees at most its
+// segment's keys (BSHD S_k, THD its segment's), and without q_causal_offsets and explicit windows
+// exactly its causal limit at offset 0; with them a longer segment's rows count as not fitting.
+int64_t topk_rows_within(const Problem& p, const TopkBlock& b, int64_t cells);
 // Calls f(block) for every block of the call, in output-row order. `shapes_only`
 // (inner_problems): at least one block of every distinct (rows, width) shape, skipping the
 // blocks whose shape an earlier one already had, so that a line of 2^31 rows costs a few blocks.

@@ -422,3 +422,56 @@ TEST_CASE("topk: the short-row selection's fit", "[topk][planner]") {
   CHECK_FALSE(topk_select_short_fits(a, 8191, dsa::kTopkMediumCells));
   CHECK(topk_select_short_fits(a, 8189, dsa::kTopkMediumCells));
 }
+
+// The register rows' policy (topk_select_regs_take): a long-row launch takes them where at least
+// half of its rows are known to see at most kTopkRegsCells keys (topk_rows_within: exact without
+// offsets and explicit windows, else only rows of segments that short); forced on / off by
+// set_topk_select_regs.
+TEST_CASE("topk: the register rows' policy counts the rows known to fit", "[topk][planner]") {
+  const int64_t c = kTopkRegsCells;
+  auto block = [](int64_t row0, int64_t n) {
+    TopkBlock b;
+    b.row0 = row0;
+    b.n = n;
+    return b;
+  };
+  // BSHD without offsets: row i sees floor((i + 1) / ratio) keys
+  Problem q = vt(topk_call(1, 16384, 16384, 64));
+  q.ratio = 1;
+  REQUIRE_FALSE(q.has_offsets);
+  CHECK(topk_rows_within(q, block(0, 16384), c) == c);  // rows 0..8188
+  CHECK(topk_rows_within(q, block(8000, 100), c) == 100);
+  CHECK(topk_rows_within(q, block(8100, 100), c) == c - 8100);
+  CHECK(topk_rows_within(q, block(8192, 100), c) == 0);
+  q.ratio = 4;
+  CHECK(topk_rows_within(q, block(0, 16384), c) == 16384);
+  CHECK(topk_rows_within(q, block(32000, 1000), c) == (c + 1) * 4 - 1 - 32000);
+  q.ratio = 1;
+  // with q_causal_offsets a row's only known bound is S_k
+  q.has_offsets = true;
+  CHECK(topk_rows_within(q, block(0, 16384), c) == 0);
+  q.s_k = 8000;
+  CHECK(topk_rows_within(q, block(0, 16384), c) == 16384);
+  // THD: segment keys 1000, 37, 0, 3000, 4, 9000 (rows 1000, 37, 0, 3000, 4, 5000)
+  Problem p = thd_plan_problem({0, 1000, 1037, 1037, 4037, 4041, 9041}, {0, 1000, 1037, 1037, 4037, 4041, 13041}, 9000);
+  REQUIRE_FALSE(p.has_offsets);
+  CHECK(topk_rows_within(p, block(0, 9041), c) == 9041);  // the last segment's rows see at most 5000 keys
+  CHECK(topk_rows_within(p, block(4000, 100), c) == 100);
+  p.has_offsets = true;  // the 9000-key segment's rows may see more than 8189
+  CHECK(topk_rows_within(p, block(0, 9041), c) == 4041);
+  CHECK(topk_rows_within(p, block(4000, 100), c) == 41);
+  p.has_offsets = false;
+  p.has_windows = true;
+  CHECK(topk_rows_within(p, block(0, 9041), c) == 4041);
+  // the policy: at least half; forced either way
+  CHECK(topk_select_regs_take(1, 2));
+  CHECK(topk_select_regs_take(4041, 8082));
+  CHECK_FALSE(topk_select_regs_take(4041, 8083));
+  CHECK_FALSE(topk_select_regs_take(0, 0));
+  set_topk_select_regs(true);
+  CHECK(topk_select_regs_take(0, 5));
+  set_topk_select_regs(false);
+  CHECK_FALSE(topk_select_regs_take(5, 5));
+  set_topk_select_regs(std::nullopt);
+  CHECK(topk_select_regs_take(5, 5));
+}
