@@ -212,6 +212,10 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_select_short(o.select_short);
   dd::set_topk_select_medium(o.select_medium);
   dd::set_topk_select_regs(o.select_regs);
+  dd::set_topk_select_regs_ctas(o.regs_ctas);
+  if (o.regs_ctas >= 0)
+    fmt::print("\nbench --op topk: the register rows' first launch on {}\n",
+               o.regs_ctas == 0 ? std::string("one CTA per row") : fmt::format("{} CTAs per SM", o.regs_ctas));
   if (o.select_regs)
     fmt::print("\nbench --op topk: long-row selections (512 threads) select {}\n",
                *o.select_regs ? "their rows of at most 8192 cells from registers, the others by the general path (register rows, forced)"

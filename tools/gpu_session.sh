@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|s29b|s29c|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|s29b|s29c|s29d|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -609,6 +609,16 @@ fi
 if [[ " $steps " == *" s29c "* ]]; then
   run gpu_topk_unfused 200 $b/tests/dsa_gpu_tests "[topk],[topk_select]" --durations yes
   run topk_bench_default 300 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048 --json "$out/topk_bench.json"
+fi
+# s29d (not in all): the register rows' first launch (sm90_topk_select_short<512>) on one CTA per
+# row against strided grids of 2, 4, 8 (the default) and 16 CTAs per SM, on the THD row (where the
+# policy takes the register rows), k 2048 and 512.
+if [[ " $steps " == *" s29d "* ]]; then
+  i=0
+  for n in 8 0 2 4 16 8; do
+    i=$((i + 1))
+    run "topk_bench_regs_ctas_${i}_$n" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-regs-ctas $n
+  done
 fi
 # s28e (not in all): s28d's kernel cases after the test module's fix (the general kernels that
 # skip the register rows need the dynamic shared memory attribute), the whole path with the

@@ -54,6 +54,7 @@ FlagOverride g_lean_windows;
 FlagOverride g_lse_lanes;
 FlagOverride g_select_short;
 FlagOverride g_select_medium;
+std::atomic<int> g_regs_ctas{-1};  // set_topk_select_regs_ctas
 std::atomic<int> g_select_regs{-1};  // -1: the policy (topk_select_regs_take); 0 never; 1 always
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
@@ -418,7 +419,9 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
   if (!regs) return go(long_rows ? kSelect512 : kSelect256, all_rows);
   // The register rows: the rows of at most 8192 cells from registers, then the others.
   const int64_t grid = std::min<int64_t>(all_rows, plan.launches[kRegsGeneral512].grid[0]);
-  go(kShort512, grid);
+  const int ctas = g_regs_ctas.load(std::memory_order_relaxed);  // measurements: the first launch's grid
+  const int64_t sms = plan.launches[kRegsGeneral512].grid[0] / kRegsCtasPerSm;
+  go(kShort512, ctas < 0 ? grid : ctas == 0 ? all_rows : std::min<int64_t>(all_rows, sms * ctas));
   go(kRegsGeneral512, grid);
 }
 
@@ -447,6 +450,7 @@ bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows) {
   if (forced >= 0) return forced != 0;
   return kTopkSelectRegs && n_rows > 0 && 2 * fitting_rows >= n_rows;
 }
+void set_topk_select_regs_ctas(int ctas_per_sm) { g_regs_ctas.store(ctas_per_sm, std::memory_order_relaxed); }
 void set_topk_select_regs(std::optional<bool> on) { g_select_regs.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed); }
 
 int64_t topk_rows_within(const Problem& p, const TopkBlock& b, int64_t cells) {

@@ -109,6 +109,9 @@ inline constexpr bool kTopkSelectRegs = true;
 inline constexpr int64_t kTopkRegsCells = 8189;
 bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows);
 void set_topk_select_regs(std::optional<bool> on);  // tests and measurements (nullopt: the policy)
+// Measurements: the grid of the register rows' first launch (sm90_topk_select_short<512>), CTAs
+// per SM (0: one CTA per row; negative: the default, the general launch's 8 per SM).
+void set_topk_select_regs_ctas(int ctas_per_sm);
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
 // candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy, off
