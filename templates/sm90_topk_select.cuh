@@ -551,7 +551,10 @@ __global__ void __launch_bounds__(T, 1024 / T) sm90_topk_select(const __grid_con
 // row's window is loaded while this row is selected. Longer rows are skipped: the host launches
 // the kernel alone only where every row fits (topk_select_short_fits), else before
 // sm90_topk_select<T, true>, which selects the others (the register rows, session 28; T 512 only
-// there). Shared memory: kTopkShortSmemBytes (40 KB against 56 KB), so more CTAs share an SM:
+// there). With a.skip_words > 0 it also skips the rows of at most that many words, which a launch
+// before it (sm90_topk_select_short<256>, the narrow register rows: calls without softmax and lse,
+// whose outputs do not depend on the block size) selected. Shared memory: kTopkShortSmemBytes
+// (40 KB against 56 KB), so more CTAs share an SM:
 // three full histograms (topk_find_bin scans kTopkBins bins) and the selection.
 //
 // W = 8 (rows of at most 8192 cells, `kTopkMediumCells`; built in session 27, measured slower
@@ -578,6 +581,7 @@ __global__ void __launch_bounds__(T, W == kTopkUnroll && T == 256 ? 4 : 2) sm90_
     if (row + gridDim.x < a.n_rows) next = a.rows[row + gridDim.x];
     const TopkRowCtx rc = topk_row_ctx(a, row, rw);
     if (rc.nw > W * T) continue;  // uniform: sm90_topk_select<T, true> selects it, in the next launch
+    if (a.skip_words > 0 && rc.nw <= a.skip_words) continue;  // uniform: the launch before selected it
     topk_select_row_regs<T, W>(s, a, row, rw, rc, smem, smem + kTopkBins, smem + 2 * kTopkBins, skey,
                                scol, warp_max);
   }

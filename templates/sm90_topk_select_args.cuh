@@ -42,6 +42,9 @@ struct TopkSelectArgs {
   float* values; i64 values_ld;     // optional (nullptr): the selected scores, same order as indices
   float* softmax; i64 softmax_ld;   // optional: softmax over the selected logits (padding slots 0)
   float* lse; i64 lse_stride;       // optional: log(sum over all visible cells exp(score))
+  i32 skip_words;                   // sm90_topk_select_short: rows of at most this many words (> 0)
+                                    // an earlier launch selected (0: none); the other kernels ignore it
+  i32 pad;
 };
 
 // The top-k lse of a BSHD block in the fused sweep's order (sm90_topk_lse.cuh).

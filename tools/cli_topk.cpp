@@ -213,6 +213,11 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_select_medium(o.select_medium);
   dd::set_topk_select_regs(o.select_regs);
   dd::set_topk_select_regs_ctas(o.regs_ctas);
+  dd::set_topk_select_regs_narrow(o.regs_narrow);
+  if (o.regs_narrow)
+    fmt::print("\nbench --op topk: register rows of at most 4096 cells {}\n",
+               *o.regs_narrow ? "by the 256-thread short-row kernel first (calls without softmax and lse: these rows)"
+                              : "by the 512-thread kernel (no narrow register rows)");
   if (o.regs_ctas >= 0)
     fmt::print("\nbench --op topk: the register rows' first launch on {}\n",
                o.regs_ctas == 0 ? std::string("one CTA per row") : fmt::format("{} CTAs per SM", o.regs_ctas));

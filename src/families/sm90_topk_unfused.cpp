@@ -55,6 +55,7 @@ FlagOverride g_lse_lanes;
 FlagOverride g_select_short;
 FlagOverride g_select_medium;
 std::atomic<int> g_regs_ctas{-1};  // set_topk_select_regs_ctas
+FlagOverride g_regs_narrow;
 std::atomic<int> g_select_regs{-1};  // -1: the policy (topk_select_regs_take); 0 never; 1 always
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
@@ -421,7 +422,16 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
   const int64_t grid = std::min<int64_t>(all_rows, plan.launches[kRegsGeneral512].grid[0]);
   const int ctas = g_regs_ctas.load(std::memory_order_relaxed);  // measurements: the first launch's grid
   const int64_t sms = plan.launches[kRegsGeneral512].grid[0] / kRegsCtasPerSm;
-  go(kShort512, ctas < 0 ? grid : ctas == 0 ? all_rows : std::min<int64_t>(all_rows, sms * ctas));
+  const int64_t short_grid = ctas < 0 ? grid : ctas == 0 ? all_rows : std::min<int64_t>(all_rows, sms * ctas);
+  if (topk_select_regs_narrow() && a.softmax == nullptr && a.lse == nullptr) {
+    // The narrow register rows: without softmax and lse no output depends on the block size
+    // (the selected set is unique, and indices and values follow from it), so the rows of at most
+    // 4096 cells take sm90_topk_select_short<256> (more rows in flight per SM) first.
+    go(kShort256, all_rows);
+    args.skip_words = dsa::kTopkShortCells / 4;
+  }
+  go(kShort512, short_grid);
+  args.skip_words = 0;
   go(kRegsGeneral512, grid);
 }
 
@@ -450,6 +460,8 @@ bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows) {
   if (forced >= 0) return forced != 0;
   return kTopkSelectRegs && n_rows > 0 && 2 * fitting_rows >= n_rows;
 }
+bool topk_select_regs_narrow() { return g_regs_narrow.get(kTopkSelectRegsNarrow); }
+void set_topk_select_regs_narrow(std::optional<bool> on) { g_regs_narrow.set(on); }
 void set_topk_select_regs_ctas(int ctas_per_sm) { g_regs_ctas.store(ctas_per_sm, std::memory_order_relaxed); }
 void set_topk_select_regs(std::optional<bool> on) { g_select_regs.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed); }
 

@@ -109,6 +109,18 @@ inline constexpr bool kTopkSelectRegs = true;
 inline constexpr int64_t kTopkRegsCells = 8189;
 bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows);
 void set_topk_select_regs(std::optional<bool> on);  // tests and measurements (nullopt: the policy)
+// The narrow register rows (on since session 29): in a register-rows selection of a call without
+// softmax and lse, whose outputs (the unique selected set's indices and values) do not depend on
+// the block size, the rows of at most 4096 cells are selected first by
+// sm90_topk_select_short<256> (4 CTAs per SM against 2 of 512 threads), then
+// sm90_topk_select_short<512> skips them (TopkSelectArgs::skip_words). Calls with softmax or lse
+// keep the 512-thread kernels, whose summation order those bits follow. On an H100 (session 29,
+// docs/PERF_NOTES.md): indices and values bitwise the 512-thread path's (and every output with
+// softmax, which keeps that path), memcheck clean; the THD bench row's selection 492.9 µs against
+// 549.3 at k 2048, 481.4 against 563.2 at k 512.
+inline constexpr bool kTopkSelectRegsNarrow = true;
+bool topk_select_regs_narrow();
+void set_topk_select_regs_narrow(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Measurements: the grid of the register rows' first launch (sm90_topk_select_short<512>), CTAs
 // per SM (0: one CTA per row; negative: the default, the general launch's 8 per SM).
 void set_topk_select_regs_ctas(int ctas_per_sm);

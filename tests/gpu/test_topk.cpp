@@ -196,6 +196,47 @@ TEST_CASE("topk: the register rows through the whole path", "[topk][topk_short][
   dsa_indexer::detail::set_topk_select_regs(std::nullopt);
 }
 
+// The narrow register rows (set_topk_select_regs_narrow: in a register-rows selection of a call
+// without softmax and lse, the rows of at most 4096 cells by sm90_topk_select_short<256> first):
+// indices and values bitwise those of the register rows at 512 threads, on THD segments whose rows
+// span 0..9000 keys (no offsets: all three kernels take rows) and with offsets; with softmax the
+// call keeps the 512-thread kernels, so every output stays bitwise.
+TEST_CASE("topk: the narrow register rows, bitwise the 512-thread ones", "[topk][topk_regs]") {
+  namespace dd = dsa_indexer::detail;
+  dd::set_topk_select_regs(true);
+  HostProblem a = thd({1500, 700, 900}, {9000, 200, 8300}, 64, 1);
+  HostProblem b = a;
+  b.offsets = {7400, -100, 7300};
+  HostProblem c = thd({3000, 2000}, {3000, 9100}, 64, 1);  // causal from 0: rows of 1..3000 and 1..2000 keys
+  uint64_t seed = 170;
+  for (HostProblem* p : {&a, &b, &c}) {
+    p->layout = Layout::thd_local;
+    p->finalize_thd_defaults();
+    ds::fill_random(*p, seed++);
+    auto dp = ds::upload(*p, 0, true);
+    for (int k : {7, 2048})
+      for (bool sorted : {false, true})
+        for (bool softmax : {false, true}) {
+          INFO(p->describe() << " k " << k << " sorted " << sorted << " softmax " << softmax);
+          TopkRunOptions ro;
+          ro.sorted = sorted;
+          ro.softmax = softmax;
+          ro.family = KernelFamily::topk_unfused;
+          dd::set_topk_select_regs_narrow(false);
+          const TopkOut wide = run_topk(*p, dp, k, ro);
+          dd::set_topk_select_regs_narrow(true);
+          const TopkOut narrow = run_topk(*p, dp, k, ro);
+          CHECK(std::memcmp(wide.indices.data(), narrow.indices.data(), wide.indices.size() * 4) == 0);
+          CHECK(std::memcmp(wide.values.data(), narrow.values.data(), wide.values.size() * 4) == 0);
+          if (softmax) CHECK(std::memcmp(wide.softmax.data(), narrow.softmax.data(), wide.softmax.size() * 4) == 0);
+          // every slot written: no poison left in the indices
+          CHECK(std::count(narrow.indices.begin(), narrow.indices.end(), static_cast<int32_t>(ds::kPoison)) == 0);
+        }
+  }
+  dd::set_topk_select_regs_narrow(std::nullopt);
+  dd::set_topk_select_regs(std::nullopt);
+}
+
 // FP8 (e4m3) q and k with their scales (issue 22): the unfused path's blocks take the FP8 score
 // families (generic FP8, and lean FP8 and its split variant at the saturated shape), and the
 // selection must be exactly the reference selection of generic FP8's scores of the whole call.

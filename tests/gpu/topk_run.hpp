@@ -16,6 +16,7 @@ struct TopkRunOptions {
   bool global = false;     // global indices (TopkIndices::global)
   bool workspace = true;   // a caller-owned, poisoned workspace (else the library's pool)
   bool lse = false;        // also the lse output (the fused path serves calls without one)
+  bool softmax = true;     // the softmax output (its buffer stays poisoned without)
 };
 
 struct TopkOut {
@@ -42,7 +43,7 @@ inline TopkOut run_topk(const HostProblem& p, dsa_support::DeviceProblem& dp, in
   t.sort_by_score = ro.sorted;
   t.indices = ro.global ? dsa_indexer::TopkIndices::global : dsa_indexer::TopkIndices::local;
   t.values = shaped(val.get(), DType::f32);
-  t.softmax = shaped(sm.get(), DType::f32);
+  if (ro.softmax) t.softmax = shaped(sm.get(), DType::f32);
   dsa_indexer::IndexerOptions o = dp.opt;
   o.family = ro.family;
   o.thd_columns = dsa_indexer::ThdColumns::local;

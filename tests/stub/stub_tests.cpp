@@ -197,7 +197,8 @@ int child_topk() {
   // BSHD, S_q 2304 over 65536 keys, the unfused path by name: the 256 MiB budget holds 1024
   // rows, so three blocks of 768 rows (96 q-tiles: lean's split variant). Every row sees at most
   // 576 keys (ratio 4, no offsets), so each block's long-row selection takes the register rows'
-  // two launches (topk_select_regs_take), the general one last.
+  // launches (topk_select_regs_take; without softmax and lse the narrow ones too: three), the
+  // general one last.
   Bshd b(1, 2304, 65536);
   b.opt.ratio = 4;
   b.opt.family = dsa_indexer::KernelFamily::topk_unfused;
@@ -207,7 +208,7 @@ int child_topk() {
   t.k = k;
   t.values = TensorDesc::contiguous(dalloc(std::size_t(2304) * k * 4), DType::f32, {1, 2304, k});
   const unsigned long n = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
-  expect(n == 12, fmt::format("3 blocks x (rows, scores, register rows, select) = 12 launches, stub saw {}", n));
+  expect(n == 15, fmt::format("3 blocks x (rows, scores, narrow and register rows, select) = 15 launches, stub saw {}", n));
   expect(contains(stub_last_kernel(), "sm90_topk_select"), "the last launch selects: " + stub_last_kernel());
   const std::size_t ws = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
   expect(ws >= std::size_t(768) * 65536 * 4 && ws < std::size_t(800) * 65536 * 4,
@@ -217,8 +218,13 @@ int child_topk() {
   const auto before = dsa_indexer::kernel_cache_stats();
   const unsigned long n2 = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
   const auto after = dsa_indexer::kernel_cache_stats();
-  expect(n2 == 12 && after.compiles == before.compiles && after.disk_hits == before.disk_hits,
-         fmt::format("a caller's workspace: 12 launches ({}), nothing produced again", n2));
+  expect(n2 == 15 && after.compiles == before.compiles && after.disk_hits == before.disk_hits,
+         fmt::format("a caller's workspace: 15 launches ({}), nothing produced again", n2));
+  // with softmax the narrow rows (256 threads) are not taken: 12
+  t.softmax = TensorDesc::contiguous(dalloc(std::size_t(2304) * k * 4), DType::f32, {1, 2304, k});
+  const unsigned long n_sm = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
+  t.softmax = TensorDesc();
+  expect(n_sm == 12, fmt::format("with softmax: 3 blocks x (rows, scores, register rows, select) = 12 launches, stub saw {}", n_sm));
   // the register rows forced off: one selection launch per block
   dsa_indexer::detail::set_topk_select_regs(false);
   const unsigned long n_off = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
@@ -250,8 +256,8 @@ int child_topk() {
          fmt::format("fused: the workspace holds 2304 rows of {} candidates ({} bytes), less than the unfused ({})", cands, wsf,
                      ws));
   // An automatic call past about 127k keys (S_q 1056, S_k 131072: the unfused blocks hold 352
-  // rows, under half a wave; rows of at most 1056 keys: the register rows) takes the unfused path
-  // (3 blocks, 12 launches) and its workspace; with
+  // rows, under half a wave; rows of at most 1056 keys: the narrow and register rows) takes the
+  // unfused path (3 blocks, 15 launches) and its workspace; with
   // the fused path's automatic policy on (set_topk_fused_automatic, off since session 28) it takes
   // the fused path: one block, 4 launches, and (sync compile mode) the fused path's workspace,
   // smaller than the unfused path's.
@@ -263,8 +269,8 @@ int child_topk() {
     dsa_indexer::TopkOptions lt;
     lt.k = kl;
     const unsigned long nu = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
-    expect(nu == 12 && contains(stub_last_kernel(), "sm90_topk_select"),
-           fmt::format("automatic at S_k 131072: the unfused path, 12 launches ({}), last {}", nu, stub_last_kernel()));
+    expect(nu == 15 && contains(stub_last_kernel(), "sm90_topk_select"),
+           fmt::format("automatic at S_k 131072: the unfused path, 15 launches ({}), last {}", nu, stub_last_kernel()));
     const std::size_t wd = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
     dsa_indexer::detail::set_topk_fused_automatic(true);
     const unsigned long na = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });

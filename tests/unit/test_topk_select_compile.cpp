@@ -61,7 +61,7 @@ TEST_CASE("topk candidates: every block size compiles to sm_90a without spills o
 TEST_CASE("topk select: the launch arguments have the layout the template reads", "[topk]") {
   // The host fills dsa::TopkSelectArgs and the kernel reads it by value: fixed-width members only.
   CHECK(sizeof(dsa::TopkRow) == 16);
-  CHECK(sizeof(dsa::TopkSelectArgs) == 104);
+  CHECK(sizeof(dsa::TopkSelectArgs) == 112);
   CHECK(dsa::kTopkCandCap >= dsa::kTopkMaxK);
   CHECK(dsa::kTopkSampleWords * 4 <= dsa::kTopkCandCap);
   CHECK(dsa::kTopkFixedSmemBytes == (dsa::kTopkBins + 2 * dsa::kTopkCandCap + 2 * dsa::kTopkMaxK) * 4);
