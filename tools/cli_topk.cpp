@@ -214,6 +214,10 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_select_regs(o.select_regs);
   dd::set_topk_select_regs_ctas(o.regs_ctas);
   dd::set_topk_select_regs_narrow(o.regs_narrow);
+  dd::set_topk_select_narrow_long(o.narrow_long);
+  if (o.narrow_long)
+    fmt::print("\nbench --op topk: long rows (past 8192 cells) outside the register rows selected by {}\n",
+               *o.narrow_long ? "256 threads (calls without softmax and lse: these rows)" : "512 threads");
   if (o.regs_narrow)
     fmt::print("\nbench --op topk: register rows of at most 4096 cells {}\n",
                *o.regs_narrow ? "by the 256-thread short-row kernel first (calls without softmax and lse: these rows)"

@@ -56,6 +56,7 @@ FlagOverride g_select_short;
 FlagOverride g_select_medium;
 std::atomic<int> g_regs_ctas{-1};  // set_topk_select_regs_ctas
 FlagOverride g_regs_narrow;
+FlagOverride g_narrow_long;
 std::atomic<int> g_select_regs{-1};  // -1: the policy (topk_select_regs_take); 0 never; 1 always
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
@@ -417,7 +418,10 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
   const bool short_rows = !long_rows && topk_select_short() && topk_select_short_fits(a, width, dsa::kTopkShortCells);
   const bool medium_rows = !long_rows && !short_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
   if (short_rows || medium_rows) return go(short_rows ? kShort256 : kMedium256, all_rows);
-  if (!regs) return go(long_rows ? kSelect512 : kSelect256, all_rows);
+  // Long rows of a call without softmax and lse (no output depends on the block size) by
+  // sm90_topk_select<256> with topk_select_narrow_long.
+  const bool narrow_long = long_rows && topk_select_narrow_long() && a.softmax == nullptr && a.lse == nullptr;
+  if (!regs) return go(long_rows && !narrow_long ? kSelect512 : kSelect256, all_rows);
   // The register rows: the rows of at most 8192 cells from registers, then the others.
   const int64_t grid = std::min<int64_t>(all_rows, plan.launches[kRegsGeneral512].grid[0]);
   const int ctas = g_regs_ctas.load(std::memory_order_relaxed);  // measurements: the first launch's grid
@@ -462,6 +466,8 @@ bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows) {
 }
 bool topk_select_regs_narrow() { return g_regs_narrow.get(kTopkSelectRegsNarrow); }
 void set_topk_select_regs_narrow(std::optional<bool> on) { g_regs_narrow.set(on); }
+bool topk_select_narrow_long() { return g_narrow_long.get(kTopkSelectNarrowLong); }
+void set_topk_select_narrow_long(std::optional<bool> on) { g_narrow_long.set(on); }
 void set_topk_select_regs_ctas(int ctas_per_sm) { g_regs_ctas.store(ctas_per_sm, std::memory_order_relaxed); }
 void set_topk_select_regs(std::optional<bool> on) { g_select_regs.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed); }
 

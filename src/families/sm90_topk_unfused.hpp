@@ -121,6 +121,15 @@ void set_topk_select_regs(std::optional<bool> on);  // tests and measurements (n
 inline constexpr bool kTopkSelectRegsNarrow = true;
 bool topk_select_regs_narrow();
 void set_topk_select_regs_narrow(std::optional<bool> on);  // tests and measurements (nullopt: the default)
+// Long rows by 256 threads (session 29, built without a GPU time: off until one times it): a
+// long-row selection (width past 8192) that does not take the register rows, in a call without
+// softmax and lse, runs sm90_topk_select<256> instead of <512>: the same outputs (no output of
+// such a call depends on the block size), and with 56 KB of shared memory and 64 registers a
+// thread, 4 CTAs (rows in flight) per SM against 2. Whether the latency the extra rows hide pays
+// for half the threads per row is what the timing decides (gpu_session.sh s30a).
+inline constexpr bool kTopkSelectNarrowLong = false;
+bool topk_select_narrow_long();
+void set_topk_select_narrow_long(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Measurements: the grid of the register rows' first launch (sm90_topk_select_short<512>), CTAs
 // per SM (0: one CTA per row; negative: the default, the general launch's 8 per SM).
 void set_topk_select_regs_ctas(int ctas_per_sm);

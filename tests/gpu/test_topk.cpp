@@ -237,6 +237,46 @@ TEST_CASE("topk: the narrow register rows, bitwise the 512-thread ones", "[topk]
   dd::set_topk_select_regs(std::nullopt);
 }
 
+// Long rows by 256 threads (set_topk_select_narrow_long: a long-row selection outside the register
+// rows, in a call without softmax and lse, by sm90_topk_select<256>): indices and values bitwise
+// the 512-thread kernel's on BSHD rows past 8192 keys (every row: the register rows' policy does
+// not take them), B 2 at S_k 20000, and short rows in a long launch with the register rows off;
+// with softmax the call keeps 512 threads, so every output stays bitwise.
+TEST_CASE("topk: long rows by 256 threads, bitwise the 512-thread ones", "[topk][topk_narrow_long]") {
+  namespace dd = dsa_indexer::detail;
+  HostProblem a = bshd(1, 512, 16384, 64, 1);
+  a.offsets = {12000};  // rows of 12001..12512 keys
+  HostProblem b = bshd(2, 300, 20000, 64, 1);
+  b.offsets = {19000, 15000};
+  HostProblem c = bshd(1, 256, 9000, 64, 1);
+  c.offsets = {100};  // rows of 101..356 keys in a launch of width 9000
+  uint64_t seed = 180;
+  for (HostProblem* p : {&a, &b, &c}) {
+    dd::set_topk_select_regs(p == &c ? std::optional<bool>(false) : std::nullopt);
+    ds::fill_random(*p, seed++);
+    auto dp = ds::upload(*p, 0, true);
+    for (int k : {7, 2048})
+      for (bool sorted : {false, true})
+        for (bool softmax : {false, true}) {
+          INFO(p->describe() << " k " << k << " sorted " << sorted << " softmax " << softmax);
+          TopkRunOptions ro;
+          ro.sorted = sorted;
+          ro.softmax = softmax;
+          ro.family = KernelFamily::topk_unfused;
+          dd::set_topk_select_narrow_long(false);
+          const TopkOut wide = run_topk(*p, dp, k, ro);
+          dd::set_topk_select_narrow_long(true);
+          const TopkOut narrow = run_topk(*p, dp, k, ro);
+          CHECK(std::memcmp(wide.indices.data(), narrow.indices.data(), wide.indices.size() * 4) == 0);
+          CHECK(std::memcmp(wide.values.data(), narrow.values.data(), wide.values.size() * 4) == 0);
+          if (softmax) CHECK(std::memcmp(wide.softmax.data(), narrow.softmax.data(), wide.softmax.size() * 4) == 0);
+          CHECK(std::count(narrow.indices.begin(), narrow.indices.end(), static_cast<int32_t>(ds::kPoison)) == 0);
+        }
+  }
+  dd::set_topk_select_narrow_long(std::nullopt);
+  dd::set_topk_select_regs(std::nullopt);
+}
+
 // FP8 (e4m3) q and k with their scales (issue 22): the unfused path's blocks take the FP8 score
 // families (generic FP8, and lean FP8 and its split variant at the saturated shape), and the
 // selection must be exactly the reference selection of generic FP8's scores of the whole call.

@@ -230,6 +230,20 @@ int child_topk() {
   const unsigned long n_off = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
   dsa_indexer::detail::set_topk_select_regs(std::nullopt);
   expect(n_off == 9, fmt::format("register rows off: 3 blocks x (rows, scores, select) = 9 launches, stub saw {}", n_off));
+  // long rows by 256 threads (set_topk_select_narrow_long, off by default), the register rows off:
+  // a call without softmax ends in sm90_topk_select<256>, one with softmax in <512>
+  dsa_indexer::detail::set_topk_select_regs(false);
+  dsa_indexer::detail::set_topk_select_narrow_long(true);
+  dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr);
+  const std::string narrow_last = stub_last_kernel();
+  t.softmax = TensorDesc::contiguous(dalloc(std::size_t(2304) * k * 4), DType::f32, {1, 2304, k});
+  dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr);
+  const std::string wide_last = stub_last_kernel();
+  t.softmax = TensorDesc();
+  dsa_indexer::detail::set_topk_select_narrow_long(std::nullopt);
+  dsa_indexer::detail::set_topk_select_regs(std::nullopt);
+  expect(contains(narrow_last, "sm90_topk_selectILi256E") && contains(wide_last, "sm90_topk_selectILi512E"),
+         "long rows by 256 threads without softmax (" + narrow_last + "), 512 with (" + wide_last + ")");
   t.workspace_bytes = ws - 256;
   try {
     dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr);
