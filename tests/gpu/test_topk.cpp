@@ -11,6 +11,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "dsa_indexer/topk.hpp"
 #include "families/sm90_topk_fused.hpp"
@@ -196,52 +197,58 @@ TEST_CASE("topk: the register rows through the whole path", "[topk][topk_short][
   dsa_indexer::detail::set_topk_select_regs(std::nullopt);
 }
 
+namespace {
+// A selection choice that may change the block size only where no output depends on it (calls
+// without softmax and lse): `set(false)` and `set(true)` give bitwise the same indices and values,
+// and with softmax (where the choice is not taken) every output; k 7 and 2048, both orders.
+void check_block_size_free(HostProblem& p, uint64_t seed, const std::function<void(bool)>& set) {
+  ds::fill_random(p, seed);
+  auto dp = ds::upload(p, 0, true);
+  for (int k : {7, 2048})
+    for (bool sorted : {false, true})
+      for (bool softmax : {false, true}) {
+        INFO(p.describe() << " k " << k << " sorted " << sorted << " softmax " << softmax);
+        TopkRunOptions ro;
+        ro.sorted = sorted;
+        ro.softmax = softmax;
+        ro.family = KernelFamily::topk_unfused;
+        set(false);
+        const TopkOut wide = run_topk(p, dp, k, ro);
+        set(true);
+        const TopkOut narrow = run_topk(p, dp, k, ro);
+        CHECK(std::memcmp(wide.indices.data(), narrow.indices.data(), wide.indices.size() * 4) == 0);
+        CHECK(std::memcmp(wide.values.data(), narrow.values.data(), wide.values.size() * 4) == 0);
+        if (softmax) CHECK(std::memcmp(wide.softmax.data(), narrow.softmax.data(), wide.softmax.size() * 4) == 0);
+        CHECK(std::count(narrow.indices.begin(), narrow.indices.end(), static_cast<int32_t>(ds::kPoison)) == 0);
+      }
+}
+}  // namespace
+
 // The narrow register rows (set_topk_select_regs_narrow: in a register-rows selection of a call
-// without softmax and lse, the rows of at most 4096 cells by sm90_topk_select_short<256> first):
-// indices and values bitwise those of the register rows at 512 threads, on THD segments whose rows
-// span 0..9000 keys (no offsets: all three kernels take rows) and with offsets; with softmax the
-// call keeps the 512-thread kernels, so every output stays bitwise.
+// without softmax and lse, the rows of at most 4096 cells by sm90_topk_select_short<256> first)
+// against the register rows at 512 threads, on THD segments whose rows span 0..9000 keys, with
+// and without offsets.
 TEST_CASE("topk: the narrow register rows, bitwise the 512-thread ones", "[topk][topk_regs]") {
   namespace dd = dsa_indexer::detail;
   dd::set_topk_select_regs(true);
   HostProblem a = thd({1500, 700, 900}, {9000, 200, 8300}, 64, 1);
   HostProblem b = a;
   b.offsets = {7400, -100, 7300};
-  HostProblem c = thd({3000, 2000}, {3000, 9100}, 64, 1);  // causal from 0: rows of 1..3000 and 1..2000 keys
+  HostProblem c = thd({3000, 2000}, {3000, 9100}, 64, 1);
   uint64_t seed = 170;
   for (HostProblem* p : {&a, &b, &c}) {
     p->layout = Layout::thd_local;
     p->finalize_thd_defaults();
-    ds::fill_random(*p, seed++);
-    auto dp = ds::upload(*p, 0, true);
-    for (int k : {7, 2048})
-      for (bool sorted : {false, true})
-        for (bool softmax : {false, true}) {
-          INFO(p->describe() << " k " << k << " sorted " << sorted << " softmax " << softmax);
-          TopkRunOptions ro;
-          ro.sorted = sorted;
-          ro.softmax = softmax;
-          ro.family = KernelFamily::topk_unfused;
-          dd::set_topk_select_regs_narrow(false);
-          const TopkOut wide = run_topk(*p, dp, k, ro);
-          dd::set_topk_select_regs_narrow(true);
-          const TopkOut narrow = run_topk(*p, dp, k, ro);
-          CHECK(std::memcmp(wide.indices.data(), narrow.indices.data(), wide.indices.size() * 4) == 0);
-          CHECK(std::memcmp(wide.values.data(), narrow.values.data(), wide.values.size() * 4) == 0);
-          if (softmax) CHECK(std::memcmp(wide.softmax.data(), narrow.softmax.data(), wide.softmax.size() * 4) == 0);
-          // every slot written: no poison left in the indices
-          CHECK(std::count(narrow.indices.begin(), narrow.indices.end(), static_cast<int32_t>(ds::kPoison)) == 0);
-        }
+    check_block_size_free(*p, seed++, [](bool on) { dd::set_topk_select_regs_narrow(on); });
   }
   dd::set_topk_select_regs_narrow(std::nullopt);
   dd::set_topk_select_regs(std::nullopt);
 }
 
 // Long rows by 256 threads (set_topk_select_narrow_long: a long-row selection outside the register
-// rows, in a call without softmax and lse, by sm90_topk_select<256>): indices and values bitwise
-// the 512-thread kernel's on BSHD rows past 8192 keys (every row: the register rows' policy does
-// not take them), B 2 at S_k 20000, and short rows in a long launch with the register rows off;
-// with softmax the call keeps 512 threads, so every output stays bitwise.
+// rows, in a call without softmax and lse, by sm90_topk_select<256>) against the 512-thread
+// kernel: BSHD rows past 8192 keys (every row: the register rows' policy does not take them), B 2
+// at S_k 20000, and short rows in a long launch with the register rows off.
 TEST_CASE("topk: long rows by 256 threads, bitwise the 512-thread ones", "[topk][topk_narrow_long]") {
   namespace dd = dsa_indexer::detail;
   HostProblem a = bshd(1, 512, 16384, 64, 1);
@@ -253,25 +260,7 @@ TEST_CASE("topk: long rows by 256 threads, bitwise the 512-thread ones", "[topk]
   uint64_t seed = 180;
   for (HostProblem* p : {&a, &b, &c}) {
     dd::set_topk_select_regs(p == &c ? std::optional<bool>(false) : std::nullopt);
-    ds::fill_random(*p, seed++);
-    auto dp = ds::upload(*p, 0, true);
-    for (int k : {7, 2048})
-      for (bool sorted : {false, true})
-        for (bool softmax : {false, true}) {
-          INFO(p->describe() << " k " << k << " sorted " << sorted << " softmax " << softmax);
-          TopkRunOptions ro;
-          ro.sorted = sorted;
-          ro.softmax = softmax;
-          ro.family = KernelFamily::topk_unfused;
-          dd::set_topk_select_narrow_long(false);
-          const TopkOut wide = run_topk(*p, dp, k, ro);
-          dd::set_topk_select_narrow_long(true);
-          const TopkOut narrow = run_topk(*p, dp, k, ro);
-          CHECK(std::memcmp(wide.indices.data(), narrow.indices.data(), wide.indices.size() * 4) == 0);
-          CHECK(std::memcmp(wide.values.data(), narrow.values.data(), wide.values.size() * 4) == 0);
-          if (softmax) CHECK(std::memcmp(wide.softmax.data(), narrow.softmax.data(), wide.softmax.size() * 4) == 0);
-          CHECK(std::count(narrow.indices.begin(), narrow.indices.end(), static_cast<int32_t>(ds::kPoison)) == 0);
-        }
+    check_block_size_free(*p, seed++, [](bool on) { dd::set_topk_select_narrow_long(on); });
   }
   dd::set_topk_select_narrow_long(std::nullopt);
   dd::set_topk_select_regs(std::nullopt);
