@@ -215,6 +215,10 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_select_regs_ctas(o.regs_ctas);
   dd::set_topk_select_regs_narrow(o.regs_narrow);
   dd::set_topk_select_narrow_long(o.narrow_long);
+  dd::set_topk_select_regs_mid(o.regs_mid);
+  if (o.regs_mid)
+    fmt::print("\nbench --op topk: selections of 4097 to 8192 cells {}\n",
+               *o.regs_mid ? "by the narrow register rows (calls without softmax and lse: these rows)" : "by the general kernel");
   if (o.narrow_long)
     fmt::print("\nbench --op topk: long rows (past 8192 cells) outside the register rows selected by {}\n",
                *o.narrow_long ? "256 threads (calls without softmax and lse: these rows)" : "512 threads");

@@ -25,6 +25,7 @@ struct TopkBenchOptions {
   bool lse = false;  // every call (scores and top-k) also writes the lse (shape names gain " lse")
   std::optional<bool> select_short;   // rows of at most 4096 cells by sm90_topk_select_short (unset: the default)
   std::optional<bool> select_medium;  // rows of 4097..8192 cells by sm90_topk_select_short<256, 8> (unset: the default)
+  std::optional<bool> regs_mid;       // rows of 4097..8192 cells by the narrow register rows (unset: the default)
   std::optional<bool> narrow_long;    // long rows without softmax and lse by 256 threads (unset: the default)
   std::optional<bool> regs_narrow;    // the narrow register rows (unset: the default)
   int regs_ctas = -1;                 // the register rows' first launch: CTAs per SM (0: one per row; -1: the default)

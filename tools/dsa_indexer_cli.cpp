@@ -5,7 +5,7 @@
 //   bench [--json FILE] [--family lean,generic,auto,reference] [--reps N] [--quick] [--match TEXT] [--thd-order balanced|static|both]
 //         [--op scores|topk|both] [--topk-k 2048,512]            (top-k rows: tools/cli_topk.cpp)
 //         [--topk-lse] [--topk-lse-lanes on|off]                 (top-k rows with the lse output)
-//         [--topk-select-short on|off] [--topk-select-medium on|off] [--topk-select-regs on|off] [--topk-regs-narrow on|off] [--topk-narrow-long on|off] [--topk-regs-ctas N]  (short rows' selection kernels)
+//         [--topk-select-short on|off] [--topk-select-medium on|off] [--topk-select-regs on|off] [--topk-regs-narrow on|off] [--topk-narrow-long on|off] [--topk-regs-mid on|off] [--topk-regs-ctas N]  (short rows' selection kernels)
 //         [--in bf16|e4m3]                                       (FP8 rows: tools/cli_fp8.cpp; with --op topk the top-k rows)
 //   jitcost [--cache-dir DIR] [--json FILE], version, --version
 #include <CLI/CLI.hpp>
@@ -649,6 +649,7 @@ int run_bench(const Args& a) {
     if (a.has("topk-lse-lanes")) to.lse_lanes = a.get("topk-lse-lanes") == "on";
     if (a.has("topk-select-short")) to.select_short = a.get("topk-select-short") == "on";
     if (a.has("topk-select-medium")) to.select_medium = a.get("topk-select-medium") == "on";
+    if (a.has("topk-regs-mid")) to.regs_mid = a.get("topk-regs-mid") == "on";
     if (a.has("topk-narrow-long")) to.narrow_long = a.get("topk-narrow-long") == "on";
     if (a.has("topk-regs-narrow")) to.regs_narrow = a.get("topk-regs-narrow") == "on";
     if (a.has("topk-regs-ctas")) to.regs_ctas = std::stoi(a.get("topk-regs-ctas"));
@@ -786,6 +787,9 @@ void build_cli(Cli& cli) {
       ->check(CLI::IsMember({"on", "off"}));
   cli.value(bench, "topk-select-short", "top-k rows: rows of at most 4096 cells selected by the short-row kernel (on) or the "
                                         "general one (off); unset: the library's default")
+      ->check(CLI::IsMember({"on", "off"}));
+  cli.value(bench, "topk-regs-mid", "top-k rows: selections of 4097 to 8192 cells without softmax and lse by the narrow register "
+                                    "rows (on) or the general kernel (off); unset: the library's default")
       ->check(CLI::IsMember({"on", "off"}));
   cli.value(bench, "topk-narrow-long", "top-k rows: long-row selections outside the register rows, without softmax and lse, by "
                                        "256 threads (on) or 512 (off); unset: the library's default")

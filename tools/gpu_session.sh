@@ -629,11 +629,16 @@ if [[ " $steps " == *" s29e "* ]]; then
     run "topk_bench_narrow_$sh" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match thd --topk-regs-narrow $sh
   done
 fi
-# s30a (not in all): long rows by 256 threads (session 29, off: kTopkSelectNarrowLong): the GPU case
-# (bitwise the 512-thread kernel without softmax), then the BSHD long rows with it off and on (the
-# bench's calls have no softmax and no lse: its select column is the selection alone).
+# s30a (not in all): long rows by 256 threads and rows of 4097..8192 cells by the register rows
+# (session 29, both off: kTopkSelectNarrowLong, kTopkSelectRegsMid): their GPU cases (bitwise the
+# default kernels without softmax), then the BSHD long rows with the first off and on and the
+# ratio-2 row (S_k 8192) with the second (the bench's calls have no softmax and no lse: its select
+# column is the selection alone).
 if [[ " $steps " == *" s30a "* ]]; then
-  run gpu_topk_narrow_long 150 $b/tests/dsa_gpu_tests "[topk_narrow_long]" --durations yes
+  run gpu_topk_narrow 200 $b/tests/dsa_gpu_tests "[topk_narrow_long],[topk_regs_mid]" --durations yes
+  for sh in off on; do
+    run "topk_bench_regs_mid_$sh" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 8192" --topk-regs-mid $sh
+  done
   for sh in off on; do
     for m in "S_k 16384" "S_k 65536"; do
       run "topk_bench_narrow_long_${sh}_${m// /_}" 90 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "$m" --topk-narrow-long $sh

@@ -57,6 +57,7 @@ FlagOverride g_select_medium;
 std::atomic<int> g_regs_ctas{-1};  // set_topk_select_regs_ctas
 FlagOverride g_regs_narrow;
 FlagOverride g_narrow_long;
+FlagOverride g_regs_mid;
 std::atomic<int> g_select_regs{-1};  // -1: the policy (topk_select_regs_take); 0 never; 1 always
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
@@ -414,20 +415,24 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
     launch_one(k.functions[which], sel, stream, params, "cuLaunchKernelEx(sm90_topk_select)");
   };
   const bool long_rows = width > kLongRow;
-  const bool regs = long_rows && topk_select_regs_take(fitting_rows, a.n_rows);
+  const bool size_free = a.softmax == nullptr && a.lse == nullptr;  // no output depends on the block size
   const bool short_rows = !long_rows && topk_select_short() && topk_select_short_fits(a, width, dsa::kTopkShortCells);
-  const bool medium_rows = !long_rows && !short_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
+  // Rows of 4097..8192 cells of a call without softmax and lse by the narrow register rows
+  // (topk_select_regs_mid), as a long-row launch whose rows all fit.
+  const bool mid_rows = !long_rows && !short_rows && size_free && topk_select_regs_mid() && topk_select_regs_narrow();
+  const bool regs = (long_rows && topk_select_regs_take(fitting_rows, a.n_rows)) || mid_rows;
+  const bool medium_rows = !long_rows && !short_rows && !mid_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
   if (short_rows || medium_rows) return go(short_rows ? kShort256 : kMedium256, all_rows);
   // Long rows of a call without softmax and lse (no output depends on the block size) by
   // sm90_topk_select<256> with topk_select_narrow_long.
-  const bool narrow_long = long_rows && topk_select_narrow_long() && a.softmax == nullptr && a.lse == nullptr;
+  const bool narrow_long = long_rows && topk_select_narrow_long() && size_free;
   if (!regs) return go(long_rows && !narrow_long ? kSelect512 : kSelect256, all_rows);
   // The register rows: the rows of at most 8192 cells from registers, then the others.
   const int64_t grid = std::min<int64_t>(all_rows, plan.launches[kRegsGeneral512].grid[0]);
   const int ctas = g_regs_ctas.load(std::memory_order_relaxed);  // measurements: the first launch's grid
   const int64_t sms = plan.launches[kRegsGeneral512].grid[0] / kRegsCtasPerSm;
   const int64_t short_grid = ctas < 0 ? grid : ctas == 0 ? all_rows : std::min<int64_t>(all_rows, sms * ctas);
-  if (topk_select_regs_narrow() && a.softmax == nullptr && a.lse == nullptr) {
+  if (topk_select_regs_narrow() && size_free) {
     // The narrow register rows: without softmax and lse no output depends on the block size
     // (the selected set is unique, and indices and values follow from it), so the rows of at most
     // 4096 cells take sm90_topk_select_short<256> (more rows in flight per SM) first.
@@ -466,6 +471,8 @@ bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows) {
 }
 bool topk_select_regs_narrow() { return g_regs_narrow.get(kTopkSelectRegsNarrow); }
 void set_topk_select_regs_narrow(std::optional<bool> on) { g_regs_narrow.set(on); }
+bool topk_select_regs_mid() { return g_regs_mid.get(kTopkSelectRegsMid); }
+void set_topk_select_regs_mid(std::optional<bool> on) { g_regs_mid.set(on); }
 bool topk_select_narrow_long() { return g_narrow_long.get(kTopkSelectNarrowLong); }
 void set_topk_select_narrow_long(std::optional<bool> on) { g_narrow_long.set(on); }
 void set_topk_select_regs_ctas(int ctas_per_sm) { g_regs_ctas.store(ctas_per_sm, std::memory_order_relaxed); }

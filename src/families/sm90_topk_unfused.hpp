@@ -130,6 +130,16 @@ void set_topk_select_regs_narrow(std::optional<bool> on);  // tests and measurem
 inline constexpr bool kTopkSelectNarrowLong = false;
 bool topk_select_narrow_long();
 void set_topk_select_narrow_long(std::optional<bool> on);  // tests and measurements (nullopt: the default)
+// Rows of 4097..8192 cells by the narrow register rows (session 29, built without a GPU time: off
+// until one times it): a selection of width 4097..8192 (256 threads, the general kernel: the
+// ratio-2 row's 606 µs against cuDNN's 463 in session 28) in a call without softmax and lse runs
+// the narrow register rows' three launches instead (sm90_topk_select_short<256> for rows of at
+// most 4096 cells, sm90_topk_select_short<512> for those of at most 8192, the general
+// sm90_topk_select<512, true> for the rows whose alignment pushes them past 2048 words): the same
+// outputs. Needs topk_select_regs_narrow.
+inline constexpr bool kTopkSelectRegsMid = false;
+bool topk_select_regs_mid();
+void set_topk_select_regs_mid(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Measurements: the grid of the register rows' first launch (sm90_topk_select_short<512>), CTAs
 // per SM (0: one CTA per row; negative: the default, the general launch's 8 per SM).
 void set_topk_select_regs_ctas(int ctas_per_sm);

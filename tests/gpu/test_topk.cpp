@@ -266,6 +266,25 @@ TEST_CASE("topk: long rows by 256 threads, bitwise the 512-thread ones", "[topk]
   dd::set_topk_select_regs(std::nullopt);
 }
 
+// Rows of 4097..8192 cells by the narrow register rows (set_topk_select_regs_mid: a selection of
+// width 4097..8192 in a call without softmax and lse takes the three register-rows launches)
+// against the general 256-thread kernel: BSHD rows of 4001..4512 keys, B 2 at S_k 6000 (rows on
+// both sides of 4096), THD segments within 8000 keys.
+TEST_CASE("topk: rows of 4097 to 8192 cells by the register rows, bitwise the general kernel", "[topk][topk_regs_mid]") {
+  namespace dd = dsa_indexer::detail;
+  HostProblem a = bshd(1, 512, 8192, 64, 1);
+  a.offsets = {4000};
+  HostProblem b = bshd(2, 300, 6000, 64, 1);
+  b.offsets = {5800, 3000};
+  HostProblem c = thd({1500, 700, 900}, {8000, 200, 5000}, 64, 1);
+  c.offsets = {6500, -100, 4100};
+  c.layout = Layout::thd_local;
+  c.finalize_thd_defaults();
+  uint64_t seed = 190;
+  for (HostProblem* p : {&a, &b, &c}) check_block_size_free(*p, seed++, [](bool on) { dd::set_topk_select_regs_mid(on); });
+  dd::set_topk_select_regs_mid(std::nullopt);
+}
+
 // FP8 (e4m3) q and k with their scales (issue 22): the unfused path's blocks take the FP8 score
 // families (generic FP8, and lean FP8 and its split variant at the saturated shape), and the
 // selection must be exactly the reference selection of generic FP8's scores of the whole call.

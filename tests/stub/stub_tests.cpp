@@ -301,6 +301,25 @@ int child_topk() {
                        "({} = {} bytes), under it",
                        wd, wu, wa, wf));
   }
+  // A selection of width 6000 (256 threads: the general kernel, one launch) without softmax; with
+  // the rows of 4097..8192 cells by the register rows (set_topk_select_regs_mid, off by default)
+  // three launches, the general 512-thread one last.
+  {
+    Bshd m(1, 256, 6000);
+    m.opt.family = dsa_indexer::KernelFamily::topk_unfused;
+    TensorDesc midx = TensorDesc::contiguous(dalloc(std::size_t(256) * 64 * 4), DType::i32, {1, 256, 64});
+    dsa_indexer::TopkOptions mt;
+    mt.k = 64;
+    const unsigned long n_def = launches_of([&] { dsa_indexer::indexer_topk(m.q, m.k, m.w, midx, m.opt, mt, nullptr); });
+    const std::string def_last = stub_last_kernel();
+    dsa_indexer::detail::set_topk_select_regs_mid(true);
+    const unsigned long n_mid = launches_of([&] { dsa_indexer::indexer_topk(m.q, m.k, m.w, midx, m.opt, mt, nullptr); });
+    const std::string mid_last = stub_last_kernel();
+    dsa_indexer::detail::set_topk_select_regs_mid(std::nullopt);
+    expect(n_mid == n_def + 2 && contains(def_last, "sm90_topk_selectILi256ELb0E") && contains(mid_last, "sm90_topk_selectILi512ELb1E"),
+           fmt::format("width 6000: {} launches ending in {}; the register rows for 4097..8192 cells: {} ending in {}", n_def,
+                       def_last, n_mid, mid_last));
+  }
   // THD with device-only cu_seqlens: segments 0 and 2 hold the rows; their keys (with segment 1's
   // between them) span 16 > max_seqlen_k 7 columns, so two blocks; generic with explicit windows.
   Thd thd({0, 5, 5, 12}, {0, 3, 10, 16});
