@@ -407,6 +407,7 @@ bool topk_select_short_fits(const dsa::TopkSelectArgs& a, int64_t width, int64_t
 void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::TopkSelectArgs& a, int64_t width, int64_t fitting_rows,
                         CUstream stream) {
   dsa::TopkSelectArgs args = a;
+  args.skip_words = 0;  // set below for the one launch that skips rows an earlier one selected
   void* params[] = {&args};
   const int64_t all_rows = std::min<int64_t>(a.n_rows, int64_t(1) << 30);  // the kernels stride over rows beyond
   auto go = [&](int which, int64_t grid) {
@@ -418,8 +419,10 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
   const bool size_free = a.softmax == nullptr && a.lse == nullptr;  // no output depends on the block size
   const bool short_rows = !long_rows && topk_select_short() && topk_select_short_fits(a, width, dsa::kTopkShortCells);
   // Rows of 4097..8192 cells of a call without softmax and lse by the narrow register rows
-  // (topk_select_regs_mid), as a long-row launch whose rows all fit.
-  const bool mid_rows = !long_rows && !short_rows && size_free && topk_select_regs_mid() && topk_select_regs_narrow();
+  // (topk_select_regs_mid), as a long-row launch whose rows all fit (not where the register rows
+  // are forced off).
+  const bool mid_rows = !long_rows && width > dsa::kTopkShortCells && size_free && topk_select_regs_mid() &&
+                        topk_select_regs_narrow() && g_select_regs.load(std::memory_order_relaxed) != 0;
   const bool regs = (long_rows && topk_select_regs_take(fitting_rows, a.n_rows)) || mid_rows;
   const bool medium_rows = !long_rows && !short_rows && !mid_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
   if (short_rows || medium_rows) return go(short_rows ? kShort256 : kMedium256, all_rows);

@@ -136,7 +136,8 @@ void set_topk_select_narrow_long(std::optional<bool> on);  // tests and measurem
 // the narrow register rows' three launches instead (sm90_topk_select_short<256> for rows of at
 // most 4096 cells, sm90_topk_select_short<512> for those of at most 8192, the general
 // sm90_topk_select<512, true> for the rows whose alignment pushes them past 2048 words): the same
-// outputs. Needs topk_select_regs_narrow.
+// outputs. Needs topk_select_regs_narrow; not taken where set_topk_select_regs(false) forces the
+// register rows off.
 inline constexpr bool kTopkSelectRegsMid = false;
 bool topk_select_regs_mid();
 void set_topk_select_regs_mid(std::optional<bool> on);  // tests and measurements (nullopt: the default)

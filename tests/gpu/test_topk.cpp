@@ -226,8 +226,10 @@ void check_block_size_free(HostProblem& p, uint64_t seed, const std::function<vo
 
 // The narrow register rows (set_topk_select_regs_narrow: in a register-rows selection of a call
 // without softmax and lse, the rows of at most 4096 cells by sm90_topk_select_short<256> first)
-// against the register rows at 512 threads, on THD segments whose rows span 0..9000 keys, with
-// and without offsets.
+// against the register rows at 512 threads, on THD packings: without offsets (rows of at most 3000
+// keys: the 256-thread launch alone), with offsets (rows past 7300 keys: the other two), and a
+// packing whose segments start at columns 1001 and 8003 of their block (alignment offsets), with
+// rows of 4001..5500 keys (across 1024 words) and 8101..8400 (across 2048 words).
 TEST_CASE("topk: the narrow register rows, bitwise the 512-thread ones", "[topk][topk_regs]") {
   namespace dd = dsa_indexer::detail;
   dd::set_topk_select_regs(true);
@@ -235,8 +237,10 @@ TEST_CASE("topk: the narrow register rows, bitwise the 512-thread ones", "[topk]
   HostProblem b = a;
   b.offsets = {7400, -100, 7300};
   HostProblem c = thd({3000, 2000}, {3000, 9100}, 64, 1);
+  HostProblem d = thd({1000, 1500, 300}, {1001, 7002, 9000}, 64, 1);
+  d.offsets = {0, 4000, 8100};
   uint64_t seed = 170;
-  for (HostProblem* p : {&a, &b, &c}) {
+  for (HostProblem* p : {&a, &b, &c, &d}) {
     p->layout = Layout::thd_local;
     p->finalize_thd_defaults();
     check_block_size_free(*p, seed++, [](bool on) { dd::set_topk_select_regs_narrow(on); });

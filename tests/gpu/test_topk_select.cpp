@@ -42,6 +42,9 @@ struct TopkShape {
   // the register rows: sm90_topk_select_short<threads> (the rows of at most 4 words a thread),
   // then sm90_topk_select<threads, true> (the others), no cache
   bool regs = false;
+  // with regs at 512 threads: the narrow register rows, sm90_topk_select_short<256> first, then
+  // sm90_topk_select_short<512> skipping the rows it took (TopkSelectArgs::skip_words)
+  bool narrow = false;
 };
 
 class TopkModule {
@@ -115,7 +118,15 @@ void launch_topk(const dsa::TopkSelectArgs& a, const TopkShape& sh, CUstream str
   if (a.n_rows > 0 && sh.regs) {
     dd::KernelLaunch s = l;
     s.smem = static_cast<uint32_t>(dsa::kTopkShortSmemBytes);
+    if (sh.narrow) {
+      dd::KernelLaunch n = s;
+      n.block[0] = 256;
+      n.grid[0] = static_cast<uint32_t>(std::min<int64_t>(a.n_rows, 1 << 30));
+      dd::launch_one(m.regs_short(256), n, stream, params, "sm90_topk_select_short<256>");
+      copy.skip_words = dsa::kTopkShortCells / 4;
+    }
     dd::launch_one(m.regs_short(sh.threads), s, stream, params, "sm90_topk_select_short");
+    copy.skip_words = 0;
     l.smem = static_cast<uint32_t>(dsa::kTopkFixedSmemBytes);
     dd::launch_one(m.regs_general(sh.threads), l, stream, params, "sm90_topk_select<T, true>");
   } else if (a.n_rows > 0)
@@ -445,6 +456,18 @@ TEST_CASE("topk select: the register rows, bitwise the general kernel", "[topk_s
         INFO(why);
         CHECK(bad == 0);
         check_same_bits(g, general);
+        if (threads != 512) continue;
+        // the narrow register rows: the rows of at most 1024 words (their alignment included) by
+        // 256 threads, so their softmax and lse follow that block size (within the oracle's
+        // tolerance); indices and values are bitwise the general kernel's
+        sh.narrow = true;
+        const GpuOut n = dc.run(sort, sh);
+        std::string why_n;
+        const int64_t bad_n = compare(c, ref, n, &why_n);
+        INFO("narrow: " << why_n);
+        CHECK(bad_n == 0);
+        CHECK(n.indices == general.indices);
+        CHECK(bits_equal(n.values, general.values));
       }
     }
   });
