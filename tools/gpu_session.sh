@@ -631,11 +631,12 @@ if [[ " $steps " == *" s29e "* ]]; then
 fi
 # s30a (not in all): long rows by 256 threads and rows of 4097..8192 cells by the register rows
 # (session 29, both off: kTopkSelectNarrowLong, kTopkSelectRegsMid): their GPU cases (bitwise the
-# default kernels without softmax), then the BSHD long rows with the first off and on and the
+# default kernels without softmax) and the register rows' (the narrow rows' kernel-level and
+# misaligned THD checks, added after session 29's runs), then the BSHD long rows with the first off and on and the
 # ratio-2 row (S_k 8192) with the second (the bench's calls have no softmax and no lse: its select
 # column is the selection alone).
 if [[ " $steps " == *" s30a "* ]]; then
-  run gpu_topk_narrow 200 $b/tests/dsa_gpu_tests "[topk_narrow_long],[topk_regs_mid]" --durations yes
+  run gpu_topk_narrow 240 $b/tests/dsa_gpu_tests "[topk_narrow_long],[topk_regs_mid],[topk_regs]" --durations yes
   for sh in off on; do
     run "topk_bench_regs_mid_$sh" 60 $b/tools/dsa-indexer bench --op topk --reps 10 --topk-k 2048,512 --match "S_k 8192" --topk-regs-mid $sh
   done
