@@ -216,37 +216,32 @@ std::string run_topk_bench(const TopkBenchOptions& o) {
   dd::set_topk_select_regs_narrow(o.regs_narrow);
   dd::set_topk_select_narrow_long(o.narrow_long);
   dd::set_topk_select_regs_mid(o.regs_mid);
-  if (o.regs_mid)
-    fmt::print("\nbench --op topk: selections of 4097 to 8192 cells {}\n",
-               *o.regs_mid ? "by the narrow register rows (calls without softmax and lse: these rows)" : "by the general kernel");
-  if (o.narrow_long)
-    fmt::print("\nbench --op topk: long rows (past 8192 cells) outside the register rows selected by {}\n",
-               *o.narrow_long ? "256 threads (calls without softmax and lse: these rows)" : "512 threads");
-  if (o.regs_narrow)
-    fmt::print("\nbench --op topk: register rows of at most 4096 cells {}\n",
-               *o.regs_narrow ? "by the 256-thread short-row kernel first (calls without softmax and lse: these rows)"
-                              : "by the 512-thread kernel (no narrow register rows)");
+  // A line for each on/off option the command line set: "<what> <on text | off text>".
+  auto say = [](const std::optional<bool>& set, const char* what, const char* on, const char* off) {
+    if (set) fmt::print("\nbench --op topk: {} {}\n", what, *set ? on : off);
+  };
+  say(o.regs_mid, "selections of 4097 to 8192 cells", "by the narrow register rows (calls without softmax and lse: these rows)",
+      "by the general kernel");
+  say(o.narrow_long, "long rows (past 8192 cells) outside the register rows selected by",
+      "256 threads (calls without softmax and lse: these rows)", "512 threads");
+  say(o.regs_narrow, "register rows of at most 4096 cells",
+      "by the 256-thread short-row kernel first (calls without softmax and lse: these rows)",
+      "by the 512-thread kernel (no narrow register rows)");
   if (o.regs_ctas >= 0)
     fmt::print("\nbench --op topk: the register rows' first launch on {}\n",
                o.regs_ctas == 0 ? std::string("one CTA per row") : fmt::format("{} CTAs per SM", o.regs_ctas));
-  if (o.select_regs)
-    fmt::print("\nbench --op topk: long-row selections (512 threads) select {}\n",
-               *o.select_regs ? "their rows of at most 8192 cells from registers, the others by the general path (register rows, forced)"
-                              : "every row by the general kernel (no register rows)");
-  if (o.select_medium)
-    fmt::print("\nbench --op topk: rows of 4097 to 8192 cells selected by {}\n",
-               *o.select_medium ? "the 8-word short-row kernel (the row in registers)" : "the general kernel");
-  if (o.select_short)
-    fmt::print("\nbench --op topk: rows of at most 4096 cells selected by {}\n",
-               *o.select_short ? "the short-row kernel (the row in registers)" : "the general kernel");
+  say(o.select_regs, "long-row selections (512 threads) select",
+      "their rows of at most 8192 cells from registers, the others by the general path (register rows, forced)",
+      "every row by the general kernel (no register rows)");
+  say(o.select_medium, "rows of 4097 to 8192 cells selected by", "the 8-word short-row kernel (the row in registers)",
+      "the general kernel");
+  say(o.select_short, "rows of at most 4096 cells selected by", "the short-row kernel (the row in registers)", "the general kernel");
   if (o.lse)
     fmt::print("\nbench --op topk: with the lse output (scores and top-k), BSHD lse {}\n",
                o.lse_lanes.value_or(dd::kTopkLseLanes) ? "in the fused sweep's lane order (both paths)" : "by the selection's two-pass sum (unfused only)");
-  if (o.fused_part)
-    fmt::print("\nbench --op topk: the fused sweep's appends after the cut {}\n",
-               *o.fused_part ? "in warp-private partitions (no atomic)" : "by a shared atomic per warp and tile");
-  if (o.lean_windows)
-    fmt::print("\nbench --op topk: blocks with explicit windows (THD) on {}\n", *o.lean_windows ? "lean's row-windows variant" : "generic");
+  say(o.fused_part, "the fused sweep's appends after the cut", "in warp-private partitions (no atomic)",
+      "by a shared atomic per warp and tile");
+  say(o.lean_windows, "blocks with explicit windows (THD) on", "lean's row-windows variant", "generic");
   if (budget != 0 || o.one_wave)
     fmt::print("\nbench --op topk: block budget {} MiB (0: the library's){}\n", o.budget_mib,
                o.one_wave ? "; unfused blocks of one wave of rows at least (beyond the budget at long S_k)" : "");

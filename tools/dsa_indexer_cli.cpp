@@ -643,17 +643,19 @@ int run_bench(const Args& a) {
     to.match = a.get("match");
     to.budget_mib = std::stoull(a.get("topk-budget", "0"));
     to.one_wave = a.has("topk-one-wave");
-    if (a.has("topk-lean-windows")) to.lean_windows = a.get("topk-lean-windows") == "on";
-    if (a.has("topk-fused-part")) to.fused_part = a.get("topk-fused-part") == "on";
+    // on|off options: unset leaves the library's default
+    auto on_off = [&](const char* name) { return a.has(name) ? std::optional<bool>(a.get(name) == "on") : std::nullopt; };
+    to.lean_windows = on_off("topk-lean-windows");
+    to.fused_part = on_off("topk-fused-part");
     to.lse = a.has("topk-lse");
-    if (a.has("topk-lse-lanes")) to.lse_lanes = a.get("topk-lse-lanes") == "on";
-    if (a.has("topk-select-short")) to.select_short = a.get("topk-select-short") == "on";
-    if (a.has("topk-select-medium")) to.select_medium = a.get("topk-select-medium") == "on";
-    if (a.has("topk-regs-mid")) to.regs_mid = a.get("topk-regs-mid") == "on";
-    if (a.has("topk-narrow-long")) to.narrow_long = a.get("topk-narrow-long") == "on";
-    if (a.has("topk-regs-narrow")) to.regs_narrow = a.get("topk-regs-narrow") == "on";
+    to.lse_lanes = on_off("topk-lse-lanes");
+    to.select_short = on_off("topk-select-short");
+    to.select_medium = on_off("topk-select-medium");
+    to.regs_mid = on_off("topk-regs-mid");
+    to.narrow_long = on_off("topk-narrow-long");
+    to.regs_narrow = on_off("topk-regs-narrow");
     if (a.has("topk-regs-ctas")) to.regs_ctas = std::stoi(a.get("topk-regs-ctas"));
-    if (a.has("topk-select-regs")) to.select_regs = a.get("topk-select-regs") == "on";
+    to.select_regs = on_off("topk-select-regs");
     to.fp8 = fp8;
     json += ",\n  \"topk_cases\": [\n" + dsa_cli::run_topk_bench(to) + "\n  ]";
   }

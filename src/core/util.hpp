@@ -30,6 +30,11 @@ class FlagOverride {
     const int v = v_.load(std::memory_order_relaxed);
     return v < 0 ? fallback : v != 0;
   }
+  // The override itself (nullopt: none set), for callers whose default is not a constant.
+  std::optional<bool> forced() const {
+    const int v = v_.load(std::memory_order_relaxed);
+    return v < 0 ? std::nullopt : std::optional<bool>(v != 0);
+  }
   void set(std::optional<bool> on) { v_.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed); }
 
  private:

@@ -58,7 +58,7 @@ std::atomic<int> g_regs_ctas{-1};  // set_topk_select_regs_ctas
 FlagOverride g_regs_narrow;
 FlagOverride g_narrow_long;
 FlagOverride g_regs_mid;
-std::atomic<int> g_select_regs{-1};  // -1: the policy (topk_select_regs_take); 0 never; 1 always
+FlagOverride g_select_regs;  // none: the policy (topk_select_regs_take)
 // The call's blocks: within the budget at any S_k (blocks of fewer rows than one wave of q-tiles
 // run lean's split variant), or the measurement override (set_topk_unfused_blocking).
 TopkBlocking unfused_blocking(const Problem& p, const DeviceInfo& dev) {
@@ -422,7 +422,7 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
   // (topk_select_regs_mid), as a long-row launch whose rows all fit (not where the register rows
   // are forced off).
   const bool mid_rows = !long_rows && width > dsa::kTopkShortCells && size_free && topk_select_regs_mid() &&
-                        topk_select_regs_narrow() && g_select_regs.load(std::memory_order_relaxed) != 0;
+                        topk_select_regs_narrow() && g_select_regs.forced().value_or(true);
   const bool regs = (long_rows && topk_select_regs_take(fitting_rows, a.n_rows)) || mid_rows;
   const bool medium_rows = !long_rows && !short_rows && !mid_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
   if (short_rows || medium_rows) return go(short_rows ? kShort256 : kMedium256, all_rows);
@@ -468,8 +468,7 @@ void set_topk_select_short(std::optional<bool> on) { g_select_short.set(on); }
 bool topk_select_medium() { return g_select_medium.get(kTopkSelectMedium); }
 void set_topk_select_medium(std::optional<bool> on) { g_select_medium.set(on); }
 bool topk_select_regs_take(int64_t fitting_rows, int64_t n_rows) {
-  const int forced = g_select_regs.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced != 0;
+  if (const std::optional<bool> forced = g_select_regs.forced()) return *forced;
   return kTopkSelectRegs && n_rows > 0 && 2 * fitting_rows >= n_rows;
 }
 bool topk_select_regs_narrow() { return g_regs_narrow.get(kTopkSelectRegsNarrow); }
@@ -479,7 +478,7 @@ void set_topk_select_regs_mid(std::optional<bool> on) { g_regs_mid.set(on); }
 bool topk_select_narrow_long() { return g_narrow_long.get(kTopkSelectNarrowLong); }
 void set_topk_select_narrow_long(std::optional<bool> on) { g_narrow_long.set(on); }
 void set_topk_select_regs_ctas(int ctas_per_sm) { g_regs_ctas.store(ctas_per_sm, std::memory_order_relaxed); }
-void set_topk_select_regs(std::optional<bool> on) { g_select_regs.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed); }
+void set_topk_select_regs(std::optional<bool> on) { g_select_regs.set(on); }
 
 int64_t topk_rows_within(const Problem& p, const TopkBlock& b, int64_t cells) {
   // Rows [i0, i1) of a segment of s_k keys whose causal window (zero offset) holds at most
