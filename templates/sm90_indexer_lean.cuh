@@ -800,6 +800,7 @@ __device__ __forceinline__ void lean_body(const TmaDesc& q_map, const TmaDesc& k
       const LeanSplitWork<Runs> work{a.num_items, a.batch, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs,
                                      a.num_items / split.parts, split.chunk};
       if (warp == 0) lean_producer<Cfg, SampleStrideOf<Epi>::value>(q_map, k_map, a, sc, work, cta, lane);
+      else if constexpr (Epi::kSelects) Epi::select(a, ea, cta.smem + L::kOffEpi, work, warp - 1, lane);
       else if (Epi::kFillsScores) lean_fillers<Cfg>(a, work, lane);
     } else {
       const LeanWork<Runs> work{a.num_items, kBshd ? a.batch : 1, static_cast<i32>(blockIdx.x), static_cast<i32>(gridDim.x), runs};

@@ -22,6 +22,35 @@ struct LeanTopkArgs {
                  // while the other roles may not have reached the q-tile yet)
   u64 lse;       // kTopkLse: float, row r's lse at lse[r * lse_stride] (sm90_topk_lse.cuh's order)
   i64 lse_stride;
+  // The split redo (BSHD blocks, kLeanTopkRedoSplit): the q-tiles with a failed row swept in
+  // `parts` chunks of `chunk` KV tiles each, on as many CTAs, each chunk keeping its rows' own
+  // exact candidates in a buffer of its own; sm90_topk_redo_merge then joins a row's chunks in its
+  // buffer. (Appended: the fields above keep their offsets.)
+  u64 slot_of;     // i32 [q-tiles] (redo launches of a block with the split redo, else 0): q-tile t's
+                   // redo slot (>= 0: the split launch sweeps it), kLeanTopkRedoWhole (failed, no slot
+                   // left: the whole-row redo launch sweeps it) or kLeanTopkNoRedo
+  u64 part_cand;   // u64 [slots][parts][8 rows][part_ld]: the chunks' candidates
+  u64 part_count;  // i32 [slots][parts][8 rows]: how many of each chunk's entries are written (<= k)
+  i64 part_ld;     // entries per chunk buffer: >= k + kLeanTopkTileCols, <= kLeanTopkMaxLd
+  i32 parts;       // chunks per q-tile (every exact launch: 1 but the split redo's)
+  i32 chunk;       // KV tiles per chunk (the split redo's)
+};
+
+// The split redo's two small kernels (sm90_topk_redo.cuh), one block's rows: the slots of the
+// q-tiles with a failed row, then the join of each slot's rows' chunks.
+struct TopkRedoArgs {
+  u64 fail;        // u8 [rows]: the sampled sweep's failed rows
+  u64 slot_of;     // i32 [tiles]: LeanTopkArgs::slot_of, written by sm90_topk_redo_slots
+  u64 tile_of;     // i32 [slots]: the q-tile of each slot (-1: unused)
+  u64 cand;        // u64 [rows][cand_ld], i32 [rows]: the rows' buffers and counts (LeanTopkArgs)
+  u64 count;
+  u64 part_cand;   // the chunks' buffers and counts (LeanTopkArgs::part_cand, part_count)
+  u64 part_count;
+  i64 cand_ld;
+  i64 part_ld;
+  i64 rows;        // the block's rows (its q-tiles: ceil(rows / 8))
+  i32 slots;
+  i32 parts;
 };
 
 // The sampled sweep's row counters (LeanTopkArgs::stats; measurements, not the operation): rows
@@ -49,6 +78,14 @@ enum LeanTopkStat : int {
 constexpr i32 kLeanTopkExact = 0;
 constexpr i32 kLeanTopkSampled = 1;
 constexpr i32 kLeanTopkRedo = 2;
+// - redo split: exact, over the q-tiles whose LeanTopkArgs::slot_of is a slot (>= 0), each in
+//   `parts` chunks of its KV tiles (lean's split work), a chunk's rows kept to at most k entries in
+//   their own buffers (part_cand); the whole-row redo launch (kLeanTopkRedo) then takes the
+//   q-tiles for which no slot was left (kLeanTopkRedoWhole).
+constexpr i32 kLeanTopkRedoSplit = 3;
+constexpr i32 kLeanTopkNoRedo = -1;     // slot_of: no row of the q-tile failed
+constexpr i32 kLeanTopkRedoWhole = -2;  // slot_of: a row failed, no slot left
+constexpr int kLeanTopkRedoThreads = 256;  // sm90_topk_redo_slots and sm90_topk_redo_merge
 // The sweep's tile order (lean's kSampleStride): tiles s/2, s/2 + s, s/2 + 2s, ... of a q-tile's
 // KV tiles first, s the stride of a sample of at most about 1024 cells per row (16 up to S_k
 // 16384, then S_k / 1024): the consumers' cut holds a row's sample keys in registers (32 per

@@ -732,7 +732,7 @@ struct LeanTopkEpilogue {
   template <class Work>
   __device__ __forceinline__ static void select(const LeanArgs& a, const Args& ta, u8* smem_generic, const Work& work,
                                                 int s, int lane) {
-    static_assert(!Work::kSplit, "sm90_topk_fused_sweep: whole q-tile sweeps only");
+    static_assert(!(Work::kSplit && kSampled), "sm90_topk_fused_sweep: the sampled protocol sweeps whole q-tiles");
     if constexpr (kSampled) select_sampled(a, ta, smem_generic, work, s, lane);
     else select_exact(a, ta, smem_generic, work, s, lane);
   }
@@ -893,9 +893,14 @@ struct LeanTopkEpilogue {
     const u32* keys = reinterpret_cast<const u32*>(smem + kOffKeys);
     u64* full = reinterpret_cast<u64*>(smem + kOffFull);
     u64* empty = reinterpret_cast<u64*>(smem + kOffEmpty);
-    u64* cand = reinterpret_cast<u64*>(ta.cand);
-    i32* count = reinterpret_cast<i32*>(ta.count);
-    const LeanTopkKeeper keep{static_cast<u32>(ta.k), static_cast<u32>(ta.refresh), ta.cand_ld, ta.refresh > 0, lane};
+    // The split redo's chunks keep their rows in buffers of their own (part_cand, part_ld entries),
+    // each cut to at most k entries at its end (exactly: a compaction without the histograms), so
+    // that sm90_topk_redo_merge can join a row's chunks in its buffer (parts x k <= cand_ld).
+    constexpr bool parted = Work::kSplit;  // (only the split redo walks split work)
+    const i64 ld = parted ? ta.part_ld : ta.cand_ld;
+    i32* count = reinterpret_cast<i32*>(parted ? ta.part_count : ta.count);
+    const LeanTopkKeeper keep{static_cast<u32>(ta.k), static_cast<u32>(ta.refresh), ld, ta.refresh > 0, lane};
+    const LeanTopkKeeper cut{static_cast<u32>(ta.k), 0u, ld, false, lane};
     for (int r = s; r < kTileRows; r += kSelectors) keep.reset(rows[r]);
     const i64 rounds = work.rounds();
     u32 slot = 0, phase = 0;
@@ -904,18 +909,25 @@ struct LeanTopkEpilogue {
       if (!work.item(k, tile, b, part)) continue;
       const i32 tok0 = tile * kTileRows;
       i32 n_kv;
-      u32 kv_begin = 0u;  // THD: the span's first KV row, the composites' column of its relative 0
+      u32 kv_begin = 0u;  // the composites' column of the item's relative 0: THD the span's first KV
+                          // row, BSHD the chunk's
       if constexpr (T::kThd) {  // (every lane: shuffles)
         const LeanThdSpan sp = lean_thd_span<kTileRows>(lean_thd_row<Cfg>(a, tok0, lane));
         n_kv = sp.n_kv;
         kv_begin = static_cast<u32>(sp.kv_begin);
       } else {
-        n_kv = lean_item<Cfg>(a, b).n_kv(tok0);
+        const LeanRange rg = lean_range(work, lean_item<Cfg>(a, b).n_kv(tok0), part);
+        n_kv = rg.n;
+        kv_begin = static_cast<u32>(rg.first * kKvRows);
       }
-      const i64 row0 = T::kThd ? static_cast<i64>(tok0) : static_cast<i64>(b) * T::kSeqQ + tok0;
+      // row r's entries at (row0 + r) ld: the row's own buffer, or in the split redo its chunk's
+      // ([slot][chunk][row], the same form, so that the selectors' registers stay as they were)
+      const i64 row0 = parted ? (static_cast<i64>(reinterpret_cast<const i32*>(ta.slot_of)[tile]) * ta.parts + part) * kTileRows
+                       : T::kThd ? static_cast<i64>(tok0) : static_cast<i64>(b) * T::kSeqQ + tok0;
+      u64* const cand = reinterpret_cast<u64*>(parted ? ta.part_cand : ta.cand);
       for (i32 it = 0; it < n_kv; ++it) {
         u32 rel = static_cast<u32>(lean_tile_at<kSampleStride>(it, n_kv) * kKvRows);
-        if constexpr (T::kThd) rel += kv_begin;
+        rel += kv_begin;
 #pragma unroll 1
         for (int cg = 0; cg < T::kConsumers; ++cg) {
           mbarrier_wait(&full[cg * kSlots + slot], phase);
@@ -935,7 +947,7 @@ struct LeanTopkEpilogue {
               c[j] = topk_composite(key, rel + col);
               take[j] = key != 0u && c[j] > thr;
             }
-            keep.append(R, cand + (row0 + r) * ta.cand_ld, c, take);
+            keep.append(R, cand + (row0 + r) * ld, c, take);
           }
           mbarrier_arrive(&empty[cg * kSlots + slot]);  // (every lane: its reads of the slot)
         }
@@ -944,10 +956,11 @@ struct LeanTopkEpilogue {
           phase ^= 1;
         }
 #pragma unroll 1
-        for (int r = s; r < kTileRows; r += kSelectors) keep.after_tile(rows[r], cand + (row0 + r) * ta.cand_ld);
+        for (int r = s; r < kTileRows; r += kSelectors) keep.after_tile(rows[r], cand + (row0 + r) * ld);
       }
 #pragma unroll 1
       for (int r = s; r < kTileRows; r += kSelectors) {
+        if (parted && rows[r].count > static_cast<u32>(ta.k)) cut.compact(rows[r], cand + (row0 + r) * ld, rows[r].count, static_cast<u32>(ta.k));
         if (lane == 0 && (!T::kThd || row0 + r < a.t_q)) count[row0 + r] = static_cast<i32>(rows[r].count);
         __syncwarp();
         keep.reset(rows[r]);
@@ -960,14 +973,22 @@ struct LeanTopkEpilogue {
 // LeanStaticRuns; THD: the launch's, LeanParamRuns); in a redo launch only the q-tiles of which a
 // row failed in the sampled launch (negative count), every role skipping the others alike. A
 // sweep is one batch entry (the fused path's blocks of rows).
+// BSHD blocks with the split redo: the q-tiles by their slot (LeanTopkArgs::slot_of), those with
+// one in the split launch, those without one left in the whole-row launch.
 template <class Cfg, class Base>
 struct LeanTopkRuns {
   Base runs;
   const u8* redo;  // the sampled launch's failed rows (redo launches: LeanTopkArgs::fail), else null
   i64 rows;        // THD: T_q, the rows that have a failed flag (BSHD: unused, q-tiles are whole)
+  const i32* slot_of = nullptr;  // BSHD redo launches with the split redo, else null
+  bool split = false;            // (with slot_of) the split launch: the q-tiles with a slot
   __device__ __forceinline__ i32 policy() const { return runs.policy(); }
   __device__ __forceinline__ bool tile(i64 r, i32& t) const {
     if (!runs.tile(r, t)) return false;
+    if (slot_of != nullptr) {
+      const i32 v = slot_of[t];
+      return split ? v >= 0 : v == kLeanTopkRedoWhole;
+    }
     if (redo == nullptr) return true;
     constexpr int kRows = LeanTraits<Cfg>::kTokensPerTile;
     bool failed = false;
@@ -991,8 +1012,24 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_topk_fused_sweep(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
                           const DsaScales sc, const __grid_constant__ LeanTopkArgs t) {
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_sweep: the BSHD kernel of a THD variant");
-  const u8* redo = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo ? reinterpret_cast<const u8*>(t.fail) : nullptr;
-  lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, sc, t, LeanTopkRuns<Cfg, LeanStaticRuns<Sched>>{{}, redo, 0});
+  const bool redo_launch = kProto == kLeanTopkExact && t.mode == kLeanTopkRedo;
+  const u8* redo = redo_launch ? reinterpret_cast<const u8*>(t.fail) : nullptr;
+  const i32* slot_of = redo_launch ? reinterpret_cast<const i32*>(t.slot_of) : nullptr;
+  lean_body<Cfg, LeanTopkEpilogue<Cfg, kProto>>(q_map, k_map, a, sc, t, LeanTopkRuns<Cfg, LeanStaticRuns<Sched>>{{}, redo, 0, slot_of});
+}
+
+// The split redo (kLeanTopkRedoSplit, BSHD; rendered only for calls that take it): the exact
+// protocol over lean's split work, the q-tiles with a slot in `parts` chunks (a.num_items: the
+// q-tiles times the parts, the host's), each chunk's rows in their own buffers.
+template <class Cfg, class Sched>
+__global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
+    sm90_topk_fused_redo_split(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
+                               const DsaScales sc, const __grid_constant__ LeanTopkArgs t) {
+  static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_redo_split: BSHD only (lean's split work)");
+  lean_body<Cfg, LeanTopkEpilogue<Cfg, kLeanTopkExact>>(
+      q_map, k_map, a, sc, t,
+      LeanTopkRuns<Cfg, LeanStaticRuns<Sched>>{{}, nullptr, 0, reinterpret_cast<const i32*>(t.slot_of), true},
+      LeanSplit{t.parts, t.chunk});
 }
 
 // THD blocks of the fused path: a block's sweep is a B 1 problem whose rows' windows the rows

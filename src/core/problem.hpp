@@ -41,6 +41,13 @@ struct TopkSweepOutputs {
   int64_t lse_stride = 0;  // between rows
   int32_t sample_stride = 0;  // the sampled order's stride: the call's (lean_topk_sample_stride of
                               // its S_k, THD max_seqlen_k), which a THD variant cannot derive
+  // redo launches of a block with the split redo (dsa::LeanTopkArgs' fields of the same names)
+  int32_t* slot_of = nullptr;
+  uint64_t* part_cand = nullptr;
+  int32_t* part_count = nullptr;
+  int64_t part_ld = 0;
+  int32_t parts = 1;
+  int32_t chunk = 0;
 };
 
 struct Problem {

@@ -50,6 +50,8 @@ FlagOverride g_part;
 FlagOverride g_ragged_thd;
 FlagOverride g_thd_rows;
 FlagOverride g_automatic;
+FlagOverride g_redo_split;
+std::atomic<int32_t> g_redo_slots{0};
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
 std::size_t part_slot() { return lean_family().params().size(); }
@@ -57,14 +59,44 @@ std::size_t lse_slot() { return part_slot() + 1; }
 // The sample stride of THD variants whose max_seqlen_k passes 16384 (their kSeqK is 0); omitted
 // at 0, so every other variant keeps its source and key.
 std::size_t stride_slot() { return lse_slot() + 1; }
+// BSHD sweeps of calls with the split redo: their module holds its kernel too (omitted at 0).
+std::size_t redo_slot() { return stride_slot() + 1; }
 // Both fused families' inputs: bf16, and E4M3 with its scales (lean's FP8 main loop).
 bool fused_serves_input(DType d) { return d == DType::bf16 || d == DType::e4m3; }
+
+uint64_t align256(uint64_t n) { return (n + 255) / 256 * 256; }
+
+// The split redo of a call's blocks (parts 0: none, the whole-row redo serves its failed rows):
+// BSHD sampled sweeps without lse (a chunk's lse would be part of a row's).
+TopkRedoSplit call_redo_split(const Problem& p) {
+  if (p.is_thd() || p.has_lse || !topk_fused_redo_split() || std::isnan(topk_fused_margin())) return {};
+  return topk_redo_split(p.topk.k, topk_fused_candidates(p.topk.k, p.s_k), p.s_k);
+}
+
+// The split redo's region, after the blocking's: i32 slot_of [q-tiles], tile_of [slots],
+// part_count [slots][parts][8], then u64 part_cand [slots][parts][8][part_ld].
+struct RedoLayout {
+  uint64_t slot_of = 0, tile_of = 0, part_count = 0, part_cand = 0, end = 0;
+};
+RedoLayout redo_layout(const TopkBlocking& bl, const TopkRedoSplit& rs, int32_t slots) {
+  RedoLayout l;
+  l.slot_of = align256(bl.extra_offset);
+  l.tile_of = l.slot_of + align256(uint64_t((bl.rows + 7) / 8) * 4);
+  l.part_count = l.tile_of + align256(uint64_t(slots) * 4);
+  const uint64_t chunks = uint64_t(slots) * 8 * uint64_t(rs.parts);
+  l.part_cand = l.part_count + align256(chunks * 4);
+  l.end = l.part_cand + chunks * uint64_t(rs.part_ld) * 8;
+  return l;
+}
 
 TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
   const uint64_t budget = g_budget.load(std::memory_order_relaxed);
   // per row: its candidates, its count, its failed flag (the sampled sweep's, for the redo)
-  return topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4 + 1);
+  TopkBlocking bl = topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4 + 1);
+  bl.extra_offset = bl.total_bytes;
+  if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0) bl.total_bytes = redo_layout(bl, rs, topk_fused_redo_slots()).end;
+  return bl;
 }
 
 // The fused path's blocks: THD row ranges (topk_fused_thd_rows), else the unfused path's.
@@ -79,11 +111,28 @@ struct Buffers {
   int32_t* count;
   uint8_t* fail;
   int64_t ld;
+  // the split redo (parts 0: none)
+  TopkRedoSplit redo{};
+  int32_t slots = 0;
+  int32_t* slot_of = nullptr;
+  int32_t* tile_of = nullptr;
+  int32_t* part_count = nullptr;
+  uint64_t* part_cand = nullptr;
 };
 Buffers buffers(const Problem& p, const TopkBlocking& bl, unsigned char* ws) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
   unsigned char* count = ws + uint64_t(bl.rows) * uint64_t(ld) * 8;
-  return Buffers{reinterpret_cast<uint64_t*>(ws), reinterpret_cast<int32_t*>(count), count + uint64_t(bl.rows) * 4, ld};
+  Buffers b{reinterpret_cast<uint64_t*>(ws), reinterpret_cast<int32_t*>(count), count + uint64_t(bl.rows) * 4, ld};
+  b.redo = call_redo_split(p);
+  if (b.redo.parts > 0) {
+    b.slots = topk_fused_redo_slots();
+    const RedoLayout l = redo_layout(bl, b.redo, b.slots);
+    b.slot_of = reinterpret_cast<int32_t*>(ws + l.slot_of);
+    b.tile_of = reinterpret_cast<int32_t*>(ws + l.tile_of);
+    b.part_count = reinterpret_cast<int32_t*>(ws + l.part_count);
+    b.part_cand = reinterpret_cast<uint64_t*>(ws + l.part_cand);
+  }
+  return b;
 }
 
 // The sweep problem of one block: the block's score problem (its windows: BSHD the block's
@@ -107,6 +156,15 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   // the block's width (a THD block's segments may have fewer keys).
   s.sweep.sample_stride = dsa::lean_topk_sample_stride(std::max<int64_t>(p.s_k, 1));
   s.sweep.has_lse = p.has_lse;  // (THD calls with lse are refused: TopkFusedFamily::check)
+  // (from the call, so that planning, which has no buffers, keys the same variant)
+  if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0) {
+    s.sweep.slot_of = buf.slot_of;
+    s.sweep.part_cand = buf.part_cand;
+    s.sweep.part_count = buf.part_count;
+    s.sweep.part_ld = rs.part_ld;
+    s.sweep.parts = rs.parts;
+    s.sweep.chunk = rs.chunk;
+  }
   if (p.lse != nullptr && !p.is_thd()) {  // the block's rows of the call's lse (a block lies in one batch entry)
     s.sweep.lse = static_cast<float*>(p.lse) + b.batch * p.lse_stride[0] + b.row0 * p.lse_stride[1];
     s.sweep.lse_stride = p.lse_stride[1];
@@ -154,6 +212,9 @@ class TopkFusedSweepFamily final : public Family {
       ParamDesc stride{"kTopkSampleStride", ParamDesc::integer, "int", "ss"};
       stride.omit_zero = true;
       v.push_back(stride);
+      ParamDesc redo{"kTopkRedoSplit", ParamDesc::integer, "bool", "rs"};
+      redo.omit_zero = true;
+      v.push_back(redo);
       if (v.size() > static_cast<std::size_t>(kMaxSpecParams))
         throw std::logic_error("sm90_topk_fused_sweep: more parameters than a KernelSpec holds");
       return v;
@@ -180,6 +241,7 @@ class TopkFusedSweepFamily final : public Family {
     Plan plan = lean_plan(p, dev, purpose, *this, kSweepSmem + (p.sweep.has_lse ? dsa::kLeanTopkLseBytes : 0), /*split=*/false);
     if (p.sweep.part) plan.spec.values[part_slot()] = 1;
     if (p.sweep.has_lse) plan.spec.values[lse_slot()] = 1;
+    if (p.sweep.parts > 1) plan.spec.values[redo_slot()] = 1;
     // Only where the variant's kSeqK does not give it (THD variants carry 0: 16), so BSHD keys and
     // THD's up to max_seqlen_k 16384 keep their sources.
     const int32_t stride = p.sweep.sample_stride;
@@ -199,6 +261,7 @@ class TopkFusedSweepFamily final : public Family {
     // one kernel per protocol (launch(): LeanTopkArgs::mode picks it)
     g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkSampled>");
     g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkExact>");
+    if (spec.values[redo_slot()] != 0) g.kernels.push_back("dsa::sm90_topk_fused_redo_split<DsaKernelConfig, DsaLeanSchedule>");
   }
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
     dsa::LeanTopkArgs t{};
@@ -212,8 +275,25 @@ class TopkFusedSweepFamily final : public Family {
     t.refresh = p.sweep.refresh;
     t.mode = p.sweep.mode;
     t.margin = p.sweep.margin;
+    t.parts = 1;
     if (t.mode == dsa::kLeanTopkSampled) t.stats = reinterpret_cast<uintptr_t>(g_stats.load(std::memory_order_relaxed));
-    lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)", t.mode == dsa::kLeanTopkSampled ? 0 : 1);
+    if (t.mode == dsa::kLeanTopkRedo || t.mode == dsa::kLeanTopkRedoSplit) t.slot_of = reinterpret_cast<uintptr_t>(p.sweep.slot_of);
+    if (t.mode != dsa::kLeanTopkRedoSplit) {
+      lean_launch(p, plan, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_sweep)", t.mode == dsa::kLeanTopkSampled ? 0 : 1);
+      return;
+    }
+    // The split redo: lean's split work over the q-tiles x parts (the kernel's LeanSplit from
+    // these), a CTA per SM at most.
+    t.part_cand = reinterpret_cast<uintptr_t>(p.sweep.part_cand);
+    t.part_count = reinterpret_cast<uintptr_t>(p.sweep.part_count);
+    t.part_ld = p.sweep.part_ld;
+    t.parts = p.sweep.parts;
+    t.chunk = p.sweep.chunk;
+    Plan sp = plan;
+    sp.num_tiles *= p.sweep.parts;
+    sp.launches[0].grid[0] =
+        static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(sp.num_tiles, device_info(p.device).sm_count)));
+    lean_launch(p, sp, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_redo_split)", 2);
   }
 };
 
@@ -280,6 +360,9 @@ class TopkFusedFamily final : public Family {
     k += p.has_lse ? (topk_lse_lanes() ? ".lse1.ll1" : ".lse1.ll0") : ".lse0";
     k += topk_causal_blocks(p) ? ".cb1" : ".cb0";
     k += ".r" + std::to_string(p.rows == 0 ? 0 : 1);
+    // (the split redo sizes the workspace)
+    if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0)
+      k += ".rs" + std::to_string(rs.parts) + "x" + std::to_string(topk_fused_redo_slots());
     if (p.is_thd()) k += topk_fused_thd_rows() ? ".tr1" : ".tr0";
     // (THD: the packing's blocks; a block's lean gate key carries its rows, .sq, and saturation)
     if (p.rows > 0)
@@ -301,6 +384,12 @@ class TopkFusedFamily final : public Family {
       sel.block[0] = static_cast<uint32_t>(threads);
       sel.smem = plan.spec.dynamic_smem;
     }
+    // the split redo's slots (one CTA) and joins (a CTA per slot)
+    for (int i = 0; i < 2; ++i) {
+      KernelLaunch& l = plan.launches[plan.n_launches++];
+      l.block[0] = dsa::kLeanTopkRedoThreads;
+      l.grid[0] = 1;  // (the joins: a CTA per slot, set at launch)
+    }
     return plan;
   }
 
@@ -313,6 +402,8 @@ class TopkFusedFamily final : public Family {
     g.kernels.push_back("dsa::sm90_topk_rows<DsaKernelConfig::kLayout>");
     g.kernels.push_back("dsa::sm90_topk_candidates<256>");
     g.kernels.push_back("dsa::sm90_topk_candidates<512>");
+    g.kernels.push_back("dsa::sm90_topk_redo_slots");
+    g.kernels.push_back("dsa::sm90_topk_redo_merge");
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
@@ -332,7 +423,31 @@ class TopkFusedFamily final : public Family {
         launch_forward(s, sp, *sk, stream);
         // A sampled sweep is followed by its redo: the same kernel, exact, over the q-tiles of
         // which a row's cut left fewer than k entries (none: every CTA finds no work and exits).
+        // With the split redo, first the slots of those q-tiles, their chunks' sweep and the join
+        // of their chunks; the whole-row launch then takes those without a slot.
         if (s.sweep.mode == dsa::kLeanTopkSampled) {
+          if (buf.redo.parts > 0) {
+            dsa::TopkRedoArgs ra{};
+            ra.fail = reinterpret_cast<uintptr_t>(buf.fail);
+            ra.slot_of = reinterpret_cast<uintptr_t>(buf.slot_of);
+            ra.tile_of = reinterpret_cast<uintptr_t>(buf.tile_of);
+            ra.cand = reinterpret_cast<uintptr_t>(buf.cand);
+            ra.count = reinterpret_cast<uintptr_t>(buf.count);
+            ra.part_cand = reinterpret_cast<uintptr_t>(buf.part_cand);
+            ra.part_count = reinterpret_cast<uintptr_t>(buf.part_count);
+            ra.cand_ld = buf.ld;
+            ra.part_ld = buf.redo.part_ld;
+            ra.rows = b.n;
+            ra.slots = buf.slots;
+            ra.parts = buf.redo.parts;
+            void* rparams[] = {&ra};
+            launch_one(k.functions[3], plan.launches[3], stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_slots)");
+            s.sweep.mode = dsa::kLeanTopkRedoSplit;
+            launch_forward(s, sp, *sk, stream);
+            KernelLaunch merge = plan.launches[4];
+            merge.grid[0] = static_cast<uint32_t>(buf.slots);
+            launch_one(k.functions[4], merge, stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_merge)");
+          }
           s.sweep.mode = dsa::kLeanTopkRedo;
           launch_forward(s, sp, *sk, stream);
         }
@@ -434,6 +549,30 @@ bool topk_fused_thd_rows() { return g_thd_rows.get(kTopkFusedThdRows); }
 void set_topk_fused_thd_rows(std::optional<bool> on) { g_thd_rows.set(on); }
 bool topk_fused_automatic() { return g_automatic.get(kTopkFusedAutomatic); }
 void set_topk_fused_automatic(std::optional<bool> on) { g_automatic.set(on); }
+
+bool topk_fused_redo_split() { return g_redo_split.get(kTopkFusedRedoSplit); }
+void set_topk_fused_redo_split(std::optional<bool> on) { g_redo_split.set(on); }
+int32_t topk_fused_redo_slots() {
+  const int32_t n = g_redo_slots.load(std::memory_order_relaxed);
+  return n > 0 ? n : kTopkRedoSlots;
+}
+void set_topk_fused_redo_slots(int32_t slots) { g_redo_slots.store(slots, std::memory_order_relaxed); }
+
+TopkRedoSplit topk_redo_split(int64_t k, int64_t ld, int64_t s_k) {
+  TopkRedoSplit r;
+  if (k < 1) return r;
+  const int64_t tiles = (std::max<int64_t>(s_k, 0) + dsa::kLeanTopkTileCols - 1) / dsa::kLeanTopkTileCols;
+  // every chunk's rows, at most k entries each, fit the row's buffer together; a chunk at least
+  // kTopkRedoMinChunk KV tiles
+  const int64_t parts = std::min<int64_t>({ld / k, kTopkRedoMaxParts, tiles / kTopkRedoMinChunk});
+  if (parts < 2) return r;
+  r.parts = static_cast<int32_t>(parts);
+  r.chunk = static_cast<int32_t>((tiles + parts - 1) / parts);
+  // a chunk's buffer: k and room for max(k, 1024) appends between compactions, and a tile
+  const int64_t ld_part = std::min<int64_t>(k + std::max<int64_t>(k, 1024) + dsa::kLeanTopkTileCols, dsa::kLeanTopkMaxLd);
+  r.part_ld = (std::max<int64_t>(ld_part, k + dsa::kLeanTopkTileCols) + 3) / 4 * 4;
+  return r;
+}
 
 void set_topk_fused_stats(uint32_t* device_counters) { g_stats.store(device_counters, std::memory_order_relaxed); }
 void set_topk_fused_budget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }

@@ -102,6 +102,33 @@ void set_topk_fused_thd_rows(std::optional<bool> on);  // nullopt: kTopkFusedThd
 inline constexpr bool kTopkFusedAutomatic = false;
 bool topk_fused_automatic();
 void set_topk_fused_automatic(std::optional<bool> on);  // tests and measurements (nullopt: kTopkFusedAutomatic)
+// The split redo (session 30): a BSHD block's q-tiles with a failed row are swept again in
+// chunks of their KV tiles, a chunk per CTA (lean's split work over q-tiles x parts), each chunk
+// keeping its rows' exact candidates, at most k each, in a buffer of its own; a join kernel then
+// puts a row's chunks in its buffer for the candidates kernel. The whole-row redo sweeps a q-tile
+// on one CTA, which at S_q 2048 / S_k 262144 cost 11.2 ms after a 14.1 ms sweep for one failed
+// row (session 28, an H100); split, a failed q-tile costs about a chunk. Slots: the q-tiles a
+// block's split redo takes (in row order); those past them keep the whole-row redo.
+// Not for THD blocks (lean's split work is BSHD's) nor calls with lse (a chunk's would be part of
+// a row's): their redo is the whole-row one.
+struct TopkRedoSplit {
+  int32_t parts = 0;    // chunks per q-tile; 0: no split (the whole-row redo)
+  int32_t chunk = 0;    // KV tiles per chunk
+  int64_t part_ld = 0;  // entries of a chunk's buffer of a row
+};
+// parts = min(ld / k, kTopkRedoMaxParts, KV tiles / kTopkRedoMinChunk) where at least 2 (ld: the
+// rows' buffers, which hold the joined chunks: parts x k <= ld); part_ld = k + max(k, 1024) + 64
+// (at most kLeanTopkMaxLd).
+inline constexpr int32_t kTopkRedoMaxParts = 16;
+inline constexpr int32_t kTopkRedoMinChunk = 16;
+inline constexpr int32_t kTopkRedoSlots = 8;
+TopkRedoSplit topk_redo_split(int64_t k, int64_t ld, int64_t s_k);
+inline constexpr bool kTopkFusedRedoSplit = false;
+bool topk_fused_redo_split();
+void set_topk_fused_redo_split(std::optional<bool> on);  // nullopt: kTopkFusedRedoSplit
+// The slots (0: kTopkRedoSlots); tests take 1 to leave q-tiles to the whole-row redo.
+int32_t topk_fused_redo_slots();
+void set_topk_fused_redo_slots(int32_t slots);
 // Measurements: device memory of dsa::kLeanTopkStats u32 counters that every later sampled
 // sweep launch adds its rows to (by how they ended, and the entries kept: LeanTopkStat in
 // sm90_topk_fused_args.cuh); nullptr (the default) counts nothing.

@@ -44,6 +44,7 @@ struct TopkBlocking {
   uint64_t scores_bytes = 0;    // rows x width fp32
   uint64_t ks_offset = 0, ke_offset = 0, rows_offset = 0;  // byte offsets of the per-row arrays
   uint64_t offset_offset = 0;   // byte offset of the block's q_causal_offsets (one int32)
+  uint64_t extra_offset = 0;    // a family's own region after these (the fused top-k's split redo)
   uint64_t total_bytes = 0;
 };
 // budget: the bytes of block scores the planner aims for (the workspace may exceed it when

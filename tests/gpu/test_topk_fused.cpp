@@ -244,6 +244,74 @@ TEST_CASE("topk fused: small, for the sanitizers", "[topk_fused_small]") {
   check_fused(p, 261, {64});
 }
 
+namespace {
+// The split redo (set_topk_fused_redo_split): at margin -4 nearly every cut row fails, so most
+// q-tiles are redone; with 1 slot one q-tile is split and the others take the whole-row redo,
+// with 8 both, with 4096 every failed q-tile is split. Indices and values (and softmax) bitwise
+// the unfused path's, every slot count, the default margin too, run to run.
+void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties ties = Ties::none) {
+  namespace dd = dsa_indexer::detail;
+  ds::fill_random(p, seed);
+  make_ties(p, ties);
+  INFO(p.describe() << " ties " << static_cast<int>(ties));
+  auto dp = ds::upload(p, 0, true);
+  for (int k : ks) {
+    // the path under test: a split of at least 2 chunks per q-tile
+    const int64_t s_k = p.thd() ? 0 : p.s_k;
+    const dd::TopkRedoSplit rs = dd::topk_redo_split(k, dd::topk_fused_candidates(k, s_k), s_k);
+    INFO("k " << k << " parts " << rs.parts << " chunk " << rs.chunk << " part_ld " << rs.part_ld);
+    REQUIRE(rs.parts >= 2);
+    for (bool sorted : {false, true}) {
+      const TopkOut u = run_topk(p, dp, k, {KernelFamily::topk_unfused, sorted, true});
+      dd::set_topk_fused_redo_split(true);
+      for (int32_t slots : {1, 8, 4096}) {
+        INFO("sorted " << sorted << " slots " << slots);
+        dd::set_topk_fused_redo_slots(slots);
+        std::string first;
+        dd::set_topk_fused_margin(-4.0f);
+        const TopkOut f = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, true});
+        CHECK(mismatches(f, u, first, k) == 0);
+        const TopkOut again = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, true});
+        CHECK(mismatches(again, f, first, k) == 0);
+        dd::set_topk_fused_margin(std::nullopt);
+        const TopkOut d = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, true});
+        CHECK(mismatches(d, u, first, k) == 0);
+        INFO(first);
+      }
+      dd::set_topk_fused_redo_slots(0);
+      dd::set_topk_fused_redo_split(std::nullopt);
+    }
+  }
+  std::printf("topk fused split redo case %-80s passed\n", p.describe().c_str());
+}
+}  // namespace
+
+// The split redo (sm90_topk_fused.hpp, TopkRedoSplit; off by default until timed): every k of
+// the contract's list, ratio 1/2, causal rows whose later chunks are empty, offsets with empty
+// and short rows, B 3, fp32 W, ties, a long row (S_k 16384), FP8 inputs.
+TEST_CASE("topk fused: the split redo, equal to the unfused path", "[topk_fused][topk_fused_redo]") {
+  HostProblem a = bshd(1, 1056, 4096, 64, 1);
+  a.offsets = {4096 - 1056 - 1};
+  check_redo_split(a, 601, {1, 7, 64, 512, 2048});
+  check_redo_split(bshd(1, 1056, 4096, 64, 2), 602, {64, 2048});
+  HostProblem b = bshd(3, 1056, 3000, 64, 1);
+  b.offsets = {INT32_MAX - 4000, -500, 700};
+  b.w_f32 = true;
+  check_redo_split(b, 603, {7, 512});
+  check_redo_split(bshd(1, 1056, 3000, 64, 1), 604, {64, 512}, Ties::two_values);
+  check_redo_split(bshd(1, 1056, 3000, 64, 1), 605, {7, 512}, Ties::repeated_keys_and_zero_rows);
+  HostProblem l = bshd(1, 1056, 16384, 64, 1);
+  l.offsets = {16384 - 1056 - 1};
+  check_redo_split(l, 606, {2048});
+  check_redo_split(fp8_inputs(bshd(1, 1056, 4096, 64, 2), true, true), 607, {64, 2048});
+}
+
+TEST_CASE("topk fused: the split redo, small, for the sanitizers", "[topk_fused_small][topk_fused_redo]") {
+  HostProblem p = bshd(1, 1056, 2048, 64, 1);
+  p.offsets = {2048 - 1056 - 1};
+  check_redo_split(p, 611, {64});
+}
+
 // The sampled sweep's partitioned appends (set_topk_fused_part; kTopkFusedPart, off: exact on an
 // H100 but slower, session 24): warp-private partitions past the sample, compacted by the selectors. The
 // same outputs as the unfused path at every k and ratio, with ties, offsets and B 3, long rows

@@ -269,6 +269,23 @@ int child_topk() {
   expect(cands == 4404 && wsf >= std::size_t(2304) * cands * 8 && wsf < ws,
          fmt::format("fused: the workspace holds 2304 rows of {} candidates ({} bytes), less than the unfused ({})", cands, wsf,
                      ws));
+  // With the split redo (set_topk_fused_redo_split): 7 launches (rows, the sampled sweep, the
+  // redo's slots, its split sweep, the join, the whole-row redo, candidates), and the workspace
+  // adds the slots' chunk buffers.
+  {
+    namespace dd = dsa_indexer::detail;
+    dd::set_topk_fused_redo_split(true);
+    const dd::TopkRedoSplit rs = dd::topk_redo_split(k, static_cast<int64_t>(cands), 65536);
+    const unsigned long ns = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
+    const std::string last = stub_last_kernel();
+    const std::size_t wss = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
+    dd::set_topk_fused_redo_split(std::nullopt);
+    const std::size_t chunks = std::size_t(dd::kTopkRedoSlots) * 8 * std::size_t(rs.parts);
+    expect(rs.parts == 8 && rs.chunk == 128 && ns == 7 && contains(last, "sm90_topk_candidates"),
+           fmt::format("fused, split redo: {} parts of {} tiles, 7 launches ({}), last {}", rs.parts, rs.chunk, ns, last));
+    expect(wss >= wsf + chunks * std::size_t(rs.part_ld) * 8 && wss < wsf + chunks * std::size_t(rs.part_ld) * 8 + (64u << 10),
+           fmt::format("fused, split redo: the workspace {} = {} + the chunk buffers ({} x {} entries)", wss, wsf, chunks, rs.part_ld));
+  }
   // An automatic call past about 127k keys (S_q 1056, S_k 131072: the unfused blocks hold 352
   // rows, under half a wave; rows of at most 1056 keys: the narrow and register rows) takes the
   // unfused path (3 blocks, 15 launches) and its workspace; with

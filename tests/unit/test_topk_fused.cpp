@@ -306,6 +306,39 @@ TEST_CASE("topk fused: the partitioned sweep variants compile without spills, ke
   check_compiles_without_spills(part, "sm90_topk");
 }
 
+// The split redo (set_topk_fused_redo_split): BSHD sweeps of calls that take it key a variant of
+// their own whose module adds the split redo's kernel (the default variants keep their keys and
+// sources); compiled without spills, bf16 and fp32 W, bf16 and E4M3 inputs. THD sweeps and calls
+// with lse keep the whole-row redo (no split variant).
+TEST_CASE("topk fused: the split redo's sweep variants compile without spills, keyed apart", "[topk][nvrtc]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const char* lines =
+      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=2048  sk=262144 ratio=1 w=f32 k=512 family=topk_fused\n"
+      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 k=2048 family=topk_fused\n";
+  const std::vector<KernelSpec> plain = sweep_specs(lines, dev);
+  set_topk_fused_redo_split(true);
+  const std::vector<KernelSpec> split = sweep_specs(lines, dev);
+  set_topk_lse_lanes(true);
+  const std::vector<KernelSpec> lse =
+      sweep_specs("op=topk layout=bshd heads=64 sq=8192 sk=16384 ratio=1 w=bf16 lse=1 k=2048 family=topk_fused\n", dev);
+  set_topk_lse_lanes(std::nullopt);
+  set_topk_fused_redo_split(std::nullopt);
+  REQUIRE(split.size() == plain.size());
+  REQUIRE(!split.empty());
+  for (std::size_t i = 0; i < split.size(); ++i) {
+    INFO(split[i].shape_key());
+    CHECK(split[i].shape_key() == plain[i].shape_key() + ".rs1");
+    const GeneratedSource g = render(split[i]), g0 = render(plain[i]);
+    CHECK_THAT(g.text, Contains("kTopkRedoSplit = 1"));
+    CHECK(std::count(g.kernels.begin(), g.kernels.end(), "dsa::sm90_topk_fused_redo_split<DsaKernelConfig, DsaLeanSchedule>") == 1);
+    CHECK(g0.text.find("kTopkRedoSplit") == std::string::npos);
+    CHECK(g0.kernels.size() == 2);
+  }
+  for (const KernelSpec& s : lse) CHECK(s.shape_key().find("rs1") == std::string::npos);
+  check_compiles_without_spills(split, "sm90_topk");
+}
+
 TEST_CASE("topk fused: the sweep's plan fits the device's shared memory", "[topk]") {
   // The selector epilogue's slots and rows beside lean's 5 KV stages; fp32 weights (a second
   // weight buffer) leave room for 4 stages only, and the plan gives one up (the same products).
