@@ -339,6 +339,37 @@ TEST_CASE("topk fused: the split redo's sweep variants compile without spills, k
   check_compiles_without_spills(split, "sm90_topk");
 }
 
+// The split redo's arithmetic (topk_redo_split): chunks that together cover every KV tile, whose
+// rows (at most k entries each) fit the row's buffer when joined, each at least 16 tiles; none
+// below 2 chunks; a chunk's buffer holds k, room for max(k, 1024) appends and a tile.
+TEST_CASE("topk fused: the split redo's chunks and buffers", "[topk][planner]") {
+  struct Row {
+    int64_t k, s_k;
+  };
+  for (const Row r : {Row{2048, 262144}, Row{512, 262144}, Row{2048, 65536}, Row{512, 65536}, Row{2048, 16384}, Row{1, 4096},
+                      Row{7, 3000}, Row{2048, 4096}, Row{64, 2048}}) {
+    const int64_t ld = topk_fused_candidates(r.k, r.s_k);
+    const TopkRedoSplit rs = topk_redo_split(r.k, ld, r.s_k);
+    INFO("k " << r.k << " S_k " << r.s_k << " ld " << ld << ": parts " << rs.parts << " chunk " << rs.chunk << " part_ld " << rs.part_ld);
+    const int64_t tiles = (r.s_k + 63) / 64;
+    REQUIRE(rs.parts >= 2);
+    CHECK(rs.parts <= kTopkRedoMaxParts);
+    CHECK(int64_t(rs.parts) * r.k <= ld);
+    CHECK(int64_t(rs.parts) * rs.chunk >= tiles);
+    CHECK(int64_t(rs.parts - 1) * rs.chunk < tiles);  // no chunk past the row
+    CHECK(rs.chunk >= kTopkRedoMinChunk);
+    CHECK(rs.part_ld == std::min<int64_t>((r.k + std::max<int64_t>(r.k, 1024) + 64 + 3) / 4 * 4, dsa::kLeanTopkMaxLd));
+    CHECK(rs.part_ld % 4 == 0);
+  }
+  // k 2048 at S_k 262144: the row's buffer holds 7 chunks' k; k 512: the 16 chunks' cap
+  CHECK(topk_redo_split(2048, topk_fused_candidates(2048, 262144), 262144).parts == 7);
+  CHECK(topk_redo_split(512, topk_fused_candidates(512, 262144), 262144).parts == 16);
+  // under 2 chunks: none (a row of 31 tiles; a buffer of under 2k)
+  CHECK(topk_redo_split(64, 4096, 1984).parts == 0);
+  CHECK(topk_redo_split(2048, 4095, 262144).parts == 0);
+  CHECK(topk_redo_split(0, 4096, 262144).parts == 0);
+}
+
 TEST_CASE("topk fused: the sweep's plan fits the device's shared memory", "[topk]") {
   // The selector epilogue's slots and rows beside lean's 5 KV stages; fp32 weights (a second
   // weight buffer) leave room for 4 stages only, and the plan gives one up (the same products).
