@@ -427,8 +427,10 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
   const bool medium_rows = !long_rows && !short_rows && !mid_rows && topk_select_medium() && topk_select_short_fits(a, width, dsa::kTopkMediumCells);
   if (short_rows || medium_rows) return go(short_rows ? kShort256 : kMedium256, all_rows);
   // Long rows of a call without softmax and lse (no output depends on the block size) by
-  // sm90_topk_select<256> with topk_select_narrow_long.
-  const bool narrow_long = long_rows && topk_select_narrow_long() && size_free;
+  // sm90_topk_select<256> with topk_select_narrow_long: by default up to kTopkNarrowLongCells,
+  // forced on at every width.
+  const bool narrow_long = long_rows && size_free && topk_select_narrow_long() &&
+                           (width <= kTopkNarrowLongCells || g_narrow_long.forced().value_or(false));
   if (!regs) return go(long_rows && !narrow_long ? kSelect512 : kSelect256, all_rows);
   // The register rows: the rows of at most 8192 cells from registers, then the others.
   const int64_t grid = std::min<int64_t>(all_rows, plan.launches[kRegsGeneral512].grid[0]);

@@ -122,24 +122,29 @@ void set_topk_select_regs(std::optional<bool> on);  // tests and measurements (n
 inline constexpr bool kTopkSelectRegsNarrow = true;
 bool topk_select_regs_narrow();
 void set_topk_select_regs_narrow(std::optional<bool> on);  // tests and measurements (nullopt: the default)
-// Long rows by 256 threads (session 29, built without a GPU time: off until one times it): a
+// Long rows by 256 threads (built in session 29, on since session 30 up to kTopkNarrowLongCells): a
 // long-row selection (width past 8192) that does not take the register rows, in a call without
 // softmax and lse, runs sm90_topk_select<256> instead of <512>: the same outputs (no output of
 // such a call depends on the block size), and with 56 KB of shared memory and 64 registers a
-// thread, 4 CTAs (rows in flight) per SM against 2. Whether the latency the extra rows hide pays
-// for half the threads per row is what the timing decides (gpu_session.sh s30a).
-inline constexpr bool kTopkSelectNarrowLong = false;
+// thread, 4 CTAs (rows in flight) per SM against 2. On an H100 (session 30, docs/PERF_NOTES.md;
+// the selection alone, warm µs, 512 -> 256 threads): S_q 8192 / S_k 16384 556.2 -> 506.1 (k
+// 2048) and 537.7 -> 475.9 (k 512); B 4 1124.8 -> 1044.8 and 1057.9 -> 1009.9; but S_k 65536
+// 1319.5 -> 1444.1 and 1258.4 -> 1353.8, slower. So widths up to 16384 only (between 16384 and
+// 65536 not timed); set_topk_select_narrow_long(true) forces it at every width, false off.
+inline constexpr bool kTopkSelectNarrowLong = true;
+inline constexpr int64_t kTopkNarrowLongCells = 16384;
 bool topk_select_narrow_long();
 void set_topk_select_narrow_long(std::optional<bool> on);  // tests and measurements (nullopt: the default)
-// Rows of 4097..8192 cells by the narrow register rows (session 29, built without a GPU time: off
-// until one times it): a selection of width 4097..8192 (256 threads, the general kernel: the
-// ratio-2 row's 606 µs against cuDNN's 463 in session 28) in a call without softmax and lse runs
-// the narrow register rows' three launches instead (sm90_topk_select_short<256> for rows of at
-// most 4096 cells, sm90_topk_select_short<512> for those of at most 8192, the general
-// sm90_topk_select<512, true> for the rows whose alignment pushes them past 2048 words): the same
-// outputs. Needs topk_select_regs_narrow; not taken where set_topk_select_regs(false) forces the
-// register rows off.
-inline constexpr bool kTopkSelectRegsMid = false;
+// Rows of 4097..8192 cells by the narrow register rows (built in session 29, on since session 30):
+// a selection of width 4097..8192 (256 threads, the general kernel: the ratio-2 row's 606 µs
+// against cuDNN's 463 in session 28) in a call without softmax and lse runs the narrow register
+// rows' three launches instead (sm90_topk_select_short<256> for rows of at most 4096 cells,
+// sm90_topk_select_short<512> for those of at most 8192, the general sm90_topk_select<512, true>
+// for the rows whose alignment pushes them past 2048 words): the same outputs. On an H100
+// (session 30, the ratio-2 row S_q 16384 / S_k 8192, the selection alone, warm µs): 599.2 ->
+// 554.2 at k 2048, 579.2 -> 531.2 at k 512. Needs topk_select_regs_narrow; not taken where
+// set_topk_select_regs(false) forces the register rows off.
+inline constexpr bool kTopkSelectRegsMid = true;
 bool topk_select_regs_mid();
 void set_topk_select_regs_mid(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Measurements: the grid of the register rows' first launch (sm90_topk_select_short<512>), CTAs

@@ -230,9 +230,13 @@ int child_topk() {
   const unsigned long n_off = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
   dsa_indexer::detail::set_topk_select_regs(std::nullopt);
   expect(n_off == 9, fmt::format("register rows off: 3 blocks x (rows, scores, select) = 9 launches, stub saw {}", n_off));
-  // long rows by 256 threads (set_topk_select_narrow_long, off by default), the register rows off:
-  // a call without softmax ends in sm90_topk_select<256>, one with softmax in <512>
+  // long rows by 256 threads (kTopkSelectNarrowLong: by default up to 16384 cells, so this width
+  // of 65536 keeps 512 threads), the register rows off: forced on, a call without softmax ends in
+  // sm90_topk_select<256>, one with softmax in <512>
   dsa_indexer::detail::set_topk_select_regs(false);
+  dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr);
+  const std::string default_last = stub_last_kernel();
+  expect(contains(default_last, "sm90_topk_selectILi512E"), "long rows of 65536 cells by default: 512 threads (" + default_last + ")");
   dsa_indexer::detail::set_topk_select_narrow_long(true);
   dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr);
   const std::string narrow_last = stub_last_kernel();
@@ -252,34 +256,35 @@ int child_topk() {
     expect(contains(e.what(), "workspace_bytes"), std::string("a short workspace: ") + e.what());
   }
   // The same call by the fused path: one block of 2304 rows (topk_fused_candidates(512, 65536)
-  // = 4404 candidates of 8 bytes per row), 4 launches (rows, the sampled sweep, its redo,
-  // candidates); with the exact sweep 3.
+  // = 4404 candidates of 8 bytes per row), 7 launches (rows, the sampled sweep, the split redo's
+  // slots, its sweep and its join, the whole-row redo, candidates); without the split redo 4;
+  // with the exact sweep 3.
   b.opt.family = dsa_indexer::KernelFamily::topk_fused;
   t.workspace = nullptr;
   t.workspace_bytes = 0;
+  dsa_indexer::detail::set_topk_fused_redo_split(false);
   const unsigned long nf = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
-  expect(nf == 4, fmt::format("fused: 1 block x (rows, sampled sweep, redo, candidates) = 4 launches, stub saw {}", nf));
+  const std::size_t wsf = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
+  dsa_indexer::detail::set_topk_fused_redo_split(std::nullopt);
+  expect(nf == 4, fmt::format("fused without the split redo: 1 block x (rows, sampled sweep, redo, candidates) = 4 launches, stub saw {}", nf));
   expect(contains(stub_last_kernel(), "sm90_topk_candidates"), "fused: the last launch selects: " + stub_last_kernel());
   dsa_indexer::detail::set_topk_fused_margin(std::nanf(""));
   const unsigned long ne = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
   dsa_indexer::detail::set_topk_fused_margin(std::nullopt);
   expect(ne == 3, fmt::format("fused, exact sweep: 1 block x (rows, sweep, candidates) = 3 launches, stub saw {}", ne));
-  const std::size_t wsf = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
   const std::size_t cands = static_cast<std::size_t>(dsa_indexer::detail::topk_fused_candidates(k, 65536));
   expect(cands == 4404 && wsf >= std::size_t(2304) * cands * 8 && wsf < ws,
          fmt::format("fused: the workspace holds 2304 rows of {} candidates ({} bytes), less than the unfused ({})", cands, wsf,
                      ws));
-  // With the split redo (set_topk_fused_redo_split): 7 launches (rows, the sampled sweep, the
-  // redo's slots, its split sweep, the join, the whole-row redo, candidates), and the workspace
-  // adds the slots' chunk buffers.
+  // With the split redo (the default): 7 launches (rows, the sampled sweep, the redo's slots, its
+  // split sweep, the join, the whole-row redo, candidates), and the workspace adds the slots'
+  // chunk buffers.
   {
     namespace dd = dsa_indexer::detail;
-    dd::set_topk_fused_redo_split(true);
     const dd::TopkRedoSplit rs = dd::topk_redo_split(k, static_cast<int64_t>(cands), 65536);
     const unsigned long ns = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
     const std::string last = stub_last_kernel();
     const std::size_t wss = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
-    dd::set_topk_fused_redo_split(std::nullopt);
     const std::size_t chunks = std::size_t(dd::kTopkRedoSlots) * 8 * std::size_t(rs.parts);
     expect(rs.parts == 8 && rs.chunk == 128 && ns == 7 && contains(last, "sm90_topk_candidates"),
            fmt::format("fused, split redo: {} parts of {} tiles, 7 launches ({}), last {}", rs.parts, rs.chunk, ns, last));
@@ -290,8 +295,8 @@ int child_topk() {
   // rows, under half a wave; rows of at most 1056 keys: the narrow and register rows) takes the
   // unfused path (3 blocks, 15 launches) and its workspace; with
   // the fused path's automatic policy on (set_topk_fused_automatic, off since session 28) it takes
-  // the fused path: one block, 4 launches, and (sync compile mode) the fused path's workspace,
-  // smaller than the unfused path's.
+  // the fused path: one block, 7 launches (with the split redo), and (sync compile mode) the fused
+  // path's workspace, smaller than the unfused path's.
   {
     Bshd l(1, 1056, 131072);
     l.opt.ratio = 1;
@@ -305,8 +310,8 @@ int child_topk() {
     const std::size_t wd = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
     dsa_indexer::detail::set_topk_fused_automatic(true);
     const unsigned long na = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
-    expect(na == 4 && contains(stub_last_kernel(), "sm90_topk_candidates"),
-           fmt::format("automatic at S_k 131072, the fused policy on: the fused path, 4 launches ({}), last {}", na, stub_last_kernel()));
+    expect(na == 7 && contains(stub_last_kernel(), "sm90_topk_candidates"),
+           fmt::format("automatic at S_k 131072, the fused policy on: the fused path, 7 launches ({}), last {}", na, stub_last_kernel()));
     const std::size_t wa = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
     dsa_indexer::detail::set_topk_fused_automatic(std::nullopt);
     l.opt.family = dsa_indexer::KernelFamily::topk_fused;
@@ -318,21 +323,21 @@ int child_topk() {
                        "({} = {} bytes), under it",
                        wd, wu, wa, wf));
   }
-  // A selection of width 6000 (256 threads: the general kernel, one launch) without softmax; with
-  // the rows of 4097..8192 cells by the register rows (set_topk_select_regs_mid, off by default)
-  // three launches, the general 512-thread one last.
+  // A selection of width 6000 without softmax: the rows of 4097..8192 cells by the narrow
+  // register rows (kTopkSelectRegsMid, on since session 30), three launches, the general
+  // 512-thread one last; with them off the general 256-thread kernel, one launch.
   {
     Bshd m(1, 256, 6000);
     m.opt.family = dsa_indexer::KernelFamily::topk_unfused;
     TensorDesc midx = TensorDesc::contiguous(dalloc(std::size_t(256) * 64 * 4), DType::i32, {1, 256, 64});
     dsa_indexer::TopkOptions mt;
     mt.k = 64;
+    dsa_indexer::detail::set_topk_select_regs_mid(false);
     const unsigned long n_def = launches_of([&] { dsa_indexer::indexer_topk(m.q, m.k, m.w, midx, m.opt, mt, nullptr); });
     const std::string def_last = stub_last_kernel();
-    dsa_indexer::detail::set_topk_select_regs_mid(true);
+    dsa_indexer::detail::set_topk_select_regs_mid(std::nullopt);
     const unsigned long n_mid = launches_of([&] { dsa_indexer::indexer_topk(m.q, m.k, m.w, midx, m.opt, mt, nullptr); });
     const std::string mid_last = stub_last_kernel();
-    dsa_indexer::detail::set_topk_select_regs_mid(std::nullopt);
     expect(n_mid == n_def + 2 && contains(def_last, "sm90_topk_selectILi256ELb0E") && contains(mid_last, "sm90_topk_selectILi512ELb1E"),
            fmt::format("width 6000: {} launches ending in {}; the register rows for 4097..8192 cells: {} ending in {}", n_def,
                        def_last, n_mid, mid_last));

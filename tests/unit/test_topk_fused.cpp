@@ -77,7 +77,11 @@ TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][di
     REQUIRE(a.size() == 1);
     REQUIRE(b.size() == 1);
     const Plan pa = make_plan(a[0], dev, topk_fused_sweep_family()), pb = make_plan(b[0], dev, topk_fused_sweep_family());
-    CHECK(pb.spec.shape_key() == pa.spec.shape_key() + ".tlse1");
+    // (a call with lse keeps the whole-row redo: no split variant)
+    std::string key_a = pa.spec.shape_key();
+    CHECK(key_a.find(".rs1") != std::string::npos);
+    key_a.erase(key_a.find(".rs1"), 4);
+    CHECK(pb.spec.shape_key() == key_a + ".tlse1");
     CHECK(pb.spec.dynamic_smem == pa.spec.dynamic_smem + static_cast<uint32_t>(dsa::kLeanTopkLseBytes));
     CHECK(render(pa.spec).text.find("kTopkLse") == std::string::npos);
     CHECK_THAT(render(pb.spec).text, Contains("kTopkLse = 1"));
@@ -190,15 +194,24 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
   CHECK(topk_fused_candidates(7, 65536) == 100);
   CHECK(topk_fused_candidates(512, 65536) == 512 + tile);  // a forced size still holds k + one tile
   set_topk_fused_candidates(0);
-  // The workspace: blocks of rows x candidates within kTopkFusedBudget whatever S_q and S_k;
+  // The workspace: blocks of rows x candidates within kTopkFusedBudget whatever S_q and S_k,
+  // and the split redo's slots (kTopkRedoSlots x 8 rows x at most 16 chunks of k + max(k, 1024) +
+  // 64 entries: at k 2048 at most 8 chunks fit the rows' buffers of kLeanTopkMaxLd);
   // S_q 8192 at S_k 16384 in two blocks of 4096 rows.
-  const uint64_t cap = kTopkFusedBudget + (uint64_t(1) << 20);
+  const uint64_t slots = uint64_t(kTopkRedoSlots) * 8 * 8 * (2 * 2048 + 64) * 8;
+  const uint64_t cap = kTopkFusedBudget + (uint64_t(1) << 20) + slots;
   const uint64_t one = make_plan(topk_problem(1, 8192, 16384, 2048), dev, topk_fused_family()).workspace_bytes;
   CHECK(one >= uint64_t(4096) * 5356 * 8);
   CHECK(one <= cap);
   for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
     for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20})
       CHECK(make_plan(topk_problem(1, sq, sk, 2048), dev, topk_fused_family()).workspace_bytes <= cap);
+  // without the split redo, within the budget alone
+  set_topk_fused_redo_split(false);
+  for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
+    for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20})
+      CHECK(make_plan(topk_problem(1, sq, sk, 2048), dev, topk_fused_family()).workspace_bytes <= cap - slots);
+  set_topk_fused_redo_split(std::nullopt);
 }
 
 TEST_CASE("topk fused: every variant of the default manifest's top-k shapes compiles without spills", "[topk][nvrtc]") {
@@ -290,10 +303,12 @@ TEST_CASE("topk fused: the partitioned sweep variants compile without spills, ke
   const char* lines =
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
       "op=topk layout=bshd heads=64 sq=4096  sk=131072 ratio=1 w=f32 k=2048 family=topk_fused\n";
+  set_topk_fused_redo_split(false);  // (the split redo's key token, tested below, out of the way)
   const std::vector<KernelSpec> plain = sweep_specs(lines, dev);
   set_topk_fused_part(true);
   const std::vector<KernelSpec> part = sweep_specs(lines, dev);
   set_topk_fused_part(std::nullopt);
+  set_topk_fused_redo_split(std::nullopt);
   REQUIRE(part.size() == plain.size());
   REQUIRE(!part.empty());
   for (std::size_t i = 0; i < part.size(); ++i) {
@@ -306,18 +321,19 @@ TEST_CASE("topk fused: the partitioned sweep variants compile without spills, ke
   check_compiles_without_spills(part, "sm90_topk");
 }
 
-// The split redo (set_topk_fused_redo_split): BSHD sweeps of calls that take it key a variant of
-// their own whose module adds the split redo's kernel (the default variants keep their keys and
-// sources); compiled without spills, bf16 and fp32 W, bf16 and E4M3 inputs. THD sweeps and calls
-// with lse keep the whole-row redo (no split variant).
+// The split redo (kTopkFusedRedoSplit, on): BSHD sweeps of calls that take it key a variant of
+// their own whose module adds the split redo's kernel (with it off, the variants keep their keys
+// and sources of before); compiled without spills, bf16 and fp32 W, bf16 and E4M3 inputs. THD
+// sweeps and calls with lse keep the whole-row redo (no split variant).
 TEST_CASE("topk fused: the split redo's sweep variants compile without spills, keyed apart", "[topk][nvrtc]") {
   const DeviceInfo dev = DeviceInfo::h200();
   const char* lines =
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
       "op=topk layout=bshd heads=64 sq=2048  sk=262144 ratio=1 w=f32 k=512 family=topk_fused\n"
       "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 k=2048 family=topk_fused\n";
+  set_topk_fused_redo_split(false);
   const std::vector<KernelSpec> plain = sweep_specs(lines, dev);
-  set_topk_fused_redo_split(true);
+  set_topk_fused_redo_split(std::nullopt);  // on by default
   const std::vector<KernelSpec> split = sweep_specs(lines, dev);
   set_topk_lse_lanes(true);
   const std::vector<KernelSpec> lse =
