@@ -34,6 +34,8 @@ struct LeanTopkArgs {
   i64 part_ld;     // entries per chunk buffer: >= k + kLeanTopkTileCols, <= kLeanTopkMaxLd
   i32 parts;       // chunks per q-tile (every exact launch: 1 but the split redo's)
   i32 chunk;       // KV tiles per chunk (the split redo's)
+  u64 tile_of;     // i32 [slots] (the split redo by slots, else 0): the q-tile of each slot (-1:
+                   // unused); the launch's items are then slots x parts, not q-tiles x parts
 };
 
 // The split redo's two small kernels (sm90_topk_redo.cuh), one block's rows: the slots of the

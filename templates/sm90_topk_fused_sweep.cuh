@@ -982,8 +982,17 @@ struct LeanTopkRuns {
   i64 rows;        // THD: T_q, the rows that have a failed flag (BSHD: unused, q-tiles are whole)
   const i32* slot_of = nullptr;  // BSHD redo launches with the split redo, else null
   bool split = false;            // (with slot_of) the split launch: the q-tiles with a slot
-  __device__ __forceinline__ i32 policy() const { return runs.policy(); }
+  // the split launch by slots (LeanTopkArgs::tile_of, else null): item r is slot r's q-tile, in
+  // round-robin order, so that the chunks of a q-tile go to different CTAs whatever the block's
+  // q-tile count (by q-tiles, q-tile q's chunks take positions q + part x q-tiles, which fall on
+  // one CTA where the q-tiles are a multiple of the grid)
+  const i32* tile_of = nullptr;
+  __device__ __forceinline__ i32 policy() const { return tile_of != nullptr ? static_cast<i32>(kLeanRoundRobin) : runs.policy(); }
   __device__ __forceinline__ bool tile(i64 r, i32& t) const {
+    if (tile_of != nullptr) {
+      t = tile_of[r];
+      return t >= 0;
+    }
     if (!runs.tile(r, t)) return false;
     if (slot_of != nullptr) {
       const i32 v = slot_of[t];
@@ -1020,7 +1029,8 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
 
 // The split redo (kLeanTopkRedoSplit, BSHD; rendered only for calls that take it): the exact
 // protocol over lean's split work, the q-tiles with a slot in `parts` chunks (a.num_items: the
-// q-tiles times the parts, the host's), each chunk's rows in their own buffers.
+// q-tiles times the parts, or with t.tile_of the slots times the parts, the host's), each chunk's
+// rows in their own buffers.
 template <class Cfg, class Sched>
 __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
     sm90_topk_fused_redo_split(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
@@ -1028,7 +1038,8 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
   static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_redo_split: BSHD only (lean's split work)");
   lean_body<Cfg, LeanTopkEpilogue<Cfg, kLeanTopkExact>>(
       q_map, k_map, a, sc, t,
-      LeanTopkRuns<Cfg, LeanStaticRuns<Sched>>{{}, nullptr, 0, reinterpret_cast<const i32*>(t.slot_of), true},
+      LeanTopkRuns<Cfg, LeanStaticRuns<Sched>>{{}, nullptr, 0, reinterpret_cast<const i32*>(t.slot_of), true,
+                                               reinterpret_cast<const i32*>(t.tile_of)},
       LeanSplit{t.parts, t.chunk});
 }
 

@@ -43,6 +43,8 @@ struct TopkSweepOutputs {
                               // its S_k, THD max_seqlen_k), which a THD variant cannot derive
   // redo launches of a block with the split redo (dsa::LeanTopkArgs' fields of the same names)
   int32_t* slot_of = nullptr;
+  int32_t* tile_of = nullptr;  // the split launch by slots (topk_fused_redo_slot_items), else null
+  int32_t slots = 0;
   uint64_t* part_cand = nullptr;
   int32_t* part_count = nullptr;
   int64_t part_ld = 0;

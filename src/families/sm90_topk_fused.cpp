@@ -51,6 +51,7 @@ FlagOverride g_ragged_thd;
 FlagOverride g_thd_rows;
 FlagOverride g_automatic;
 FlagOverride g_redo_split;
+FlagOverride g_redo_slot_items;
 std::atomic<int32_t> g_redo_slots{0};
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
@@ -159,6 +160,8 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   // (from the call, so that planning, which has no buffers, keys the same variant)
   if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0) {
     s.sweep.slot_of = buf.slot_of;
+    if (topk_fused_redo_slot_items()) s.sweep.tile_of = buf.tile_of;
+    s.sweep.slots = buf.slots;
     s.sweep.part_cand = buf.part_cand;
     s.sweep.part_count = buf.part_count;
     s.sweep.part_ld = rs.part_ld;
@@ -290,6 +293,11 @@ class TopkFusedSweepFamily final : public Family {
     t.parts = p.sweep.parts;
     t.chunk = p.sweep.chunk;
     Plan sp = plan;
+    // items: the q-tiles x parts, or (by slots) the slots x parts, slot r's q-tile from tile_of
+    if (p.sweep.tile_of != nullptr) {
+      t.tile_of = reinterpret_cast<uintptr_t>(p.sweep.tile_of);
+      sp.num_tiles = p.sweep.slots;
+    }
     sp.num_tiles *= p.sweep.parts;
     sp.launches[0].grid[0] =
         static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(sp.num_tiles, device_info(p.device).sm_count)));
@@ -552,6 +560,8 @@ void set_topk_fused_automatic(std::optional<bool> on) { g_automatic.set(on); }
 
 bool topk_fused_redo_split() { return g_redo_split.get(kTopkFusedRedoSplit); }
 void set_topk_fused_redo_split(std::optional<bool> on) { g_redo_split.set(on); }
+bool topk_fused_redo_slot_items() { return g_redo_slot_items.get(kTopkFusedRedoSlotItems); }
+void set_topk_fused_redo_slot_items(std::optional<bool> on) { g_redo_slot_items.set(on); }
 int32_t topk_fused_redo_slots() {
   const int32_t n = g_redo_slots.load(std::memory_order_relaxed);
   return n > 0 ? n : kTopkRedoSlots;

@@ -130,6 +130,17 @@ TopkRedoSplit topk_redo_split(int64_t k, int64_t ld, int64_t s_k);
 inline constexpr bool kTopkFusedRedoSplit = true;
 bool topk_fused_redo_split();
 void set_topk_fused_redo_split(std::optional<bool> on);  // nullopt: kTopkFusedRedoSplit
+// The split launch's items (session 30, built after its GPU runs, off until one checks it): by
+// q-tiles (the default), item = part x q-tiles + q-tile, and a CTA takes the items congruent to it
+// modulo the grid (lean's split work), so where a block's q-tiles are a multiple of the grid
+// (1056 rows on 132 SMs, 2112, ...) all chunks of a failed q-tile fall on one CTA and run one
+// after another, about the whole-row redo's time (found by review; the timed shape, 256 q-tiles,
+// spreads them over 7 CTAs). By slots (set_topk_fused_redo_slot_items(true)): the items are slots
+// x parts, slot r's q-tile from tile_of, on min(slots x parts, SMs) CTAs: a chunk per CTA at 8
+// slots of up to 16 chunks on 132 SMs. gpu_session.sh s31a checks and times it.
+inline constexpr bool kTopkFusedRedoSlotItems = false;
+bool topk_fused_redo_slot_items();
+void set_topk_fused_redo_slot_items(std::optional<bool> on);  // nullopt: kTopkFusedRedoSlotItems
 // The slots (0: kTopkRedoSlots); tests take 1 to leave q-tiles to the whole-row redo.
 int32_t topk_fused_redo_slots();
 void set_topk_fused_redo_slots(int32_t slots);

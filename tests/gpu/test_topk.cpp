@@ -456,23 +456,31 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
       const float t_unfused = once(KernelFamily::topk_unfused);
       std::vector<int32_t> want(static_cast<size_t>(sq) * k), got(want.size());
       ind.download(want.data(), want.size() * 4);
-      // the split redo (session 30): its time, and its indices against the unfused path's
+      // the split redo (session 30, the default): its time, and its indices against the unfused path's
       dsa_indexer::detail::set_topk_fused_redo_split(true);
       const float t_split = once(KernelFamily::topk_fused);
+      ind.download(got.data(), got.size() * 4);
+      CHECK(got == want);
+      // and its launch's items by slots (set_topk_fused_redo_slot_items)
+      dsa_indexer::detail::set_topk_fused_redo_slot_items(true);
+      const float t_slots = once(KernelFamily::topk_fused);
+      dsa_indexer::detail::set_topk_fused_redo_slot_items(std::nullopt);
       dsa_indexer::detail::set_topk_fused_redo_split(std::nullopt);
       ind.download(got.data(), got.size() * 4);
       CHECK(got == want);
       ds::DeviceBuffer counters(dsa::kLeanTopkStats * 4);
       counters.fill_u32(0u);
       dsa_indexer::detail::set_topk_fused_stats(static_cast<uint32_t*>(counters.get()));
+      dsa_indexer::detail::set_topk_fused_redo_split(false);  // the whole-row redo
       const float t_fused = once(KernelFamily::topk_fused);  // two calls counted
+      dsa_indexer::detail::set_topk_fused_redo_split(std::nullopt);
       dsa_indexer::detail::set_topk_fused_stats(nullptr);
       uint32_t st[dsa::kLeanTopkStats] = {};
       counters.download(st, sizeof st);
-      std::printf("topk_seeds S_q %lld S_k %lld seed %llu k %4d: fused %.3f ms, split redo %.3f ms, unfused %.3f ms; rows per call: "
-                  "cut %u, not cut %u, failed by overflow %u, sample %u, below k %u\n",
+      std::printf("topk_seeds S_q %lld S_k %lld seed %llu k %4d: fused %.3f ms, split redo %.3f ms (by slots %.3f), unfused %.3f ms; "
+                  "rows per call: cut %u, not cut %u, failed by overflow %u, sample %u, below k %u\n",
                   static_cast<long long>(sq), static_cast<long long>(sk), static_cast<unsigned long long>(seed), k, t_fused, t_split,
-                  t_unfused,
+                  t_slots, t_unfused,
                   st[dsa::kLeanTopkStatCut] / 2, st[dsa::kLeanTopkStatUncut] / 2, st[dsa::kLeanTopkStatOverflow] / 2,
                   st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
       CHECK(st[dsa::kLeanTopkStatCut] + st[dsa::kLeanTopkStatUncut] + st[dsa::kLeanTopkStatOverflow] +

@@ -247,8 +247,9 @@ TEST_CASE("topk fused: small, for the sanitizers", "[topk_fused_small]") {
 namespace {
 // The split redo (set_topk_fused_redo_split): at margin -4 nearly every cut row fails, so most
 // q-tiles are redone; with 1 slot one q-tile is split and the others take the whole-row redo,
-// with 8 both, with 4096 every failed q-tile is split. Indices and values (and softmax) bitwise
-// the unfused path's, every slot count, the default margin too, run to run.
+// with 8 both, with 4096 every failed q-tile is split; the split launch's items by q-tiles and by
+// slots (set_topk_fused_redo_slot_items). Indices and values (and softmax) bitwise the unfused
+// path's, every slot count, the default margin too, run to run.
 void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties ties = Ties::none) {
   namespace dd = dsa_indexer::detail;
   ds::fill_random(p, seed);
@@ -264,9 +265,11 @@ void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, 
     for (bool sorted : {false, true}) {
       const TopkOut u = run_topk(p, dp, k, {KernelFamily::topk_unfused, sorted, true});
       dd::set_topk_fused_redo_split(true);
-      for (int32_t slots : {1, 8, 4096}) {
-        INFO("sorted " << sorted << " slots " << slots);
+      for (int32_t slots : {1, 8, 4096})
+      for (bool by_slots : {false, true}) {
+        INFO("sorted " << sorted << " slots " << slots << " items by slots " << by_slots);
         dd::set_topk_fused_redo_slots(slots);
+        dd::set_topk_fused_redo_slot_items(by_slots);
         std::string first;
         dd::set_topk_fused_margin(-4.0f);
         const TopkOut f = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, true});
@@ -279,6 +282,7 @@ void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, 
         INFO(first);
       }
       dd::set_topk_fused_redo_slots(0);
+      dd::set_topk_fused_redo_slot_items(std::nullopt);
       dd::set_topk_fused_redo_split(std::nullopt);
     }
   }
@@ -286,7 +290,7 @@ void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, 
 }
 }  // namespace
 
-// The split redo (sm90_topk_fused.hpp, TopkRedoSplit; off by default until timed): every k of
+// The split redo (sm90_topk_fused.hpp, TopkRedoSplit; on since session 30): every k of
 // the contract's list, ratio 1/2, causal rows whose later chunks are empty, offsets with empty
 // and short rows, B 3, fp32 W, ties, a long row (S_k 16384), FP8 inputs.
 TEST_CASE("topk fused: the split redo, equal to the unfused path", "[topk_fused][topk_fused_redo]") {
