@@ -635,6 +635,7 @@ fi
 if [[ " $steps " == *" s31a "* ]]; then
   run gpu_topk_redo 300 $b/tests/dsa_gpu_tests "[topk_fused_redo]" --durations yes
   run gpu_topk_seeds 150 $b/tests/dsa_gpu_tests "[topk_seeds]" --durations yes
+  run gpu_topk_redo_skew 90 $b/tests/dsa_gpu_tests "[topk_redo_skew]" --durations yes
   run memcheck_redo 120 "$cs" --tool memcheck $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_redo]"
   run racecheck_redo 200 "$cs" --tool racecheck --racecheck-report hazard $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_redo]"
 fi

@@ -492,6 +492,76 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
   d.cuEventDestroy(e1);
 }
 
+// The split redo's launch order where a block's q-tiles are a multiple of the grid (S_q 2112: 264
+// q-tiles, 2 x 132 SMs): by q-tiles a failed q-tile's chunks fall on one CTA, by slots
+// (set_topk_fused_redo_slot_items) on as many CTAs as chunks. Margin 3 instead of 5 makes a few
+// rows fail (the sample's cut at the Poisson(8) tail past 17 at k 2048: a few in a thousand
+// rows). One call each after a first, ms: the whole-row redo, the split redo by q-tiles and by
+// slots, the unfused path; the rows that failed; indices bitwise the unfused path's. Run by hand:
+// `dsa_gpu_tests "[topk_redo_skew]"` (gpu_session.sh s31a).
+TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "[.][topk_redo_skew]") {
+  namespace dd = dsa_indexer::detail;
+  auto& d = dd::Driver::get();
+  dd::ScopedContext ctx(0);
+  CUevent e0, e1;
+  d.check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
+  d.check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+  const int64_t sq = 2112, sk = 262144;
+  const int k = 2048;
+  HostProblem p = bshd(1, sq, sk, 64, 1);
+  p.offsets = {static_cast<int32_t>(sk - sq - 1)};
+  ds::fill_random(p, 1);
+  auto dp = ds::upload(p, 0, true);
+  ds::DeviceBuffer ind(static_cast<size_t>(sq) * k * 4);
+  const auto ti = dsa_indexer::TensorDesc::contiguous(ind.get(), dsa_indexer::DType::i32, {1, sq, k});
+  auto once = [&](KernelFamily fam) {  // ms of the second of two calls
+    dsa_indexer::IndexerOptions o = dp.opt;
+    o.family = fam;
+    dsa_indexer::TopkOptions t;
+    t.k = k;
+    float ms = 0;
+    for (int i = 0; i < 2; ++i) {
+      d.check(d.cuEventRecord(e0, nullptr), "cuEventRecord");
+      dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
+      d.check(d.cuEventRecord(e1, nullptr), "cuEventRecord");
+      d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+      d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
+    }
+    return ms;
+  };
+  const float t_unfused = once(KernelFamily::topk_unfused);
+  std::vector<int32_t> want(static_cast<size_t>(sq) * k), got(want.size());
+  ind.download(want.data(), want.size() * 4);
+  dd::set_topk_fused_margin(3.0f);
+  ds::DeviceBuffer counters(dsa::kLeanTopkStats * 4);
+  counters.fill_u32(0u);
+  dd::set_topk_fused_stats(static_cast<uint32_t*>(counters.get()));
+  dd::set_topk_fused_redo_split(false);
+  const float t_whole = once(KernelFamily::topk_fused);  // (two calls counted)
+  dd::set_topk_fused_stats(nullptr);
+  ind.download(got.data(), got.size() * 4);
+  CHECK(got == want);
+  dd::set_topk_fused_redo_split(true);
+  const float t_tiles = once(KernelFamily::topk_fused);
+  ind.download(got.data(), got.size() * 4);
+  CHECK(got == want);
+  dd::set_topk_fused_redo_slot_items(true);
+  const float t_slots = once(KernelFamily::topk_fused);
+  ind.download(got.data(), got.size() * 4);
+  CHECK(got == want);
+  dd::set_topk_fused_redo_slot_items(std::nullopt);
+  dd::set_topk_fused_redo_split(std::nullopt);
+  dd::set_topk_fused_margin(std::nullopt);
+  uint32_t st[dsa::kLeanTopkStats] = {};
+  counters.download(st, sizeof st);
+  std::printf("topk_redo_skew S_q %lld S_k %lld k %d margin 3: whole-row redo %.3f ms, split by q-tiles %.3f ms, by slots %.3f ms, "
+              "unfused %.3f ms; failed rows per call: overflow %u, sample %u, below k %u\n",
+              static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_unfused,
+              st[dsa::kLeanTopkStatOverflow] / 2, st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
+  d.cuEventDestroy(e0);
+  d.cuEventDestroy(e1);
+}
+
 // One scores call and one fused top-k call at S_q 8192 / S_k 16384 (k 2048), for a profiler to
 // compare the lean scores kernel with the fused sweep of the same shape. Run by hand:
 // `ncu --kernel-name regex:sm90_topk_fused_sweep dsa_gpu_tests "[topk_profile]"`.
