@@ -157,8 +157,7 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   // the block's width (a THD block's segments may have fewer keys).
   s.sweep.sample_stride = dsa::lean_topk_sample_stride(std::max<int64_t>(p.s_k, 1));
   s.sweep.has_lse = p.has_lse;  // (THD calls with lse are refused: TopkFusedFamily::check)
-  // (from the call, so that planning, which has no buffers, keys the same variant)
-  if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0) {
+  if (const TopkRedoSplit& rs = buf.redo; rs.parts > 0) {  // (planning's buffers carry it too)
     s.sweep.slot_of = buf.slot_of;
     if (topk_fused_redo_slot_items()) s.sweep.tile_of = buf.tile_of;
     s.sweep.slots = buf.slots;
@@ -181,7 +180,8 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
 std::vector<Problem> sweep_shapes(const Problem& p, const DeviceInfo& dev) {
   std::vector<Problem> v;
   std::set<std::pair<int64_t, int64_t>> shapes;
-  const Buffers none{nullptr, nullptr, nullptr, topk_fused_candidates(p.topk.k, p.s_k)};
+  Buffers none{nullptr, nullptr, nullptr, topk_fused_candidates(p.topk.k, p.s_k)};
+  none.redo = call_redo_split(p);  // (the split redo's variant is keyed from it)
   // (score_rows: a THD block's sweep covers its rows padded to whole q-tiles, TopkBlock::n_win)
   for_each_fused_block(p, fused_blocking(p, dev), [&](const TopkBlock& b) {
     if (b.width > 0 && shapes.insert({b.score_rows(), b.width}).second)

@@ -429,8 +429,8 @@ void launch_topk_select(const Plan& plan, const LoadedKernel& k, const dsa::Topk
   // Long rows of a call without softmax and lse (no output depends on the block size) by
   // sm90_topk_select<256> with topk_select_narrow_long: by default up to kTopkNarrowLongCells,
   // forced on at every width.
-  const bool narrow_long = long_rows && size_free && topk_select_narrow_long() &&
-                           (width <= kTopkNarrowLongCells || g_narrow_long.forced().value_or(false));
+  const bool narrow_long =
+      long_rows && size_free && g_narrow_long.forced().value_or(kTopkSelectNarrowLong && width <= kTopkNarrowLongCells);
   if (!regs) return go(long_rows && !narrow_long ? kSelect512 : kSelect256, all_rows);
   // The register rows: the rows of at most 8192 cells from registers, then the others.
   const int64_t grid = std::min<int64_t>(all_rows, plan.launches[kRegsGeneral512].grid[0]);
@@ -477,7 +477,6 @@ bool topk_select_regs_narrow() { return g_regs_narrow.get(kTopkSelectRegsNarrow)
 void set_topk_select_regs_narrow(std::optional<bool> on) { g_regs_narrow.set(on); }
 bool topk_select_regs_mid() { return g_regs_mid.get(kTopkSelectRegsMid); }
 void set_topk_select_regs_mid(std::optional<bool> on) { g_regs_mid.set(on); }
-bool topk_select_narrow_long() { return g_narrow_long.get(kTopkSelectNarrowLong); }
 void set_topk_select_narrow_long(std::optional<bool> on) { g_narrow_long.set(on); }
 void set_topk_select_regs_ctas(int ctas_per_sm) { g_regs_ctas.store(ctas_per_sm, std::memory_order_relaxed); }
 void set_topk_select_regs(std::optional<bool> on) { g_select_regs.set(on); }

@@ -133,7 +133,6 @@ void set_topk_select_regs_narrow(std::optional<bool> on);  // tests and measurem
 // 65536 not timed); set_topk_select_narrow_long(true) forces it at every width, false off.
 inline constexpr bool kTopkSelectNarrowLong = true;
 inline constexpr int64_t kTopkNarrowLongCells = 16384;
-bool topk_select_narrow_long();
 void set_topk_select_narrow_long(std::optional<bool> on);  // tests and measurements (nullopt: the default)
 // Rows of 4097..8192 cells by the narrow register rows (built in session 29, on since session 30):
 // a selection of width 4097..8192 (256 threads, the general kernel: the ratio-2 row's 606 µs

@@ -99,6 +99,41 @@ void check_topk(HostProblem p, uint64_t seed, const std::vector<int>& ks, bool m
   std::printf("topk case %-90s passed\n", p.describe().c_str());
 }
 
+// Device-event time of a whole indexer_topk call (indices only), ms of the second of two calls
+// (the first compiles and warms), on the default stream: the hand-run timing cases below.
+class TopkCallTimer {
+ public:
+  TopkCallTimer() : d_(dsa_indexer::detail::Driver::get()) {
+    d_.check(d_.cuEventCreate(&e0_, CU_EVENT_DEFAULT), "cuEventCreate");
+    d_.check(d_.cuEventCreate(&e1_, CU_EVENT_DEFAULT), "cuEventCreate");
+  }
+  ~TopkCallTimer() {
+    d_.cuEventDestroy(e0_);
+    d_.cuEventDestroy(e1_);
+  }
+  TopkCallTimer(const TopkCallTimer&) = delete;
+  TopkCallTimer& operator=(const TopkCallTimer&) = delete;
+  float operator()(const ds::DeviceProblem& dp, const dsa_indexer::TensorDesc& indices, int k, KernelFamily fam) const {
+    dsa_indexer::IndexerOptions o = dp.opt;
+    o.family = fam;
+    dsa_indexer::TopkOptions t;
+    t.k = k;
+    float ms = 0;
+    for (int i = 0; i < 2; ++i) {
+      d_.check(d_.cuEventRecord(e0_, nullptr), "cuEventRecord");
+      dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, indices, o, t, nullptr);
+      d_.check(d_.cuEventRecord(e1_, nullptr), "cuEventRecord");
+      d_.check(d_.cuEventSynchronize(e1_), "cuEventSynchronize");
+      d_.check(d_.cuEventElapsedTime(&ms, e0_, e1_), "cuEventElapsedTime");
+    }
+    return ms;
+  }
+
+ private:
+  dsa_indexer::detail::Driver& d_;
+  CUevent e0_ = nullptr, e1_ = nullptr;
+};
+
 }  // namespace
 
 TEST_CASE("topk: BSHD small shapes, every k, ties, short and empty rows", "[topk]") {
@@ -424,11 +459,8 @@ TEST_CASE("topk: timing of the unfused path", "[.][topk_perf]") {
 // call's time against the unfused path's on the same inputs. Run by hand:
 // `dsa_gpu_tests "[topk_seeds]"`.
 TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]") {
-  auto& d = dsa_indexer::detail::Driver::get();
   dsa_indexer::detail::ScopedContext ctx(0);
-  CUevent e0, e1;
-  d.check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
-  d.check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+  const TopkCallTimer timer;
   const int64_t sq = 2048, sk = 262144;
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     HostProblem p = bshd(1, sq, sk, 64, 1);
@@ -438,21 +470,7 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
     for (int k : {2048, 512}) {
       ds::DeviceBuffer ind(static_cast<size_t>(sq) * k * 4);
       const auto ti = dsa_indexer::TensorDesc::contiguous(ind.get(), dsa_indexer::DType::i32, {1, sq, k});
-      auto once = [&](KernelFamily fam) {  // ms of the second of two calls
-        dsa_indexer::IndexerOptions o = dp.opt;
-        o.family = fam;
-        dsa_indexer::TopkOptions t;
-        t.k = k;
-        float ms = 0;
-        for (int i = 0; i < 2; ++i) {
-          d.check(d.cuEventRecord(e0, nullptr), "cuEventRecord");
-          dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
-          d.check(d.cuEventRecord(e1, nullptr), "cuEventRecord");
-          d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
-          d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
-        }
-        return ms;
-      };
+      auto once = [&](KernelFamily fam) { return timer(dp, ti, k, fam); };
       const float t_unfused = once(KernelFamily::topk_unfused);
       std::vector<int32_t> want(static_cast<size_t>(sq) * k), got(want.size());
       ind.download(want.data(), want.size() * 4);
@@ -488,8 +506,6 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
             2u * static_cast<uint32_t>(sq));
     }
   }
-  d.cuEventDestroy(e0);
-  d.cuEventDestroy(e1);
 }
 
 // The split redo's launch order where a block's q-tiles are a multiple of the grid (S_q 2112: 264
@@ -501,11 +517,8 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
 // `dsa_gpu_tests "[topk_redo_skew]"` (gpu_session.sh s31a).
 TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "[.][topk_redo_skew]") {
   namespace dd = dsa_indexer::detail;
-  auto& d = dd::Driver::get();
   dd::ScopedContext ctx(0);
-  CUevent e0, e1;
-  d.check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
-  d.check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+  const TopkCallTimer timer;
   const int64_t sq = 2112, sk = 262144;
   const int k = 2048;
   HostProblem p = bshd(1, sq, sk, 64, 1);
@@ -514,21 +527,7 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
   auto dp = ds::upload(p, 0, true);
   ds::DeviceBuffer ind(static_cast<size_t>(sq) * k * 4);
   const auto ti = dsa_indexer::TensorDesc::contiguous(ind.get(), dsa_indexer::DType::i32, {1, sq, k});
-  auto once = [&](KernelFamily fam) {  // ms of the second of two calls
-    dsa_indexer::IndexerOptions o = dp.opt;
-    o.family = fam;
-    dsa_indexer::TopkOptions t;
-    t.k = k;
-    float ms = 0;
-    for (int i = 0; i < 2; ++i) {
-      d.check(d.cuEventRecord(e0, nullptr), "cuEventRecord");
-      dsa_indexer::indexer_topk(dp.tq, dp.tk, dp.tw, ti, o, t, nullptr);
-      d.check(d.cuEventRecord(e1, nullptr), "cuEventRecord");
-      d.check(d.cuEventSynchronize(e1), "cuEventSynchronize");
-      d.check(d.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
-    }
-    return ms;
-  };
+  auto once = [&](KernelFamily fam) { return timer(dp, ti, k, fam); };
   const float t_unfused = once(KernelFamily::topk_unfused);
   std::vector<int32_t> want(static_cast<size_t>(sq) * k), got(want.size());
   ind.download(want.data(), want.size() * 4);
@@ -558,8 +557,6 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
               "unfused %.3f ms; failed rows per call: overflow %u, sample %u, below k %u\n",
               static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_unfused,
               st[dsa::kLeanTopkStatOverflow] / 2, st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
-  d.cuEventDestroy(e0);
-  d.cuEventDestroy(e1);
 }
 
 // One scores call and one fused top-k call at S_q 8192 / S_k 16384 (k 2048), for a profiler to
