@@ -130,15 +130,17 @@ TopkRedoSplit topk_redo_split(int64_t k, int64_t ld, int64_t s_k);
 inline constexpr bool kTopkFusedRedoSplit = true;
 bool topk_fused_redo_split();
 void set_topk_fused_redo_split(std::optional<bool> on);  // nullopt: kTopkFusedRedoSplit
-// The split launch's items (session 30, built after its GPU runs, off until one checks it): by
-// q-tiles (the default), item = part x q-tiles + q-tile, and a CTA takes the items congruent to it
-// modulo the grid (lean's split work), so where a block's q-tiles are a multiple of the grid
-// (1056 rows on 132 SMs, 2112, ...) all chunks of a failed q-tile fall on one CTA and run one
-// after another, about the whole-row redo's time (found by review; the timed shape, 256 q-tiles,
-// spreads them over 7 CTAs). By slots (set_topk_fused_redo_slot_items(true)): the items are slots
-// x parts, slot r's q-tile from tile_of, on min(slots x parts, SMs) CTAs: a chunk per CTA at 8
-// slots of up to 16 chunks on 132 SMs. gpu_session.sh s31a checks and times it.
-inline constexpr bool kTopkFusedRedoSlotItems = false;
+// The split launch's items: by slots (the default since session 31), the items are slots x
+// parts, slot r's q-tile from tile_of, in round-robin order on min(slots x parts, SMs) CTAs: a
+// chunk per CTA at 8 slots of up to 16 chunks on 132 SMs. By q-tiles
+// (set_topk_fused_redo_slot_items(false), session 30's order), item = part x q-tiles + q-tile,
+// and a CTA takes the items congruent to it modulo the grid (lean's split work), so where a
+// block's q-tiles are a multiple of the grid (1056 rows on 132 SMs, 2112, ...) all chunks of a
+// failed q-tile fall on one CTA and run one after another. On an H100 (session 31, S_q 2112 /
+// S_k 262144 k 2048, margin 3: 9 rows failed): whole-row redo 25.29 ms, by q-tiles 40.18, by
+// slots 28.01 (unfused 15.84); at S_q 2048 the two orders within the run's spread; the GPU cases
+// passed bitwise in both orders, memcheck and racecheck clean.
+inline constexpr bool kTopkFusedRedoSlotItems = true;
 bool topk_fused_redo_slot_items();
 void set_topk_fused_redo_slot_items(std::optional<bool> on);  // nullopt: kTopkFusedRedoSlotItems
 // The slots (0: kTopkRedoSlots); tests take 1 to leave q-tiles to the whole-row redo.

@@ -474,12 +474,14 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
       const float t_unfused = once(KernelFamily::topk_unfused);
       std::vector<int32_t> want(static_cast<size_t>(sq) * k), got(want.size());
       ind.download(want.data(), want.size() * 4);
-      // the split redo (session 30, the default): its time, and its indices against the unfused path's
+      // the split redo (session 30, the default) with its launch's items by q-tiles: its time, and
+      // its indices against the unfused path's
       dsa_indexer::detail::set_topk_fused_redo_split(true);
+      dsa_indexer::detail::set_topk_fused_redo_slot_items(false);
       const float t_split = once(KernelFamily::topk_fused);
       ind.download(got.data(), got.size() * 4);
       CHECK(got == want);
-      // and its launch's items by slots (set_topk_fused_redo_slot_items)
+      // and by slots (set_topk_fused_redo_slot_items, the default since session 31)
       dsa_indexer::detail::set_topk_fused_redo_slot_items(true);
       const float t_slots = once(KernelFamily::topk_fused);
       dsa_indexer::detail::set_topk_fused_redo_slot_items(std::nullopt);
@@ -513,7 +515,8 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
 // (set_topk_fused_redo_slot_items) on as many CTAs as chunks. Margin 3 instead of 5 makes a few
 // rows fail (the sample's cut at the Poisson(8) tail past 17 at k 2048: a few in a thousand
 // rows). One call each after a first, ms: the whole-row redo, the split redo by q-tiles and by
-// slots, the unfused path; the rows that failed; indices bitwise the unfused path's. Run by hand:
+// slots (8, the default, and 16), the unfused path; the rows that failed; indices bitwise the
+// unfused path's. Run by hand:
 // `dsa_gpu_tests "[topk_redo_skew]"` (gpu_session.sh s31a).
 TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "[.][topk_redo_skew]") {
   namespace dd = dsa_indexer::detail;
@@ -541,6 +544,7 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
   ind.download(got.data(), got.size() * 4);
   CHECK(got == want);
   dd::set_topk_fused_redo_split(true);
+  dd::set_topk_fused_redo_slot_items(false);
   const float t_tiles = once(KernelFamily::topk_fused);
   ind.download(got.data(), got.size() * 4);
   CHECK(got == want);
@@ -548,14 +552,20 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
   const float t_slots = once(KernelFamily::topk_fused);
   ind.download(got.data(), got.size() * 4);
   CHECK(got == want);
+  // by slots with 16 slots (every failed q-tile of the call split, if at most 16)
+  dd::set_topk_fused_redo_slots(16);
+  const float t_slots16 = once(KernelFamily::topk_fused);
+  dd::set_topk_fused_redo_slots(0);
+  ind.download(got.data(), got.size() * 4);
+  CHECK(got == want);
   dd::set_topk_fused_redo_slot_items(std::nullopt);
   dd::set_topk_fused_redo_split(std::nullopt);
   dd::set_topk_fused_margin(std::nullopt);
   uint32_t st[dsa::kLeanTopkStats] = {};
   counters.download(st, sizeof st);
-  std::printf("topk_redo_skew S_q %lld S_k %lld k %d margin 3: whole-row redo %.3f ms, split by q-tiles %.3f ms, by slots %.3f ms, "
-              "unfused %.3f ms; failed rows per call: overflow %u, sample %u, below k %u\n",
-              static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_unfused,
+  std::printf("topk_redo_skew S_q %lld S_k %lld k %d margin 3: whole-row redo %.3f ms, split by q-tiles %.3f ms, by slots %.3f ms (16 slots "
+              "%.3f), unfused %.3f ms; failed rows per call: overflow %u, sample %u, below k %u\n",
+              static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_slots16, t_unfused,
               st[dsa::kLeanTopkStatOverflow] / 2, st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
 }
 
