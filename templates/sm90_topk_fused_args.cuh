@@ -53,6 +53,8 @@ struct TopkRedoArgs {
   i64 rows;        // the block's rows (its q-tiles: ceil(rows / 8))
   i32 slots;
   i32 parts;
+  i32 k;           // the join cuts a row's list to its k largest when the next chunk would not fit
+  i32 pad;
 };
 
 // The sampled sweep's row counters (LeanTopkArgs::stats; measurements, not the operation): rows

@@ -4,11 +4,13 @@
 // tiles on several CTAs (a failed row costs about a chunk, not a whole sweep on one CTA).
 // sm90_topk_redo_slots gives each such q-tile a slot of the chunk buffers (in row order, as long
 // as slots last; the rest keep the whole-row redo), sm90_topk_redo_merge joins each slot's rows'
-// chunks (at most k entries each, parts x k <= cand_ld) into the rows' own buffers for the
-// candidates kernel. Which rows are redone, and where, never reaches the outputs: the candidates
-// kernel selects exactly from a row's set.
+// chunks (at most k entries each) into the rows' own buffers for the candidates kernel (with the
+// join that cuts, a row's list cut to its k largest whenever the next chunk would not fit). Which
+// rows are redone, and where, never reaches the outputs: the candidates kernel selects exactly
+// from a row's set.
 #include "dsa_types.cuh"
 #include "sm90_topk_fused_args.cuh"
+#include "sm90_topk_keeper.cuh"
 
 namespace dsa {
 
@@ -53,9 +55,17 @@ __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_slots(
   for (i32 j = total + static_cast<i32>(threadIdx.x); j < r.slots; j += kLeanTopkRedoThreads) tile_of[j] = -1;
 }
 
-// A CTA per slot, a warp per row of its q-tile: the row's chunks, in chunk order, into its buffer.
+// A CTA per slot, a warp per row of its q-tile: the row's chunks (at most k entries each), in
+// chunk order, into its buffer. kCut (the join that cuts, session 31, off until a GPU checks it:
+// kTopkFusedRedoJoinCut): when the next chunk would not fit (parts x k > cand_ld), the entries so
+// far are first cut to their k largest (the keeper's exact compaction, as at a chunk's end in the
+// split sweep), so that any number of chunks joins in a buffer of 2k or more; the list holds the
+// row's top-k either way (of each chunk's k largest, their union's k largest). Without it the
+// host keeps parts x k <= cand_ld.
+template <bool kCut>
 __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_merge(const TopkRedoArgs r) {
   static_assert(kLeanTopkRedoThreads == 8 * 32, "sm90_topk_redo_merge: a warp per row of a q-tile");
+  __shared__ LeanTopkRow rows[kCut ? 8 : 1];  // (kCut: each warp's row state for the compaction)
   const i32 slot = static_cast<i32>(blockIdx.x);
   const i32 tile = reinterpret_cast<const i32*>(r.tile_of)[slot];
   const int w = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -66,9 +76,17 @@ __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_merge(
   for (i32 p = 0; p < r.parts; ++p) {
     const i64 at = (static_cast<i64>(slot) * r.parts + p) * 8 + w;  // [slot][chunk][row]
     const i32 c = reinterpret_cast<const i32*>(r.part_count)[at];
+    if constexpr (kCut) {
+      if (n + c > r.cand_ld) {  // (n > cand_ld - k >= k: the host's cand_ld >= 2k)
+        const LeanTopkKeeper cut{static_cast<u32>(r.k), 0u, r.cand_ld, false, lane};
+        cut.compact(rows[w], dst, static_cast<u32>(n), static_cast<u32>(r.k));
+        n = rows[w].count;
+      }
+    }
     const u64* src = reinterpret_cast<const u64*>(r.part_cand) + at * r.part_ld;
     for (i32 i = lane; i < c; i += 32) dst[n + i] = src[i];
     n += c;
+    if constexpr (kCut) __syncwarp();  // the chunk's entries are in place before a compaction reads them
   }
   if (lane == 0) reinterpret_cast<i32*>(r.count)[row] = static_cast<i32>(n);
 }

@@ -52,6 +52,7 @@ FlagOverride g_thd_rows;
 FlagOverride g_automatic;
 FlagOverride g_redo_split;
 FlagOverride g_redo_slot_items;
+FlagOverride g_redo_join_cut;
 std::atomic<int32_t> g_redo_slots{0};
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
@@ -411,7 +412,8 @@ class TopkFusedFamily final : public Family {
     g.kernels.push_back("dsa::sm90_topk_candidates<256>");
     g.kernels.push_back("dsa::sm90_topk_candidates<512>");
     g.kernels.push_back("dsa::sm90_topk_redo_slots");
-    g.kernels.push_back("dsa::sm90_topk_redo_merge");
+    g.kernels.push_back("dsa::sm90_topk_redo_merge<false>");
+    g.kernels.push_back("dsa::sm90_topk_redo_merge<true>");  // the join that cuts (kTopkFusedRedoJoinCut)
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
@@ -448,13 +450,15 @@ class TopkFusedFamily final : public Family {
             ra.rows = b.n;
             ra.slots = buf.slots;
             ra.parts = buf.redo.parts;
+            ra.k = static_cast<int32_t>(p.topk.k);
             void* rparams[] = {&ra};
             launch_one(k.functions[3], plan.launches[3], stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_slots)");
             s.sweep.mode = dsa::kLeanTopkRedoSplit;
             launch_forward(s, sp, *sk, stream);
             KernelLaunch merge = plan.launches[4];
             merge.grid[0] = static_cast<uint32_t>(buf.slots);
-            launch_one(k.functions[4], merge, stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_merge)");
+            launch_one(k.functions[topk_fused_redo_join_cut() ? 5 : 4], merge, stream, rparams,
+                       "cuLaunchKernelEx(sm90_topk_redo_merge)");
           }
           s.sweep.mode = dsa::kLeanTopkRedo;
           launch_forward(s, sp, *sk, stream);
@@ -562,6 +566,8 @@ bool topk_fused_redo_split() { return g_redo_split.get(kTopkFusedRedoSplit); }
 void set_topk_fused_redo_split(std::optional<bool> on) { g_redo_split.set(on); }
 bool topk_fused_redo_slot_items() { return g_redo_slot_items.get(kTopkFusedRedoSlotItems); }
 void set_topk_fused_redo_slot_items(std::optional<bool> on) { g_redo_slot_items.set(on); }
+bool topk_fused_redo_join_cut() { return g_redo_join_cut.get(kTopkFusedRedoJoinCut); }
+void set_topk_fused_redo_join_cut(std::optional<bool> on) { g_redo_join_cut.set(on); }
 int32_t topk_fused_redo_slots() {
   const int32_t n = g_redo_slots.load(std::memory_order_relaxed);
   return n > 0 ? n : kTopkRedoSlots;
@@ -572,9 +578,11 @@ TopkRedoSplit topk_redo_split(int64_t k, int64_t ld, int64_t s_k) {
   TopkRedoSplit r;
   if (k < 1) return r;
   const int64_t tiles = (std::max<int64_t>(s_k, 0) + dsa::kLeanTopkTileCols - 1) / dsa::kLeanTopkTileCols;
-  // every chunk's rows, at most k entries each, fit the row's buffer together; a chunk at least
-  // kTopkRedoMinChunk KV tiles
-  const int64_t parts = std::min<int64_t>({ld / k, kTopkRedoMaxParts, tiles / kTopkRedoMinChunk});
+  // a chunk at least kTopkRedoMinChunk KV tiles; every chunk's rows, at most k entries each, fit
+  // the row's buffer together, or with the join that cuts (a row's list cut to k before a chunk
+  // that would not fit) the row's buffer has room for 2k
+  const int64_t fit = topk_fused_redo_join_cut() ? (ld / k < 2 ? 0 : kTopkRedoMaxParts) : ld / k;
+  const int64_t parts = std::min<int64_t>({fit, kTopkRedoMaxParts, tiles / kTopkRedoMinChunk});
   if (parts < 2) return r;
   r.parts = static_cast<int32_t>(parts);
   r.chunk = static_cast<int32_t>((tiles + parts - 1) / parts);

@@ -121,8 +121,10 @@ struct TopkRedoSplit {
   int64_t part_ld = 0;  // entries of a chunk's buffer of a row
 };
 // parts = min(ld / k, kTopkRedoMaxParts, KV tiles / kTopkRedoMinChunk) where at least 2 (ld: the
-// rows' buffers, which hold the joined chunks: parts x k <= ld); part_ld = k + max(k, 1024) + 64
-// (at most kLeanTopkMaxLd).
+// rows' buffers, which hold the joined chunks: parts x k <= ld; 7 at k 2048 / S_k 262144);
+// with the join that cuts (topk_fused_redo_join_cut) min(kTopkRedoMaxParts, KV tiles /
+// kTopkRedoMinChunk) where ld >= 2k (16 there). part_ld = k + max(k, 1024) + 64 (at most
+// kLeanTopkMaxLd).
 inline constexpr int32_t kTopkRedoMaxParts = 16;
 inline constexpr int32_t kTopkRedoMinChunk = 16;
 inline constexpr int32_t kTopkRedoSlots = 8;
@@ -143,6 +145,15 @@ void set_topk_fused_redo_split(std::optional<bool> on);  // nullopt: kTopkFusedR
 inline constexpr bool kTopkFusedRedoSlotItems = true;
 bool topk_fused_redo_slot_items();
 void set_topk_fused_redo_slot_items(std::optional<bool> on);  // nullopt: kTopkFusedRedoSlotItems
+// The join that cuts (session 31, built when no GPU was left to check it; off): sm90_topk_redo_merge
+// cuts a row's joined list to its k largest (the keeper's exact compaction, the one a chunk ends
+// with) before a chunk that would not fit, so that a q-tile splits in kTopkRedoMaxParts chunks
+// whatever k (at k 2048 / S_k 262144 16 instead of 7: a chunk of 256 KV tiles instead of 586, the
+// split redo's time about halved; predicted, not measured). The chunk buffers grow with the
+// parts: 34 MiB instead of 15 there. GPU check: gpu_session.sh s32a.
+inline constexpr bool kTopkFusedRedoJoinCut = false;
+bool topk_fused_redo_join_cut();
+void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFusedRedoJoinCut
 // The slots (0: kTopkRedoSlots); tests take 1 to leave q-tiles to the whole-row redo.
 int32_t topk_fused_redo_slots();
 void set_topk_fused_redo_slots(int32_t slots);

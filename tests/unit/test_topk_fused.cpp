@@ -196,16 +196,20 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
   set_topk_fused_candidates(0);
   // The workspace: blocks of rows x candidates within kTopkFusedBudget whatever S_q and S_k,
   // and the split redo's slots (kTopkRedoSlots x 8 rows x at most 16 chunks of k + max(k, 1024) +
-  // 64 entries: at k 2048 at most 8 chunks fit the rows' buffers of kLeanTopkMaxLd);
-  // S_q 8192 at S_k 16384 in two blocks of 4096 rows.
-  const uint64_t slots = uint64_t(kTopkRedoSlots) * 8 * 8 * (2 * 2048 + 64) * 8;
+  // 64 entries: 34 MiB at k 2048 with the join that cuts, 15 MiB without it, where 7 chunks' k
+  // fit the rows' buffers); S_q 8192 at S_k 16384 in two blocks of 4096 rows.
+  const uint64_t slots = uint64_t(kTopkRedoSlots) * 8 * kTopkRedoMaxParts * (2 * 2048 + 64) * 8;
   const uint64_t cap = kTopkFusedBudget + (uint64_t(1) << 20) + slots;
   const uint64_t one = make_plan(topk_problem(1, 8192, 16384, 2048), dev, topk_fused_family()).workspace_bytes;
   CHECK(one >= uint64_t(4096) * 5356 * 8);
   CHECK(one <= cap);
-  for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
-    for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20})
-      CHECK(make_plan(topk_problem(1, sq, sk, 2048), dev, topk_fused_family()).workspace_bytes <= cap);
+  for (const bool cut : {false, true}) {
+    set_topk_fused_redo_join_cut(cut);
+    for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
+      for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20})
+        CHECK(make_plan(topk_problem(1, sq, sk, 2048), dev, topk_fused_family()).workspace_bytes <= cap);
+  }
+  set_topk_fused_redo_join_cut(std::nullopt);
   // without the split redo, within the budget alone
   set_topk_fused_redo_split(false);
   for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
@@ -355,35 +359,48 @@ TEST_CASE("topk fused: the split redo's sweep variants compile without spills, k
   check_compiles_without_spills(split, "sm90_topk");
 }
 
-// The split redo's arithmetic (topk_redo_split): chunks that together cover every KV tile, whose
-// rows (at most k entries each) fit the row's buffer when joined, each at least 16 tiles; none
-// below 2 chunks; a chunk's buffer holds k, room for max(k, 1024) appends and a tile.
+// The split redo's arithmetic (topk_redo_split): chunks that together cover every KV tile, each at
+// least 16 tiles, at most 16, whose rows (at most k entries each) fit the row's buffer when
+// joined, or with the join that cuts (a row's list cut to k before a chunk that would not fit)
+// as many as the row's tiles allow where the buffer holds 2k; none below 2 chunks; a chunk's
+// buffer holds k, room for max(k, 1024) appends and a tile.
 TEST_CASE("topk fused: the split redo's chunks and buffers", "[topk][planner]") {
   struct Row {
     int64_t k, s_k;
   };
-  for (const Row r : {Row{2048, 262144}, Row{512, 262144}, Row{2048, 65536}, Row{512, 65536}, Row{2048, 16384}, Row{1, 4096},
-                      Row{7, 3000}, Row{2048, 4096}, Row{64, 2048}}) {
-    const int64_t ld = topk_fused_candidates(r.k, r.s_k);
-    const TopkRedoSplit rs = topk_redo_split(r.k, ld, r.s_k);
-    INFO("k " << r.k << " S_k " << r.s_k << " ld " << ld << ": parts " << rs.parts << " chunk " << rs.chunk << " part_ld " << rs.part_ld);
-    const int64_t tiles = (r.s_k + 63) / 64;
-    REQUIRE(rs.parts >= 2);
-    CHECK(rs.parts <= kTopkRedoMaxParts);
-    CHECK(int64_t(rs.parts) * r.k <= ld);
-    CHECK(int64_t(rs.parts) * rs.chunk >= tiles);
-    CHECK(int64_t(rs.parts - 1) * rs.chunk < tiles);  // no chunk past the row
-    CHECK(rs.chunk >= kTopkRedoMinChunk);
-    CHECK(rs.part_ld == std::min<int64_t>((r.k + std::max<int64_t>(r.k, 1024) + 64 + 3) / 4 * 4, dsa::kLeanTopkMaxLd));
-    CHECK(rs.part_ld % 4 == 0);
+  for (const bool cut : {false, true}) {
+    set_topk_fused_redo_join_cut(cut);
+    for (const Row r : {Row{2048, 262144}, Row{512, 262144}, Row{2048, 65536}, Row{512, 65536}, Row{2048, 16384},
+                        Row{1, 4096}, Row{7, 3000}, Row{2048, 4096}, Row{64, 2048}}) {
+      const int64_t ld = topk_fused_candidates(r.k, r.s_k);
+      const TopkRedoSplit rs = topk_redo_split(r.k, ld, r.s_k);
+      INFO("join cut " << cut << " k " << r.k << " S_k " << r.s_k << " ld " << ld << ": parts " << rs.parts << " chunk "
+                       << rs.chunk << " part_ld " << rs.part_ld);
+      const int64_t tiles = (r.s_k + 63) / 64;
+      REQUIRE(rs.parts >= 2);
+      CHECK(rs.parts <= kTopkRedoMaxParts);
+      if (cut) {
+        CHECK(2 * r.k <= ld);
+        CHECK(rs.parts == std::min<int64_t>(kTopkRedoMaxParts, tiles / kTopkRedoMinChunk));
+      } else {
+        CHECK(int64_t(rs.parts) * r.k <= ld);
+      }
+      CHECK(int64_t(rs.parts) * rs.chunk >= tiles);
+      CHECK(int64_t(rs.parts - 1) * rs.chunk < tiles);  // no chunk past the row
+      CHECK(rs.chunk >= kTopkRedoMinChunk);
+      CHECK(rs.part_ld == std::min<int64_t>((r.k + std::max<int64_t>(r.k, 1024) + 64 + 3) / 4 * 4, dsa::kLeanTopkMaxLd));
+      CHECK(rs.part_ld % 4 == 0);
+    }
+    // k 2048 at S_k 262144: the row's buffer holds 7 chunks' k, with the join that cuts the 16
+    // chunks' cap; k 512: the cap either way
+    CHECK(topk_redo_split(2048, topk_fused_candidates(2048, 262144), 262144).parts == (cut ? 16 : 7));
+    CHECK(topk_redo_split(512, topk_fused_candidates(512, 262144), 262144).parts == 16);
+    // under 2 chunks: none (a row of 31 tiles; a buffer of under 2k)
+    CHECK(topk_redo_split(64, 4096, 1984).parts == 0);
+    CHECK(topk_redo_split(2048, 4095, 262144).parts == 0);
+    CHECK(topk_redo_split(0, 4096, 262144).parts == 0);
   }
-  // k 2048 at S_k 262144: the row's buffer holds 7 chunks' k; k 512: the 16 chunks' cap
-  CHECK(topk_redo_split(2048, topk_fused_candidates(2048, 262144), 262144).parts == 7);
-  CHECK(topk_redo_split(512, topk_fused_candidates(512, 262144), 262144).parts == 16);
-  // under 2 chunks: none (a row of 31 tiles; a buffer of under 2k)
-  CHECK(topk_redo_split(64, 4096, 1984).parts == 0);
-  CHECK(topk_redo_split(2048, 4095, 262144).parts == 0);
-  CHECK(topk_redo_split(0, 4096, 262144).parts == 0);
+  set_topk_fused_redo_join_cut(std::nullopt);
 }
 
 TEST_CASE("topk fused: the sweep's plan fits the device's shared memory", "[topk]") {
