@@ -457,8 +457,10 @@ class TopkFusedFamily final : public Family {
             launch_forward(s, sp, *sk, stream);
             KernelLaunch merge = plan.launches[4];
             merge.grid[0] = static_cast<uint32_t>(buf.slots);
-            launch_one(k.functions[topk_fused_redo_join_cut() ? 5 : 4], merge, stream, rparams,
-                       "cuLaunchKernelEx(sm90_topk_redo_merge)");
+            // the join that cuts where the chunks' k entries could pass the row's buffer (parts from
+            // topk_redo_split with topk_fused_redo_join_cut), else the one that only concatenates
+            const bool cut = int64_t(buf.redo.parts) * p.topk.k > buf.ld;
+            launch_one(k.functions[cut ? 5 : 4], merge, stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_merge)");
           }
           s.sweep.mode = dsa::kLeanTopkRedo;
           launch_forward(s, sp, *sk, stream);

@@ -503,8 +503,8 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
       dsa_indexer::detail::set_topk_fused_stats(nullptr);
       uint32_t st[dsa::kLeanTopkStats] = {};
       counters.download(st, sizeof st);
-      std::printf("topk_seeds S_q %lld S_k %lld seed %llu k %4d: fused %.3f ms, split redo %.3f ms (by slots %.3f, join cut %.3f), unfused %.3f ms; "
-                  "rows per call: cut %u, not cut %u, failed by overflow %u, sample %u, below k %u\n",
+      std::printf("topk_seeds S_q %lld S_k %lld seed %llu k %4d: fused %.3f ms, split redo %.3f ms (by slots %.3f, join cut "
+                  "%.3f), unfused %.3f ms; rows per call: cut %u, not cut %u, failed by overflow %u, sample %u, below k %u\n",
                   static_cast<long long>(sq), static_cast<long long>(sk), static_cast<unsigned long long>(seed), k, t_fused, t_split,
                   t_slots, t_cut, t_unfused,
                   st[dsa::kLeanTopkStatCut] / 2, st[dsa::kLeanTopkStatUncut] / 2, st[dsa::kLeanTopkStatOverflow] / 2,
@@ -521,8 +521,8 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
 // (set_topk_fused_redo_slot_items) on as many CTAs as chunks. Margin 3 instead of 5 makes a few
 // rows fail (the sample's cut at the Poisson(8) tail past 17 at k 2048: a few in a thousand
 // rows). One call each after a first, ms: the whole-row redo, the split redo by q-tiles and by
-// slots (8, the default, and 16; with the join that cuts), the unfused path; the rows that failed; indices bitwise the
-// unfused path's. Run by hand:
+// slots (8, the default, and 16; with the join that cuts), the unfused path; the rows that
+// failed; indices bitwise the unfused path's. Run by hand:
 // `dsa_gpu_tests "[topk_redo_skew]"` (gpu_session.sh s31a).
 TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "[.][topk_redo_skew]") {
   namespace dd = dsa_indexer::detail;
@@ -575,8 +575,8 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
   dd::set_topk_fused_margin(std::nullopt);
   uint32_t st[dsa::kLeanTopkStats] = {};
   counters.download(st, sizeof st);
-  std::printf("topk_redo_skew S_q %lld S_k %lld k %d margin 3: whole-row redo %.3f ms, split by q-tiles %.3f ms, by slots %.3f ms (16 slots "
-              "%.3f, join cut %.3f), unfused %.3f ms; failed rows per call: overflow %u, sample %u, below k %u\n",
+  std::printf("topk_redo_skew S_q %lld S_k %lld k %d margin 3: whole-row redo %.3f ms, split by q-tiles %.3f ms, by slots "
+              "%.3f ms (16 slots %.3f, join cut %.3f), unfused %.3f ms; failed rows per call: overflow %u, sample %u, below k %u\n",
               static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_slots16, t_cut, t_unfused,
               st[dsa::kLeanTopkStatOverflow] / 2, st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
 }

@@ -274,11 +274,11 @@ void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, 
       };
       for (int32_t slots : {1, 8, 4096})
       for (const Order o : {Order{false, false}, Order{true, false}, Order{true, true}}) {
-        INFO("sorted " << sorted << " slots " << slots << " items by slots " << o.by_slots << " join cut " << o.cut << " parts "
-                       << dd::topk_redo_split(k, dd::topk_fused_candidates(k, s_k), s_k).parts);
         dd::set_topk_fused_redo_slots(slots);
         dd::set_topk_fused_redo_slot_items(o.by_slots);
-        dd::set_topk_fused_redo_join_cut(o.cut);
+        dd::set_topk_fused_redo_join_cut(o.cut);  // (before the INFO: the parts follow it)
+        INFO("sorted " << sorted << " slots " << slots << " items by slots " << o.by_slots << " join cut " << o.cut << " parts "
+                       << dd::topk_redo_split(k, dd::topk_fused_candidates(k, s_k), s_k).parts);
         std::string first;
         dd::set_topk_fused_margin(-4.0f);
         const TopkOut f = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, true});
