@@ -67,10 +67,18 @@ struct LeanWork {
   }
 };
 
+// Runs whose split work may put a q-tile's chunks next to each other (LeanSplitWork: the runs'
+// split_pos), specialized by such runs (the fused top-k's redo pool); none of the scores kernels.
+template <class Runs>
+struct LeanSplitOrder {
+  static constexpr bool value = false;
+};
+
 // The split variant (BSHD calls whose q-tiles x B cannot fill the GPU): every q-tile's KV tiles
 // are cut into `parts` chunks of `chunk` tiles (the launch's LeanSplit), and an item is one chunk
 // of one q-tile. Position p is chunk p / base of the unsplit item p % base (base = q-tiles x B),
-// so the CTAs of a round share chunks of K; the order within a chunk is the planner's.
+// so the CTAs of a round share chunks of K; the order within a chunk is the planner's. Runs with
+// LeanSplitOrder may place the position otherwise (runs.split_pos).
 template <class Runs>
 struct LeanSplitWork {
   static constexpr bool kSplit = true;
@@ -84,8 +92,13 @@ struct LeanSplitWork {
     const i64 slot = (runs.policy() == kLeanSnake && (k & 1)) ? grid - 1 - cta : cta;
     const i64 pos = k * grid + slot;
     if (pos >= num_items) return false;
-    part = static_cast<i32>(pos / base);
-    const i64 q = pos - static_cast<i64>(part) * base;
+    i64 q;
+    if constexpr (LeanSplitOrder<Runs>::value) {
+      runs.split_pos(pos, base, num_items / base, part, q);
+    } else {
+      part = static_cast<i32>(pos / base);
+      q = pos - static_cast<i64>(part) * base;
+    }
     b = static_cast<i32>(q % batch);
     return runs.tile(q / batch, tile);
   }

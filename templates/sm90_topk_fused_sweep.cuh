@@ -43,6 +43,13 @@
 
 namespace dsa {
 
+// Whether a selection walks the redo pool's work (select_exact; specialized below, after
+// LeanTopkRuns).
+template <class Work>
+struct LeanTopkPoolOf {
+  static constexpr bool value = false;
+};
+
 // The sampled protocol's appends after the cut (kTopkPart, rendered only when set: the variants
 // without it keep their sources): 0, a shared atomic per warp, row and tile for the positions;
 // 1, warp-private partitions of the row's buffer past the sample, positions counted in
@@ -107,8 +114,9 @@ constexpr u32 kLeanTopkBadSample = 0xffffffffu;
 // (which differs run to run in the sampled sweep) does not reach the outputs.
 // kProto: the protocol compiled in (a kernel each: the sampled one's selectors do little, so
 // its consumers get the registers the exact one's selectors need): kLeanTopkSampled, or
-// kLeanTopkExact for the exact and redo launches.
-template <class Cfg, int kProto>
+// kLeanTopkExact for the exact and redo launches. kPool: the redo pool's (its selectors join
+// each chunk to the rows' lists, kProducerRegs).
+template <class Cfg, int kProto, bool kPool = false>
 struct LeanTopkEpilogue {
   using T = LeanTraits<Cfg>;
   using Args = LeanTopkArgs;
@@ -171,7 +179,9 @@ struct LeanTopkEpilogue {
   // The selectors' registers: the exact protocol's keep rows (80 spilled 4 bytes, 72 48 bytes;
   // the consumers get 208); the sampled protocol's set rows up and write counts (lean's own
   // producer budget: the consumers get lean's).
-  static constexpr int kProducerRegs = kSampled ? 0 : 88;
+  // The redo pool's selectors also join each chunk's rows under the rows' locks (with 88 they
+  // spilled 88 bytes, with 96 16; at 104 the consumers get 200 and spill nothing either).
+  static constexpr int kProducerRegs = kSampled ? 0 : kPool ? 104 : 88;
   // The exact protocol's consumers (208 registers) keep the weights packed (widened at use): as
   // fp32 in registers they spilled 64 bytes; the sampled protocol's (232) hold them widened, but
   // FP8's (w x q_scale, fp32) beside the k scales spilled 44-64 bytes there, so FP8 reads them from
@@ -612,6 +622,8 @@ struct LeanTopkEpilogue {
     // each cut to at most k entries at its end (exactly: a compaction without the histograms), so
     // that sm90_topk_redo_merge can join a row's chunks in its buffer (parts x k <= cand_ld).
     constexpr bool parted = Work::kSplit;  // (only the split redo walks split work)
+    // the redo pool: a chunk's rows in the CTA's own buffers, joined to the rows' at its end
+    constexpr bool pool = LeanTopkPoolOf<Work>::value;
     const i64 ld = parted ? ta.part_ld : ta.cand_ld;
     i32* count = reinterpret_cast<i32*>(parted ? ta.part_count : ta.count);
     const LeanTopkKeeper keep{static_cast<u32>(ta.k), static_cast<u32>(ta.refresh), ld, ta.refresh > 0, lane};
@@ -637,7 +649,9 @@ struct LeanTopkEpilogue {
       }
       // row r's entries at (row0 + r) ld: the row's own buffer, or in the split redo its chunk's
       // ([slot][chunk][row], the same form, so that the selectors' registers stay as they were)
-      const i64 row0 = parted ? (static_cast<i64>(reinterpret_cast<const i32*>(ta.slot_of)[tile]) * ta.parts + part) * kTileRows
+      // (the redo pool: the CTA's, [CTA][row])
+      const i64 row0 = pool     ? static_cast<i64>(blockIdx.x) * kTileRows
+                       : parted ? (static_cast<i64>(reinterpret_cast<const i32*>(ta.slot_of)[tile]) * ta.parts + part) * kTileRows
                        : T::kThd ? static_cast<i64>(tok0) : static_cast<i64>(b) * T::kSeqQ + tok0;
       u64* const cand = reinterpret_cast<u64*>(parted ? ta.part_cand : ta.cand);
       for (i32 it = 0; it < n_kv; ++it) {
@@ -676,8 +690,13 @@ struct LeanTopkEpilogue {
 #pragma unroll 1
       for (int r = s; r < kTileRows; r += kSelectors) {
         if (parted && rows[r].count > static_cast<u32>(ta.k)) cut.compact(rows[r], cand + (row0 + r) * ld, rows[r].count, static_cast<u32>(ta.k));
-        if (lane == 0 && (!T::kThd || row0 + r < a.t_q)) count[row0 + r] = static_cast<i32>(rows[r].count);
-        __syncwarp();
+        if constexpr (pool) {
+          // (BSHD: whole q-tiles, every row of the item is the block's)
+          lean_topk_pool_join(cut, rows[r], ta, row0 + r, static_cast<i64>(b) * T::kSeqQ + tok0 + r, lane);
+        } else {
+          if (lane == 0 && (!T::kThd || row0 + r < a.t_q)) count[row0 + r] = static_cast<i32>(rows[r].count);
+          __syncwarp();
+        }
         keep.reset(rows[r]);
       }
     }
@@ -690,7 +709,7 @@ struct LeanTopkEpilogue {
 // sweep is one batch entry (the fused path's blocks of rows).
 // BSHD blocks with the split redo: the q-tiles by their slot (LeanTopkArgs::slot_of), those with
 // one in the split launch, those without one left in the whole-row launch.
-template <class Cfg, class Base>
+template <class Cfg, class Base, bool kPool = false>
 struct LeanTopkRuns {
   Base runs;
   const u8* redo;  // the sampled launch's failed rows (redo launches: LeanTopkArgs::fail), else null
@@ -703,6 +722,15 @@ struct LeanTopkRuns {
   // one CTA where the q-tiles are a multiple of the grid)
   const i32* tile_of = nullptr;
   __device__ __forceinline__ i32 policy() const { return tile_of != nullptr ? static_cast<i32>(kLeanRoundRobin) : runs.policy(); }
+  // kPool, the redo pool (with tile_of: every failed q-tile listed; LeanSplitOrder): a q-tile's
+  // chunks at consecutive positions, chunk p % parts of the listed q-tile p / parts at position p,
+  // so that round robin puts them on consecutive CTAs and the listed ones come first (the rest of
+  // the positions find no q-tile)
+  __device__ __forceinline__ void split_pos(i64 pos, i64, i64 parts, i32& part, i64& q) const {
+    static_assert(kPool, "LeanTopkRuns: split_pos is the redo pool's");
+    q = pos / parts;
+    part = static_cast<i32>(pos - q * parts);
+  }
   __device__ __forceinline__ bool tile(i64 r, i32& t) const {
     if (tile_of != nullptr) {
       t = tile_of[r];
@@ -724,6 +752,15 @@ struct LeanTopkRuns {
     }
     return failed;
   }
+};
+
+template <class Cfg, class Base>
+struct LeanSplitOrder<LeanTopkRuns<Cfg, Base, true>> {
+  static constexpr bool value = true;
+};
+template <class Cfg, class Base>
+struct LeanTopkPoolOf<LeanSplitWork<LeanTopkRuns<Cfg, Base, true>>> {
+  static constexpr bool value = true;
 };
 
 // BSHD: the planner's schedule is compiled in, as for the scores kernel of the same key. kProto:
@@ -755,6 +792,21 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
       q_map, k_map, a, sc, t,
       LeanTopkRuns<Cfg, LeanStaticRuns<Sched>>{{}, nullptr, 0, reinterpret_cast<const i32*>(t.slot_of), true,
                                                reinterpret_cast<const i32*>(t.tile_of)},
+      LeanSplit{t.parts, t.chunk});
+}
+
+// The redo pool (kLeanTopkRedoSplit with LeanTopkArgs::lock; rendered instead of
+// sm90_topk_fused_redo_split for calls that take it): the same sweep over every failed q-tile's
+// chunks (a.num_items: the block's q-tiles times the parts; tile_of lists the failed ones first),
+// each CTA's chunk in the CTA's buffers, joined to the rows' at its end (lean_topk_pool_join).
+template <class Cfg, class Sched>
+__global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
+    sm90_topk_fused_redo_pool(const __grid_constant__ TmaDesc q_map, const __grid_constant__ TmaDesc k_map, const LeanArgs a,
+                              const DsaScales sc, const __grid_constant__ LeanTopkArgs t) {
+  static_assert(!LeanTraits<Cfg>::kThd, "sm90_topk_fused_redo_pool: BSHD only (lean's split work)");
+  lean_body<Cfg, LeanTopkEpilogue<Cfg, kLeanTopkExact, true>>(
+      q_map, k_map, a, sc, t,
+      LeanTopkRuns<Cfg, LeanStaticRuns<Sched>, true>{{}, nullptr, 0, nullptr, true, reinterpret_cast<const i32*>(t.tile_of)},
       LeanSplit{t.parts, t.chunk});
 }
 

@@ -299,4 +299,40 @@ struct LeanTopkKeeper {
   }
 };
 
+// The redo pool's join (LeanTopkArgs::lock): a chunk's row, its c = R.count <= k entries at
+// part_cand row `chunk` (the CTA's buffer, written by this warp), appended to row `own`'s list
+// (cand, count: n entries of at most cand_ld) under the row's lock, the list first cut to its k
+// largest (cut's exact compaction, R its scratch) when they would not fit (cand_ld >= 2k). Chunks
+// join in any order: the list holds the k largest of the chunks joined so far either way, and
+// the candidates kernel selects exactly. Every lane calls; a row's lock is held only over this
+// join, which waits on nothing else. (The pointers come from the launch's parameters, and c
+// waits in R.pad[0] over the compaction: the selectors' registers are the exact protocol's 88.)
+__device__ __forceinline__ void lean_topk_pool_join(const LeanTopkKeeper& cut, LeanTopkRow& R, const LeanTopkArgs& ta,
+                                                    i64 chunk, i64 own, int lane) {
+  const u32 c = R.count;
+  if (c == 0u) return;  // (warp-uniform)
+  i32* const lock = reinterpret_cast<i32*>(ta.lock) + own;
+  if (lane == 0) {
+    R.pad[0] = c;
+    while (atomicCAS(lock, 0, 1) != 0) __nanosleep(64);
+  }
+  __syncwarp();
+  // acquire: the previous holder's entries and count (sm_90: MEMBAR.SC.GPU, then CCTL.IVALL, so
+  // no stale line of the list stays in this SM's L1)
+  __threadfence();
+  u32 n = static_cast<u32>(*reinterpret_cast<volatile const i32*>(reinterpret_cast<const i32*>(ta.count) + own));
+  if (static_cast<i64>(n) + c > ta.cand_ld) {
+    cut.compact(R, reinterpret_cast<u64*>(ta.cand) + own * ta.cand_ld, n, cut.k);
+    n = R.count;
+  }
+  const u32 m = R.pad[0];
+  const u64* src = reinterpret_cast<const u64*>(ta.part_cand) + chunk * ta.part_ld;
+  u64* dst = reinterpret_cast<u64*>(ta.cand) + own * ta.cand_ld + n;
+  for (u32 i = static_cast<u32>(lane); i < m; i += 32u) dst[i] = src[i];
+  if (lane == 0) *reinterpret_cast<volatile i32*>(reinterpret_cast<i32*>(ta.count) + own) = static_cast<i32>(n + m);
+  __threadfence();  // release: this join's entries and count before the lock
+  __syncwarp();
+  if (lane == 0) atomicExch(reinterpret_cast<i32*>(ta.lock) + own, 0);
+}
+
 }  // namespace dsa

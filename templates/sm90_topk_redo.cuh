@@ -3,7 +3,8 @@
 // row that the sampled sweep could not show exact are swept again, exactly, in chunks of their KV
 // tiles on several CTAs (a failed row costs about a chunk, not a whole sweep on one CTA).
 // sm90_topk_redo_slots gives each such q-tile a slot of the chunk buffers (in row order, as long
-// as slots last; the rest keep the whole-row redo), sm90_topk_redo_merge joins each slot's rows'
+// as slots last; the rest keep the whole-row redo; the redo pool: every one, the split sweep then
+// joining each chunk itself, LeanTopkArgs::lock), sm90_topk_redo_merge joins each slot's rows'
 // chunks (at most k entries each) into the rows' own buffers for the candidates kernel (with the
 // join that cuts, a row's list cut to its k largest whenever the next chunk would not fit). Which
 // rows are redone, and where, never reaches the outputs: the candidates kernel selects exactly
@@ -42,12 +43,20 @@ __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_slots(
     __syncthreads();
   }
   i32 base = sums[threadIdx.x] - n;
+  // the redo pool: the failed q-tiles' rows start empty and unlocked (their chunks join them)
+  i32* count = r.lock != 0 ? reinterpret_cast<i32*>(r.count) : nullptr;
+  i32* lock = reinterpret_cast<i32*>(r.lock);
   for (i64 t = t0; t < t1; ++t) {
     i32 v = kLeanTopkNoRedo;
     if (failed(t)) {
       v = base < r.slots ? base : kLeanTopkRedoWhole;
       if (base < r.slots) tile_of[base] = static_cast<i32>(t);
       ++base;
+      if (count != nullptr)
+        for (i64 i = t * 8; i < t * 8 + 8 && i < r.rows; ++i) {
+          count[i] = 0;
+          lock[i] = 0;
+        }
     }
     slot_of[t] = v;
   }

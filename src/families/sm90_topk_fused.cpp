@@ -53,6 +53,7 @@ FlagOverride g_automatic;
 FlagOverride g_redo_split;
 FlagOverride g_redo_slot_items;
 FlagOverride g_redo_join_cut;
+FlagOverride g_redo_pool;
 std::atomic<int32_t> g_redo_slots{0};
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
@@ -75,18 +76,29 @@ TopkRedoSplit call_redo_split(const Problem& p) {
   return topk_redo_split(p.topk.k, topk_fused_candidates(p.topk.k, p.s_k), p.s_k);
 }
 
+// The split redo's slots: kTopkRedoSlots or the override; the redo pool's, a block's q-tiles
+// (every failed one is listed).
+int32_t redo_slots(const TopkBlocking& bl) {
+  return topk_fused_redo_pool() ? static_cast<int32_t>(std::min<int64_t>((bl.rows + 7) / 8, INT32_MAX)) : topk_fused_redo_slots();
+}
+
 // The split redo's region, after the blocking's: i32 slot_of [q-tiles], tile_of [slots],
-// part_count [slots][parts][8], then u64 part_cand [slots][parts][8][part_ld].
+// part_count [slots][parts][8], then u64 part_cand [slots][parts][8][part_ld]; the redo pool's:
+// slot_of, tile_of [q-tiles], i32 lock [rows], then part_cand [CTAs][8][part_ld] (a buffer per
+// CTA of the split launch, at most one per SM) and no part_count.
 struct RedoLayout {
-  uint64_t slot_of = 0, tile_of = 0, part_count = 0, part_cand = 0, end = 0;
+  uint64_t slot_of = 0, tile_of = 0, part_count = 0, lock = 0, part_cand = 0, end = 0;
 };
-RedoLayout redo_layout(const TopkBlocking& bl, const TopkRedoSplit& rs, int32_t slots) {
+RedoLayout redo_layout(const TopkBlocking& bl, const TopkRedoSplit& rs, const DeviceInfo& dev) {
+  const bool pool = topk_fused_redo_pool();
+  const int32_t slots = redo_slots(bl);
   RedoLayout l;
   l.slot_of = align256(bl.extra_offset);
   l.tile_of = l.slot_of + align256(uint64_t((bl.rows + 7) / 8) * 4);
   l.part_count = l.tile_of + align256(uint64_t(slots) * 4);
-  const uint64_t chunks = uint64_t(slots) * 8 * uint64_t(rs.parts);
-  l.part_cand = l.part_count + align256(chunks * 4);
+  const uint64_t chunks = pool ? uint64_t(std::max(dev.sm_count, 1)) * 8 : uint64_t(slots) * 8 * uint64_t(rs.parts);
+  l.lock = l.part_count + (pool ? 0 : align256(chunks * 4));
+  l.part_cand = l.lock + (pool ? align256(uint64_t(bl.rows) * 4) : 0);
   l.end = l.part_cand + chunks * uint64_t(rs.part_ld) * 8;
   return l;
 }
@@ -97,7 +109,7 @@ TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   // per row: its candidates, its count, its failed flag (the sampled sweep's, for the redo)
   TopkBlocking bl = topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4 + 1);
   bl.extra_offset = bl.total_bytes;
-  if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0) bl.total_bytes = redo_layout(bl, rs, topk_fused_redo_slots()).end;
+  if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0) bl.total_bytes = redo_layout(bl, rs, dev).end;
   return bl;
 }
 
@@ -120,19 +132,23 @@ struct Buffers {
   int32_t* tile_of = nullptr;
   int32_t* part_count = nullptr;
   uint64_t* part_cand = nullptr;
+  int32_t* lock = nullptr;  // the redo pool, else null
+  bool pool = false;        // the redo pool (topk_fused_redo_pool when the buffers were laid out)
 };
-Buffers buffers(const Problem& p, const TopkBlocking& bl, unsigned char* ws) {
+Buffers buffers(const Problem& p, const TopkBlocking& bl, const DeviceInfo& dev, unsigned char* ws) {
   const int64_t ld = topk_fused_candidates(p.topk.k, p.s_k);
   unsigned char* count = ws + uint64_t(bl.rows) * uint64_t(ld) * 8;
   Buffers b{reinterpret_cast<uint64_t*>(ws), reinterpret_cast<int32_t*>(count), count + uint64_t(bl.rows) * 4, ld};
   b.redo = call_redo_split(p);
   if (b.redo.parts > 0) {
-    b.slots = topk_fused_redo_slots();
-    const RedoLayout l = redo_layout(bl, b.redo, b.slots);
+    b.slots = redo_slots(bl);
+    const RedoLayout l = redo_layout(bl, b.redo, dev);
     b.slot_of = reinterpret_cast<int32_t*>(ws + l.slot_of);
     b.tile_of = reinterpret_cast<int32_t*>(ws + l.tile_of);
     b.part_count = reinterpret_cast<int32_t*>(ws + l.part_count);
     b.part_cand = reinterpret_cast<uint64_t*>(ws + l.part_cand);
+    b.pool = topk_fused_redo_pool();
+    if (b.pool) b.lock = reinterpret_cast<int32_t*>(ws + l.lock);
   }
   return b;
 }
@@ -160,7 +176,9 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   s.sweep.has_lse = p.has_lse;  // (THD calls with lse are refused: TopkFusedFamily::check)
   if (const TopkRedoSplit& rs = buf.redo; rs.parts > 0) {  // (planning's buffers carry it too)
     s.sweep.slot_of = buf.slot_of;
-    if (topk_fused_redo_slot_items()) s.sweep.tile_of = buf.tile_of;
+    if (topk_fused_redo_slot_items() || buf.pool) s.sweep.tile_of = buf.tile_of;
+    s.sweep.lock = buf.lock;
+    s.sweep.pool = buf.pool;
     s.sweep.slots = buf.slots;
     s.sweep.part_cand = buf.part_cand;
     s.sweep.part_count = buf.part_count;
@@ -183,6 +201,7 @@ std::vector<Problem> sweep_shapes(const Problem& p, const DeviceInfo& dev) {
   std::set<std::pair<int64_t, int64_t>> shapes;
   Buffers none{nullptr, nullptr, nullptr, topk_fused_candidates(p.topk.k, p.s_k)};
   none.redo = call_redo_split(p);  // (the split redo's variant is keyed from it)
+  none.pool = none.redo.parts > 0 && topk_fused_redo_pool();
   // (score_rows: a THD block's sweep covers its rows padded to whole q-tiles, TopkBlock::n_win)
   for_each_fused_block(p, fused_blocking(p, dev), [&](const TopkBlock& b) {
     if (b.width > 0 && shapes.insert({b.score_rows(), b.width}).second)
@@ -245,7 +264,8 @@ class TopkFusedSweepFamily final : public Family {
     Plan plan = lean_plan(p, dev, purpose, *this, kSweepSmem + (p.sweep.has_lse ? dsa::kLeanTopkLseBytes : 0), /*split=*/false);
     if (p.sweep.part) plan.spec.values[part_slot()] = 1;
     if (p.sweep.has_lse) plan.spec.values[lse_slot()] = 1;
-    if (p.sweep.parts > 1) plan.spec.values[redo_slot()] = 1;
+    // the split redo's kernel: 1 sm90_topk_fused_redo_split, 2 the redo pool's
+    if (p.sweep.parts > 1) plan.spec.values[redo_slot()] = p.sweep.pool ? 2 : 1;
     // Only where the variant's kSeqK does not give it (THD variants carry 0: 16), so BSHD keys and
     // THD's up to max_seqlen_k 16384 keep their sources.
     const int32_t stride = p.sweep.sample_stride;
@@ -265,7 +285,8 @@ class TopkFusedSweepFamily final : public Family {
     // one kernel per protocol (launch(): LeanTopkArgs::mode picks it)
     g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkSampled>");
     g.kernels.push_back("dsa::sm90_topk_fused_sweep<DsaKernelConfig, DsaLeanSchedule, dsa::kLeanTopkExact>");
-    if (spec.values[redo_slot()] != 0) g.kernels.push_back("dsa::sm90_topk_fused_redo_split<DsaKernelConfig, DsaLeanSchedule>");
+    if (spec.values[redo_slot()] == 1) g.kernels.push_back("dsa::sm90_topk_fused_redo_split<DsaKernelConfig, DsaLeanSchedule>");
+    if (spec.values[redo_slot()] == 2) g.kernels.push_back("dsa::sm90_topk_fused_redo_pool<DsaKernelConfig, DsaLeanSchedule>");
   }
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
     dsa::LeanTopkArgs t{};
@@ -299,10 +320,16 @@ class TopkFusedSweepFamily final : public Family {
       t.tile_of = reinterpret_cast<uintptr_t>(p.sweep.tile_of);
       sp.num_tiles = p.sweep.slots;
     }
+    // the redo pool: every failed q-tile listed (slots: the block's q-tiles), a buffer per CTA
+    // (at most one per SM: the layout's), its kernel in the place of sm90_topk_fused_redo_split
+    const bool pool = plan.spec.values[redo_slot()] == 2;
+    if (pool != (p.sweep.lock != nullptr && p.sweep.tile_of != nullptr))
+      throw std::logic_error("sm90_topk_fused_sweep: the redo pool's kernel and its locks disagree");
+    t.lock = reinterpret_cast<uintptr_t>(p.sweep.lock);
     sp.num_tiles *= p.sweep.parts;
     sp.launches[0].grid[0] =
         static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(sp.num_tiles, device_info(p.device).sm_count)));
-    lean_launch(p, sp, k, stream, &t, "cuLaunchKernelEx(sm90_topk_fused_redo_split)", 2);
+    lean_launch(p, sp, k, stream, &t, pool ? "cuLaunchKernelEx(sm90_topk_fused_redo_pool)" : "cuLaunchKernelEx(sm90_topk_fused_redo_split)", 2);
   }
 };
 
@@ -371,7 +398,7 @@ class TopkFusedFamily final : public Family {
     k += ".r" + std::to_string(p.rows == 0 ? 0 : 1);
     // (the split redo sizes the workspace)
     if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0)
-      k += ".rs" + std::to_string(rs.parts) + "x" + std::to_string(topk_fused_redo_slots());
+      k += ".rs" + std::to_string(rs.parts) + "x" + (topk_fused_redo_pool() ? std::string("pool") : std::to_string(topk_fused_redo_slots()));
     if (p.is_thd()) k += topk_fused_thd_rows() ? ".tr1" : ".tr0";
     // (THD: the packing's blocks; a block's lean gate key carries its rows, .sq, and saturation)
     if (p.rows > 0)
@@ -420,7 +447,7 @@ class TopkFusedFamily final : public Family {
     const DeviceInfo& dev = device_info(p.device);
     const TopkBlocking bl = fused_blocking(p, dev);
     auto* ws = static_cast<unsigned char*>(p.topk.workspace);
-    const Buffers buf = buffers(p, bl, ws);
+    const Buffers buf = buffers(p, bl, dev, ws);
     dsa::TopkBlockArgs rb = topk_rows_args(p, bl, ws);
     for_each_fused_block(p, bl, [&](const TopkBlock& b) {
       launch_topk_rows(plan, k, rb, b, stream);
@@ -451,19 +478,25 @@ class TopkFusedFamily final : public Family {
             ra.slots = buf.slots;
             ra.parts = buf.redo.parts;
             ra.k = static_cast<int32_t>(p.topk.k);
+            ra.lock = reinterpret_cast<uintptr_t>(buf.lock);
             void* rparams[] = {&ra};
             launch_one(k.functions[3], plan.launches[3], stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_slots)");
             s.sweep.mode = dsa::kLeanTopkRedoSplit;
             launch_forward(s, sp, *sk, stream);
-            KernelLaunch merge = plan.launches[4];
-            merge.grid[0] = static_cast<uint32_t>(buf.slots);
-            // the join that cuts where the chunks' k entries could pass the row's buffer (parts from
-            // topk_redo_split with topk_fused_redo_join_cut), else the one that only concatenates
-            const bool cut = int64_t(buf.redo.parts) * p.topk.k > buf.ld;
-            launch_one(k.functions[cut ? 5 : 4], merge, stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_merge)");
+            if (!buf.pool) {
+              KernelLaunch merge = plan.launches[4];
+              merge.grid[0] = static_cast<uint32_t>(buf.slots);
+              // the join that cuts where the chunks' k entries could pass the row's buffer (parts from
+              // topk_redo_split with topk_fused_redo_join_cut), else the one that only concatenates
+              const bool cut = int64_t(buf.redo.parts) * p.topk.k > buf.ld;
+              launch_one(k.functions[cut ? 5 : 4], merge, stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_merge)");
+            }
           }
-          s.sweep.mode = dsa::kLeanTopkRedo;
-          launch_forward(s, sp, *sk, stream);
+          // (the redo pool: the split launch joined every failed q-tile's chunks itself, none is left)
+          if (!buf.pool) {
+            s.sweep.mode = dsa::kLeanTopkRedo;
+            launch_forward(s, sp, *sk, stream);
+          }
         }
       }
       dsa::TopkCandArgs ca{};
@@ -570,6 +603,8 @@ bool topk_fused_redo_slot_items() { return g_redo_slot_items.get(kTopkFusedRedoS
 void set_topk_fused_redo_slot_items(std::optional<bool> on) { g_redo_slot_items.set(on); }
 bool topk_fused_redo_join_cut() { return g_redo_join_cut.get(kTopkFusedRedoJoinCut); }
 void set_topk_fused_redo_join_cut(std::optional<bool> on) { g_redo_join_cut.set(on); }
+bool topk_fused_redo_pool() { return g_redo_pool.get(kTopkFusedRedoPool); }
+void set_topk_fused_redo_pool(std::optional<bool> on) { g_redo_pool.set(on); }
 int32_t topk_fused_redo_slots() {
   const int32_t n = g_redo_slots.load(std::memory_order_relaxed);
   return n > 0 ? n : kTopkRedoSlots;
@@ -583,7 +618,7 @@ TopkRedoSplit topk_redo_split(int64_t k, int64_t ld, int64_t s_k) {
   // a chunk at least kTopkRedoMinChunk KV tiles; every chunk's rows, at most k entries each, fit
   // the row's buffer together, or with the join that cuts (a row's list cut to k before a chunk
   // that would not fit) the row's buffer has room for 2k
-  const int64_t fit = topk_fused_redo_join_cut() ? (ld / k < 2 ? 0 : kTopkRedoMaxParts) : ld / k;
+  const int64_t fit = topk_fused_redo_join_cut() || topk_fused_redo_pool() ? (ld / k < 2 ? 0 : kTopkRedoMaxParts) : ld / k;
   const int64_t parts = std::min<int64_t>({fit, kTopkRedoMaxParts, tiles / kTopkRedoMinChunk});
   if (parts < 2) return r;
   r.parts = static_cast<int32_t>(parts);

@@ -122,8 +122,8 @@ struct TopkRedoSplit {
 };
 // parts = min(ld / k, kTopkRedoMaxParts, KV tiles / kTopkRedoMinChunk) where at least 2 (ld: the
 // rows' buffers, which hold the joined chunks: parts x k <= ld; 7 at k 2048 / S_k 262144);
-// with the join that cuts (topk_fused_redo_join_cut) min(kTopkRedoMaxParts, KV tiles /
-// kTopkRedoMinChunk) where ld >= 2k (16 there). part_ld = k + max(k, 1024) + 64 (at most
+// with the join that cuts (topk_fused_redo_join_cut) or the redo pool (topk_fused_redo_pool)
+// min(kTopkRedoMaxParts, KV tiles / kTopkRedoMinChunk) where ld >= 2k (16 there). part_ld = k + max(k, 1024) + 64 (at most
 // kLeanTopkMaxLd).
 inline constexpr int32_t kTopkRedoMaxParts = 16;
 inline constexpr int32_t kTopkRedoMinChunk = 16;
@@ -154,6 +154,21 @@ void set_topk_fused_redo_slot_items(std::optional<bool> on);  // nullopt: kTopkF
 inline constexpr bool kTopkFusedRedoJoinCut = false;
 bool topk_fused_redo_join_cut();
 void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFusedRedoJoinCut
+// The redo pool (session 32, built when no GPU was lent; off until one checks it): the split
+// redo without slots. sm90_topk_redo_slots lists every failed q-tile of a block (and empties its
+// rows' lists), the split launch sweeps them all, chunk p % parts of the listed q-tile p / parts
+// at position p (a q-tile's chunks on consecutive CTAs), each CTA's chunk in the CTA's own buffer
+// (a buffer per SM: 35 MB at k 2048 on 132 SMs, whatever the failed q-tiles), and the chunk's
+// end joins each row to the row's list under a lock per row (cut to its k largest when the chunk
+// would not fit, as the join that cuts), so neither the join kernel nor the whole-row redo runs.
+// Any number of failed q-tiles then costs their chunks over the SMs (9 failed q-tiles at S_k
+// 262144 k 2048: 144 chunks of 256 KV tiles, two rounds on 132 SMs) instead of a whole-row sweep
+// per q-tile past the slots (session 31: 28.0 ms against 15.8 unfused). Chunks join in any
+// order, and the candidates kernel selects exactly from any list that holds the row's top-k, so
+// the bits are the same. Parts as with the join that cuts (ld >= 2k). GPU check: gpu_session.sh s32b.
+inline constexpr bool kTopkFusedRedoPool = false;
+bool topk_fused_redo_pool();
+void set_topk_fused_redo_pool(std::optional<bool> on);  // nullopt: kTopkFusedRedoPool
 // The slots (0: kTopkRedoSlots); tests take 1 to leave q-tiles to the whole-row redo.
 int32_t topk_fused_redo_slots();
 void set_topk_fused_redo_slots(int32_t slots);

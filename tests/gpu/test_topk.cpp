@@ -490,6 +490,12 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
       dsa_indexer::detail::set_topk_fused_redo_join_cut(true);
       const float t_cut = once(KernelFamily::topk_fused);
       dsa_indexer::detail::set_topk_fused_redo_join_cut(std::nullopt);
+      ind.download(got.data(), got.size() * 4);
+      CHECK(got == want);
+      // and the redo pool (set_topk_fused_redo_pool: every failed q-tile in 16 chunks, no slots)
+      dsa_indexer::detail::set_topk_fused_redo_pool(true);
+      const float t_pool = once(KernelFamily::topk_fused);
+      dsa_indexer::detail::set_topk_fused_redo_pool(std::nullopt);
       dsa_indexer::detail::set_topk_fused_redo_slot_items(std::nullopt);
       dsa_indexer::detail::set_topk_fused_redo_split(std::nullopt);
       ind.download(got.data(), got.size() * 4);
@@ -504,9 +510,9 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
       uint32_t st[dsa::kLeanTopkStats] = {};
       counters.download(st, sizeof st);
       std::printf("topk_seeds S_q %lld S_k %lld seed %llu k %4d: fused %.3f ms, split redo %.3f ms (by slots %.3f, join cut "
-                  "%.3f), unfused %.3f ms; rows per call: cut %u, not cut %u, failed by overflow %u, sample %u, below k %u\n",
+                  "%.3f, pool %.3f), unfused %.3f ms; rows per call: cut %u, not cut %u, failed by overflow %u, sample %u, below k %u\n",
                   static_cast<long long>(sq), static_cast<long long>(sk), static_cast<unsigned long long>(seed), k, t_fused, t_split,
-                  t_slots, t_cut, t_unfused,
+                  t_slots, t_cut, t_pool, t_unfused,
                   st[dsa::kLeanTopkStatCut] / 2, st[dsa::kLeanTopkStatUncut] / 2, st[dsa::kLeanTopkStatOverflow] / 2,
                   st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
       CHECK(st[dsa::kLeanTopkStatCut] + st[dsa::kLeanTopkStatUncut] + st[dsa::kLeanTopkStatOverflow] +
@@ -521,7 +527,7 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
 // (set_topk_fused_redo_slot_items) on as many CTAs as chunks. Margin 3 instead of 5 makes a few
 // rows fail (the sample's cut at the Poisson(8) tail past 17 at k 2048: a few in a thousand
 // rows). One call each after a first, ms: the whole-row redo, the split redo by q-tiles and by
-// slots (8, the default, and 16; with the join that cuts), the unfused path; the rows that
+// slots (8, the default, and 16; with the join that cuts), the redo pool, the unfused path; the rows that
 // failed; indices bitwise the unfused path's. Run by hand:
 // `dsa_gpu_tests "[topk_redo_skew]"` (gpu_session.sh s31a).
 TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "[.][topk_redo_skew]") {
@@ -570,14 +576,21 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
   dd::set_topk_fused_redo_join_cut(std::nullopt);
   ind.download(got.data(), got.size() * 4);
   CHECK(got == want);
+  // the redo pool (every failed q-tile in 16 chunks over the SMs, no slots)
+  dd::set_topk_fused_redo_pool(true);
+  const float t_pool = once(KernelFamily::topk_fused);
+  dd::set_topk_fused_redo_pool(std::nullopt);
+  ind.download(got.data(), got.size() * 4);
+  CHECK(got == want);
   dd::set_topk_fused_redo_slot_items(std::nullopt);
   dd::set_topk_fused_redo_split(std::nullopt);
   dd::set_topk_fused_margin(std::nullopt);
   uint32_t st[dsa::kLeanTopkStats] = {};
   counters.download(st, sizeof st);
   std::printf("topk_redo_skew S_q %lld S_k %lld k %d margin 3: whole-row redo %.3f ms, split by q-tiles %.3f ms, by slots "
-              "%.3f ms (16 slots %.3f, join cut %.3f), unfused %.3f ms; failed rows per call: overflow %u, sample %u, below k %u\n",
-              static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_slots16, t_cut, t_unfused,
+              "%.3f ms (16 slots %.3f, join cut %.3f), redo pool %.3f ms, unfused %.3f ms; failed rows per call: overflow %u, "
+              "sample %u, below k %u\n",
+              static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_slots16, t_cut, t_pool, t_unfused,
               st[dsa::kLeanTopkStatOverflow] / 2, st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
 }
 

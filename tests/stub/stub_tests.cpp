@@ -290,6 +290,20 @@ int child_topk() {
            fmt::format("fused, split redo: {} parts of {} tiles, 7 launches ({}), last {}", rs.parts, rs.chunk, ns, last));
     expect(wss >= wsf + chunks * std::size_t(rs.part_ld) * 8 && wss < wsf + chunks * std::size_t(rs.part_ld) * 8 + (64u << 10),
            fmt::format("fused, split redo: the workspace {} = {} + the chunk buffers ({} x {} entries)", wss, wsf, chunks, rs.part_ld));
+    // The redo pool (set_topk_fused_redo_pool, off): 5 launches (rows, the sampled sweep, the
+    // redo's slots, the pool's sweep, candidates: no join, no whole-row redo), 16 parts (the
+    // join that cuts' rule), and a chunk buffer per SM (132 x 8 rows) in the workspace.
+    dd::set_topk_fused_redo_pool(true);
+    const dd::TopkRedoSplit rp = dd::topk_redo_split(k, static_cast<int64_t>(cands), 65536);
+    const unsigned long np = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
+    const std::string plast = stub_last_kernel();
+    const std::size_t wsp = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
+    dd::set_topk_fused_redo_pool(std::nullopt);
+    const std::size_t pool = std::size_t(132) * 8 * std::size_t(rp.part_ld) * 8;
+    expect(rp.parts == 16 && rp.chunk == 64 && np == 5 && contains(plast, "sm90_topk_candidates"),
+           fmt::format("fused, redo pool: {} parts of {} tiles, 5 launches ({}), last {}", rp.parts, rp.chunk, np, plast));
+    expect(wsp >= wsf + pool && wsp < wsf + pool + (64u << 10),
+           fmt::format("fused, redo pool: the workspace {} = {} + the CTAs' chunk buffers ({} bytes)", wsp, wsf, pool));
   }
   // An automatic call past about 127k keys (S_q 1056, S_k 131072: the unfused blocks hold 352
   // rows, under half a wave; rows of at most 1056 keys: the narrow and register rows) takes the

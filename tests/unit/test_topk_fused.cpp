@@ -210,6 +210,22 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
         CHECK(make_plan(topk_problem(1, sq, sk, 2048), dev, topk_fused_family()).workspace_bytes <= cap);
   }
   set_topk_fused_redo_join_cut(std::nullopt);
+  // the redo pool: a chunk buffer per SM (8 rows of k + max(k, 1024) + 64 entries: 35 MB on 132
+  // SMs at k 2048) whatever the block's q-tiles, beside their lists and the rows' locks
+  const uint64_t pool = uint64_t(dev.sm_count) * 8 * (2 * 2048 + 64) * 8;
+  set_topk_fused_redo_pool(true);
+  for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
+    for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20}) {
+      const Problem p = topk_problem(1, sq, sk, 2048);
+      const uint64_t with = make_plan(p, dev, topk_fused_family()).workspace_bytes;
+      CHECK(with <= kTopkFusedBudget + (uint64_t(1) << 20) + pool);
+      set_topk_fused_redo_split(false);
+      const uint64_t without = make_plan(p, dev, topk_fused_family()).workspace_bytes;
+      set_topk_fused_redo_split(std::nullopt);
+      CHECK(with - without >= pool);
+      CHECK(with - without <= pool + (uint64_t(1) << 20));
+    }
+  set_topk_fused_redo_pool(std::nullopt);
   // without the split redo, within the budget alone
   set_topk_fused_redo_split(false);
   for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
@@ -325,16 +341,19 @@ TEST_CASE("topk fused: the partitioned sweep variants compile without spills, ke
   check_compiles_without_spills(part, "sm90_topk");
 }
 
+// The split redo's and the redo pool's variant cases: bf16 and fp32 W, bf16 and E4M3 inputs.
+constexpr const char* kRedoLines =
+    "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
+    "op=topk layout=bshd heads=64 sq=2048  sk=262144 ratio=1 w=f32 k=512 family=topk_fused\n"
+    "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 k=2048 family=topk_fused\n";
+
 // The split redo (kTopkFusedRedoSplit, on): BSHD sweeps of calls that take it key a variant of
 // their own whose module adds the split redo's kernel (with it off, the variants keep their keys
 // and sources of before); compiled without spills, bf16 and fp32 W, bf16 and E4M3 inputs. THD
 // sweeps and calls with lse keep the whole-row redo (no split variant).
 TEST_CASE("topk fused: the split redo's sweep variants compile without spills, keyed apart", "[topk][nvrtc]") {
   const DeviceInfo dev = DeviceInfo::h200();
-  const char* lines =
-      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 k=2048 family=topk_fused\n"
-      "op=topk layout=bshd heads=64 sq=2048  sk=262144 ratio=1 w=f32 k=512 family=topk_fused\n"
-      "op=topk layout=bshd heads=64 sq=8192  sk=16384  ratio=1 w=bf16 in=e4m3 k=2048 family=topk_fused\n";
+  const char* lines = kRedoLines;
   set_topk_fused_redo_split(false);
   const std::vector<KernelSpec> plain = sweep_specs(lines, dev);
   set_topk_fused_redo_split(std::nullopt);  // on by default
@@ -359,6 +378,33 @@ TEST_CASE("topk fused: the split redo's sweep variants compile without spills, k
   check_compiles_without_spills(split, "sm90_topk");
 }
 
+// The redo pool (kTopkFusedRedoPool, off): the split redo's variants with the pool's kernel in
+// the split kernel's place (.rs2), the join under the rows' locks within the exact protocol's
+// selector registers; without spills, bf16 and fp32 W, bf16 and E4M3 inputs.
+TEST_CASE("topk fused: the redo pool's sweep variants compile without spills, keyed apart", "[topk][nvrtc]") {
+  const DeviceInfo dev = DeviceInfo::h200();
+  const char* lines = kRedoLines;
+  const std::vector<KernelSpec> split = sweep_specs(lines, dev);
+  set_topk_fused_redo_pool(true);
+  const std::vector<KernelSpec> pool = sweep_specs(lines, dev);
+  set_topk_fused_redo_pool(std::nullopt);
+  REQUIRE(pool.size() == split.size());
+  REQUIRE(!pool.empty());
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    INFO(pool[i].shape_key());
+    const std::string key = split[i].shape_key();
+    REQUIRE(key.size() > 4);
+    CHECK(key.substr(key.size() - 4) == ".rs1");
+    CHECK(pool[i].shape_key() == key.substr(0, key.size() - 4) + ".rs2");
+    const GeneratedSource g = render(pool[i]);
+    CHECK_THAT(g.text, Contains("kTopkRedoSplit = 2"));
+    CHECK(std::count(g.kernels.begin(), g.kernels.end(), "dsa::sm90_topk_fused_redo_pool<DsaKernelConfig, DsaLeanSchedule>") == 1);
+    CHECK(std::count(g.kernels.begin(), g.kernels.end(), "dsa::sm90_topk_fused_redo_split<DsaKernelConfig, DsaLeanSchedule>") == 0);
+    CHECK(g.kernels.size() == 3);
+  }
+  check_compiles_without_spills(pool, "sm90_topk");
+}
+
 // The split redo's arithmetic (topk_redo_split): chunks that together cover every KV tile, each at
 // least 16 tiles, at most 16, whose rows (at most k entries each) fit the row's buffer when
 // joined, or with the join that cuts (a row's list cut to k before a chunk that would not fit)
@@ -368,13 +414,16 @@ TEST_CASE("topk fused: the split redo's chunks and buffers", "[topk][planner]") 
   struct Row {
     int64_t k, s_k;
   };
-  for (const bool cut : {false, true}) {
-    set_topk_fused_redo_join_cut(cut);
+  // (the redo pool joins as the join that cuts does: its parts)
+  for (const int mode : {0, 1, 2}) {
+    const bool cut = mode != 0;
+    set_topk_fused_redo_join_cut(mode == 1);
+    set_topk_fused_redo_pool(mode == 2);
     for (const Row r : {Row{2048, 262144}, Row{512, 262144}, Row{2048, 65536}, Row{512, 65536}, Row{2048, 16384},
                         Row{1, 4096}, Row{7, 3000}, Row{2048, 4096}, Row{64, 2048}}) {
       const int64_t ld = topk_fused_candidates(r.k, r.s_k);
       const TopkRedoSplit rs = topk_redo_split(r.k, ld, r.s_k);
-      INFO("join cut " << cut << " k " << r.k << " S_k " << r.s_k << " ld " << ld << ": parts " << rs.parts << " chunk "
+      INFO("join cut " << (mode == 1) << " pool " << (mode == 2) << " k " << r.k << " S_k " << r.s_k << " ld " << ld << ": parts " << rs.parts << " chunk "
                        << rs.chunk << " part_ld " << rs.part_ld);
       const int64_t tiles = (r.s_k + 63) / 64;
       REQUIRE(rs.parts >= 2);
@@ -401,6 +450,7 @@ TEST_CASE("topk fused: the split redo's chunks and buffers", "[topk][planner]") 
     CHECK(topk_redo_split(0, 4096, 262144).parts == 0);
   }
   set_topk_fused_redo_join_cut(std::nullopt);
+  set_topk_fused_redo_pool(std::nullopt);
 }
 
 TEST_CASE("topk fused: the sweep's plan fits the device's shared memory", "[topk]") {
