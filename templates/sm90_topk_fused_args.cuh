@@ -36,14 +36,23 @@ struct LeanTopkArgs {
   i32 chunk;       // KV tiles per chunk (the split redo's)
   u64 tile_of;     // i32 [slots] (the split redo by slots, else 0): the q-tile of each slot (-1:
                    // unused); the launch's items are then slots x parts, not q-tiles x parts
-  // The redo pool (the split launch with lock != 0; tile_of then lists every failed q-tile, its
-  // slots the block's q-tiles): item p is chunk p % parts of tile_of's q-tile p / parts, a CTA's
-  // chunk keeps its rows in the CTA's own buffer (part_cand [gridDim.x][8 rows][part_ld]), and
-  // the chunk's end joins them to the rows' buffers (cand, count: a row's list cut to its k
-  // largest when the chunk would not fit) under the row's lock, so no join kernel follows and no
-  // q-tile is left to the whole-row redo.
-  u64 lock;        // i32 [rows] (0: no pool): the rows' locks, 0 = free (sm90_topk_redo_slots zeroes
-                   // those of the failed q-tiles and their rows' counts)
+  // The redo pool (sm90_topk_fused_redo_pool; tile_of then lists every failed q-tile, its slots
+  // the block's q-tiles): item p is chunk p % parts of tile_of's q-tile p / parts, a CTA's chunk
+  // keeps its rows in the CTA's own buffer (part_cand [gridDim.x][8 rows][part_ld]), and the
+  // chunk's end joins them to the rows' buffers (cand, count: a row's list cut to its k largest
+  // when the chunk would not fit) under the row's lock, so no join kernel follows and no q-tile
+  // is left to the whole-row redo.
+  u64 pool;        // LeanTopkPoolRow [rows] (0: no pool; sm90_topk_redo_slots zeroes those of the
+                   // failed q-tiles and their rows' counts)
+};
+
+// A row's state in the redo pool: its lock (0 free, 1 held) and its floor, a composite at or
+// below the row's k-th largest (0 until a join cut the row's list to its k largest: then their
+// smallest), so that later joins append only composites at or above it.
+struct LeanTopkPoolRow {
+  i32 lock;
+  i32 pad;
+  u64 floor;
 };
 
 // The split redo's two small kernels (sm90_topk_redo.cuh), one block's rows: the slots of the
@@ -63,8 +72,8 @@ struct TopkRedoArgs {
   i32 parts;
   i32 k;           // the join cuts a row's list to its k largest when the next chunk would not fit
   i32 pad;
-  u64 lock;        // the redo pool (LeanTopkArgs::lock), else 0: sm90_topk_redo_slots gives every
-                   // failed q-tile a slot (slots: the q-tiles) and zeroes its rows' counts and locks
+  u64 pool;        // the redo pool (LeanTopkArgs::pool), else 0: sm90_topk_redo_slots gives every
+                   // failed q-tile a slot (slots: the q-tiles) and zeroes its rows' counts and states
 };
 
 // The sampled sweep's row counters (LeanTopkArgs::stats; measurements, not the operation): rows

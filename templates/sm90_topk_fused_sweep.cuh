@@ -795,7 +795,7 @@ __global__ void __launch_bounds__(LeanTraits<Cfg>::kThreads, 1)
       LeanSplit{t.parts, t.chunk});
 }
 
-// The redo pool (kLeanTopkRedoSplit with LeanTopkArgs::lock; rendered instead of
+// The redo pool (kLeanTopkRedoSplit with LeanTopkArgs::pool; rendered instead of
 // sm90_topk_fused_redo_split for calls that take it): the same sweep over every failed q-tile's
 // chunks (a.num_items: the block's q-tiles times the parts; tile_of lists the failed ones first),
 // each CTA's chunk in the CTA's buffers, joined to the rows' at its end (lean_topk_pool_join).

@@ -299,40 +299,56 @@ struct LeanTopkKeeper {
   }
 };
 
-// The redo pool's join (LeanTopkArgs::lock): a chunk's row, its c = R.count <= k entries at
+// The redo pool's join (LeanTopkArgs::pool): a chunk's row, its c = R.count <= k entries at
 // part_cand row `chunk` (the CTA's buffer, written by this warp), appended to row `own`'s list
-// (cand, count: n entries of at most cand_ld) under the row's lock, the list first cut to its k
-// largest (cut's exact compaction, R its scratch) when they would not fit (cand_ld >= 2k). Chunks
-// join in any order: the list holds the k largest of the chunks joined so far either way, and
-// the candidates kernel selects exactly. Every lane calls; a row's lock is held only over this
-// join, which waits on nothing else. (The pointers come from the launch's parameters, and c
-// waits in R.pad[0] over the compaction: the selectors' registers are the exact protocol's 88.)
+// (cand, count: n entries of at most cand_ld) under the row's lock. When they would not fit
+// (cand_ld >= 2k), the list is first cut to its k largest (cut's exact compaction, R its
+// scratch), whose smallest becomes the row's floor: no composite below it is in the row's top-k
+// (k of the row's cells are at or above it), so this and every later join appends only those at
+// or above it. Chunks join in any order: the list holds the row's top-k among the chunks joined so
+// far either way, and the candidates kernel selects exactly. Every lane calls; a row's lock is
+// held only over this join, which waits on nothing else. (The pointers come from the launch's
+// parameters, and c waits in R.pad[0] over the compaction: the selectors' registers are few.)
 __device__ __forceinline__ void lean_topk_pool_join(const LeanTopkKeeper& cut, LeanTopkRow& R, const LeanTopkArgs& ta,
                                                     i64 chunk, i64 own, int lane) {
   const u32 c = R.count;
   if (c == 0u) return;  // (warp-uniform)
-  i32* const lock = reinterpret_cast<i32*>(ta.lock) + own;
+  LeanTopkPoolRow* const row = reinterpret_cast<LeanTopkPoolRow*>(ta.pool) + own;
   if (lane == 0) {
     R.pad[0] = c;
-    while (atomicCAS(lock, 0, 1) != 0) __nanosleep(64);
+    while (atomicCAS(&row->lock, 0, 1) != 0) __nanosleep(64);
   }
   __syncwarp();
-  // acquire: the previous holder's entries and count (sm_90: MEMBAR.SC.GPU, then CCTL.IVALL, so
-  // no stale line of the list stays in this SM's L1)
+  // acquire: the previous holder's entries, count and floor (sm_90: MEMBAR.SC.GPU, then
+  // CCTL.IVALL, so no stale line of the list stays in this SM's L1)
   __threadfence();
   u32 n = static_cast<u32>(*reinterpret_cast<volatile const i32*>(reinterpret_cast<const i32*>(ta.count) + own));
+  u64 floor = *reinterpret_cast<volatile const u64*>(&row->floor);
   if (static_cast<i64>(n) + c > ta.cand_ld) {
     cut.compact(R, reinterpret_cast<u64*>(ta.cand) + own * ta.cand_ld, n, cut.k);
     n = R.count;
+    floor = R.thr;  // the smallest of the k kept
+    if (lane == 0) *reinterpret_cast<volatile u64*>(&row->floor) = floor;
   }
   const u32 m = R.pad[0];
   const u64* src = reinterpret_cast<const u64*>(ta.part_cand) + chunk * ta.part_ld;
-  u64* dst = reinterpret_cast<u64*>(ta.cand) + own * ta.cand_ld + n;
-  for (u32 i = static_cast<u32>(lane); i < m; i += 32u) dst[i] = src[i];
-  if (lane == 0) *reinterpret_cast<volatile i32*>(reinterpret_cast<i32*>(ta.count) + own) = static_cast<i32>(n + m);
-  __threadfence();  // release: this join's entries and count before the lock
+  u64* dst = reinterpret_cast<u64*>(ta.cand) + own * ta.cand_ld;
+  const u32 lt = (1u << lane) - 1u;
+  for (u32 i0 = 0; i0 < m; i0 += 32u * LeanTopkKeeper::kBatch) {
+    u64 v[LeanTopkKeeper::kBatch];
+    cut.load_batch(src, m, i0, v);  // (0 past m: below any floor but 0, and not taken)
+#pragma unroll
+    for (int u = 0; u < LeanTopkKeeper::kBatch; ++u) {
+      const bool take = i0 + 32u * u + static_cast<u32>(lane) < m && v[u] >= floor;
+      const u32 mask = __ballot_sync(0xffffffffu, take);
+      if (take) dst[n + __popc(mask & lt)] = v[u];
+      n += __popc(mask);
+    }
+  }
+  if (lane == 0) *reinterpret_cast<volatile i32*>(reinterpret_cast<i32*>(ta.count) + own) = static_cast<i32>(n);
+  __threadfence();  // release: this join's entries, count and floor before the lock
   __syncwarp();
-  if (lane == 0) atomicExch(reinterpret_cast<i32*>(ta.lock) + own, 0);
+  if (lane == 0) atomicExch(&row->lock, 0);
 }
 
 }  // namespace dsa

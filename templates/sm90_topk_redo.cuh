@@ -4,7 +4,7 @@
 // tiles on several CTAs (a failed row costs about a chunk, not a whole sweep on one CTA).
 // sm90_topk_redo_slots gives each such q-tile a slot of the chunk buffers (in row order, as long
 // as slots last; the rest keep the whole-row redo; the redo pool: every one, the split sweep then
-// joining each chunk itself, LeanTopkArgs::lock), sm90_topk_redo_merge joins each slot's rows'
+// joining each chunk itself, LeanTopkArgs::pool), sm90_topk_redo_merge joins each slot's rows'
 // chunks (at most k entries each) into the rows' own buffers for the candidates kernel (with the
 // join that cuts, a row's list cut to its k largest whenever the next chunk would not fit). Which
 // rows are redone, and where, never reaches the outputs: the candidates kernel selects exactly
@@ -43,9 +43,10 @@ __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_slots(
     __syncthreads();
   }
   i32 base = sums[threadIdx.x] - n;
-  // the redo pool: the failed q-tiles' rows start empty and unlocked (their chunks join them)
-  i32* count = r.lock != 0 ? reinterpret_cast<i32*>(r.count) : nullptr;
-  i32* lock = reinterpret_cast<i32*>(r.lock);
+  // the redo pool: the failed q-tiles' rows start empty, unlocked, without a floor (their chunks
+  // join them)
+  i32* count = r.pool != 0 ? reinterpret_cast<i32*>(r.count) : nullptr;
+  LeanTopkPoolRow* pool = reinterpret_cast<LeanTopkPoolRow*>(r.pool);
   for (i64 t = t0; t < t1; ++t) {
     i32 v = kLeanTopkNoRedo;
     if (failed(t)) {
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_slots(
       if (count != nullptr)
         for (i64 i = t * 8; i < t * 8 + 8 && i < r.rows; ++i) {
           count[i] = 0;
-          lock[i] = 0;
+          pool[i] = LeanTopkPoolRow{0, 0, 0ull};
         }
     }
     slot_of[t] = v;

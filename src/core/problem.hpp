@@ -50,8 +50,8 @@ struct TopkSweepOutputs {
   int64_t part_ld = 0;
   int32_t parts = 1;
   int32_t chunk = 0;
-  int32_t* lock = nullptr;     // the redo pool (topk_fused_redo_pool): the rows' locks, else null
-  bool pool = false;           // the redo pool (its kernel; planning has no lock)
+  void* pool_rows = nullptr;   // the redo pool (topk_fused_redo_pool): dsa::LeanTopkPoolRow [rows], else null
+  bool pool = false;           // the redo pool (its kernel; planning has no pool_rows)
 };
 
 struct Problem {

@@ -84,10 +84,11 @@ int32_t redo_slots(const TopkBlocking& bl) {
 
 // The split redo's region, after the blocking's: i32 slot_of [q-tiles], tile_of [slots],
 // part_count [slots][parts][8], then u64 part_cand [slots][parts][8][part_ld]; the redo pool's:
-// slot_of, tile_of [q-tiles], i32 lock [rows], then part_cand [CTAs][8][part_ld] (a buffer per
-// CTA of the split launch, at most one per SM) and no part_count.
+// slot_of, tile_of [q-tiles], the rows' dsa::LeanTopkPoolRow [rows] (lock and floor), then
+// part_cand [CTAs][8][part_ld] (a buffer per CTA of the split launch, at most one per SM) and no
+// part_count.
 struct RedoLayout {
-  uint64_t slot_of = 0, tile_of = 0, part_count = 0, lock = 0, part_cand = 0, end = 0;
+  uint64_t slot_of = 0, tile_of = 0, part_count = 0, pool_rows = 0, part_cand = 0, end = 0;
 };
 RedoLayout redo_layout(const TopkBlocking& bl, const TopkRedoSplit& rs, const DeviceInfo& dev) {
   const bool pool = topk_fused_redo_pool();
@@ -97,8 +98,8 @@ RedoLayout redo_layout(const TopkBlocking& bl, const TopkRedoSplit& rs, const De
   l.tile_of = l.slot_of + align256(uint64_t((bl.rows + 7) / 8) * 4);
   l.part_count = l.tile_of + align256(uint64_t(slots) * 4);
   const uint64_t chunks = pool ? uint64_t(std::max(dev.sm_count, 1)) * 8 : uint64_t(slots) * 8 * uint64_t(rs.parts);
-  l.lock = l.part_count + (pool ? 0 : align256(chunks * 4));
-  l.part_cand = l.lock + (pool ? align256(uint64_t(bl.rows) * 4) : 0);
+  l.pool_rows = l.part_count + (pool ? 0 : align256(chunks * 4));
+  l.part_cand = l.pool_rows + (pool ? align256(uint64_t(bl.rows) * sizeof(dsa::LeanTopkPoolRow)) : 0);
   l.end = l.part_cand + chunks * uint64_t(rs.part_ld) * 8;
   return l;
 }
@@ -132,7 +133,7 @@ struct Buffers {
   int32_t* tile_of = nullptr;
   int32_t* part_count = nullptr;
   uint64_t* part_cand = nullptr;
-  int32_t* lock = nullptr;  // the redo pool, else null
+  void* pool_rows = nullptr;  // the redo pool (dsa::LeanTopkPoolRow [rows]), else null
   bool pool = false;        // the redo pool (topk_fused_redo_pool when the buffers were laid out)
 };
 Buffers buffers(const Problem& p, const TopkBlocking& bl, const DeviceInfo& dev, unsigned char* ws) {
@@ -148,7 +149,7 @@ Buffers buffers(const Problem& p, const TopkBlocking& bl, const DeviceInfo& dev,
     b.part_count = reinterpret_cast<int32_t*>(ws + l.part_count);
     b.part_cand = reinterpret_cast<uint64_t*>(ws + l.part_cand);
     b.pool = topk_fused_redo_pool();
-    if (b.pool) b.lock = reinterpret_cast<int32_t*>(ws + l.lock);
+    if (b.pool) b.pool_rows = ws + l.pool_rows;
   }
   return b;
 }
@@ -177,7 +178,7 @@ Problem sweep_problem(const Problem& p, const TopkBlock& b, const Buffers& buf, 
   if (const TopkRedoSplit& rs = buf.redo; rs.parts > 0) {  // (planning's buffers carry it too)
     s.sweep.slot_of = buf.slot_of;
     if (topk_fused_redo_slot_items() || buf.pool) s.sweep.tile_of = buf.tile_of;
-    s.sweep.lock = buf.lock;
+    s.sweep.pool_rows = buf.pool_rows;
     s.sweep.pool = buf.pool;
     s.sweep.slots = buf.slots;
     s.sweep.part_cand = buf.part_cand;
@@ -323,9 +324,9 @@ class TopkFusedSweepFamily final : public Family {
     // the redo pool: every failed q-tile listed (slots: the block's q-tiles), a buffer per CTA
     // (at most one per SM: the layout's), its kernel in the place of sm90_topk_fused_redo_split
     const bool pool = plan.spec.values[redo_slot()] == 2;
-    if (pool != (p.sweep.lock != nullptr && p.sweep.tile_of != nullptr))
-      throw std::logic_error("sm90_topk_fused_sweep: the redo pool's kernel and its locks disagree");
-    t.lock = reinterpret_cast<uintptr_t>(p.sweep.lock);
+    if (pool != (p.sweep.pool_rows != nullptr && p.sweep.tile_of != nullptr))
+      throw std::logic_error("sm90_topk_fused_sweep: the redo pool's kernel and its rows' states disagree");
+    t.pool = reinterpret_cast<uintptr_t>(p.sweep.pool_rows);
     sp.num_tiles *= p.sweep.parts;
     sp.launches[0].grid[0] =
         static_cast<uint32_t>(std::max<int64_t>(1, std::min<int64_t>(sp.num_tiles, device_info(p.device).sm_count)));
@@ -478,7 +479,7 @@ class TopkFusedFamily final : public Family {
             ra.slots = buf.slots;
             ra.parts = buf.redo.parts;
             ra.k = static_cast<int32_t>(p.topk.k);
-            ra.lock = reinterpret_cast<uintptr_t>(buf.lock);
+            ra.pool = reinterpret_cast<uintptr_t>(buf.pool_rows);
             void* rparams[] = {&ra};
             launch_one(k.functions[3], plan.launches[3], stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_slots)");
             s.sweep.mode = dsa::kLeanTopkRedoSplit;

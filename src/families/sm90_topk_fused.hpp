@@ -160,7 +160,8 @@ void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFus
 // at position p (a q-tile's chunks on consecutive CTAs), each CTA's chunk in the CTA's own buffer
 // (a buffer per SM: 35 MB at k 2048 on 132 SMs, whatever the failed q-tiles), and the chunk's
 // end joins each row to the row's list under a lock per row (cut to its k largest when the chunk
-// would not fit, as the join that cuts), so neither the join kernel nor the whole-row redo runs.
+// would not fit, as the join that cuts, whose smallest then filters the row's later joins), so
+// neither the join kernel nor the whole-row redo runs.
 // Any number of failed q-tiles then costs their chunks over the SMs (9 failed q-tiles at S_k
 // 262144 k 2048: 144 chunks of 256 KV tiles, two rounds on 132 SMs) instead of a whole-row sweep
 // per q-tile past the slots (session 31: 28.0 ms against 15.8 unfused). Chunks join in any
