@@ -312,6 +312,7 @@ struct LeanTopkKeeper {
 __device__ __forceinline__ void lean_topk_pool_join(const LeanTopkKeeper& cut, LeanTopkRow& R, const LeanTopkArgs& ta,
                                                     i64 chunk, i64 own, int lane) {
   const u32 c = R.count;
+  __syncwarp();  // every lane has read it before lane 0 may rewrite R (the caller's reset, the compaction)
   if (c == 0u) return;  // (warp-uniform)
   LeanTopkPoolRow* const row = reinterpret_cast<LeanTopkPoolRow*>(ta.pool) + own;
   if (lane == 0) {
