@@ -145,17 +145,19 @@ void set_topk_fused_redo_split(std::optional<bool> on);  // nullopt: kTopkFusedR
 inline constexpr bool kTopkFusedRedoSlotItems = true;
 bool topk_fused_redo_slot_items();
 void set_topk_fused_redo_slot_items(std::optional<bool> on);  // nullopt: kTopkFusedRedoSlotItems
-// The join that cuts (session 31, built when no GPU was left to check it; off): sm90_topk_redo_merge
-// cuts a row's joined list to its k largest (the keeper's exact compaction, the one a chunk ends
-// with) before a chunk that would not fit, so that a q-tile splits in kTopkRedoMaxParts chunks
-// whatever k (at k 2048 / S_k 262144 16 instead of 7: a chunk of 256 KV tiles instead of 586, the
-// split redo's time about halved; predicted, not measured). The chunk buffers grow with the
-// parts: 34 MiB instead of 15 there. GPU check: gpu_session.sh s32a.
+// The join that cuts (session 31; off): sm90_topk_redo_merge cuts a row's joined list to its k
+// largest (the keeper's exact compaction, the one a chunk ends with) before a chunk that would
+// not fit, so that a q-tile splits in kTopkRedoMaxParts chunks whatever k (at k 2048 / S_k 262144
+// 16 instead of 7: a chunk of 256 KV tiles instead of 586). The chunk buffers grow with the
+// parts: 34 MiB instead of 15 there. Session 32 on an H100: bitwise the unfused path, memcheck
+// and racecheck clean; seed 2 at S_q 2048 / S_k 262144 k 2048 16.49 ms against 16.98 by slots
+// (the chunks' exact sweep from an empty row, not their length, is most of a failed q-tile's 2
+// ms); 9 failed q-tiles 26.51 against 27.76 (the 9th still whole-row). The redo pool supersedes it.
 inline constexpr bool kTopkFusedRedoJoinCut = false;
 bool topk_fused_redo_join_cut();
 void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFusedRedoJoinCut
-// The redo pool (session 32, built when no GPU was lent; off until one checks it): the split
-// redo without slots. sm90_topk_redo_slots lists every failed q-tile of a block (and empties its
+// The redo pool (session 32; off until racecheck runs clean on its fix): the split redo without
+// slots. sm90_topk_redo_slots lists every failed q-tile of a block (and empties its
 // rows' lists), the split launch sweeps them all, chunk p % parts of the listed q-tile p / parts
 // at position p (a q-tile's chunks on consecutive CTAs), each CTA's chunk in the CTA's own buffer
 // (a buffer per SM: 35 MB at k 2048 on 132 SMs, whatever the failed q-tiles), and the chunk's
@@ -166,7 +168,11 @@ void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFus
 // 262144 k 2048: 144 chunks of 256 KV tiles, two rounds on 132 SMs) instead of a whole-row sweep
 // per q-tile past the slots (session 31: 28.0 ms against 15.8 unfused). Chunks join in any
 // order, and the candidates kernel selects exactly from any list that holds the row's top-k, so
-// the bits are the same. Parts as with the join that cuts (ld >= 2k). GPU check: gpu_session.sh s32b.
+// the bits are the same. Parts as with the join that cuts (ld >= 2k). Session 32 on an H100:
+// bitwise the unfused path in every case, memcheck clean; 9 failed q-tiles (S_q 2112 / S_k
+// 262144 k 2048) 17.59 ms against 27.76 by slots (unfused 15.74), one (seed 2) 16.62 against
+// 16.98; racecheck found a warp-level hazard on a row's count (every lane's read, lane 0's reset
+// after an empty chunk), fixed but not yet run under racecheck again (gpu_session.sh s32b).
 inline constexpr bool kTopkFusedRedoPool = false;
 bool topk_fused_redo_pool();
 void set_topk_fused_redo_pool(std::optional<bool> on);  // nullopt: kTopkFusedRedoPool
