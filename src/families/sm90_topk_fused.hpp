@@ -156,8 +156,8 @@ void set_topk_fused_redo_slot_items(std::optional<bool> on);  // nullopt: kTopkF
 inline constexpr bool kTopkFusedRedoJoinCut = false;
 bool topk_fused_redo_join_cut();
 void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFusedRedoJoinCut
-// The redo pool (session 32; off until racecheck runs clean on its fix): the split redo without
-// slots. sm90_topk_redo_slots lists every failed q-tile of a block (and empties its
+// The redo pool (session 32; off until the other fused cases run with it on): the split redo
+// without slots. sm90_topk_redo_slots lists every failed q-tile of a block (and empties its
 // rows' lists), the split launch sweeps them all, chunk p % parts of the listed q-tile p / parts
 // at position p (a q-tile's chunks on consecutive CTAs), each CTA's chunk in the CTA's own buffer
 // (a buffer per SM: 35 MB at k 2048 on 132 SMs, whatever the failed q-tiles), and the chunk's
@@ -172,7 +172,7 @@ void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFus
 // bitwise the unfused path in every case, memcheck clean; 9 failed q-tiles (S_q 2112 / S_k
 // 262144 k 2048) 17.59 ms against 27.76 by slots (unfused 15.74), one (seed 2) 16.62 against
 // 16.98; racecheck found a warp-level hazard on a row's count (every lane's read, lane 0's reset
-// after an empty chunk), fixed but not yet run under racecheck again (gpu_session.sh s32b).
+// after an empty chunk), fixed, then racecheck clean (gpu_session.sh s32b; s32c the other cases).
 inline constexpr bool kTopkFusedRedoPool = false;
 bool topk_fused_redo_pool();
 void set_topk_fused_redo_pool(std::optional<bool> on);  // nullopt: kTopkFusedRedoPool
