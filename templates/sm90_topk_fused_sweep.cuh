@@ -758,10 +758,9 @@ template <class Cfg, class Base>
 struct LeanSplitOrder<LeanTopkRuns<Cfg, Base, true>> {
   static constexpr bool value = true;
 };
-template <class Cfg, class Base>
-struct LeanTopkPoolOf<LeanSplitWork<LeanTopkRuns<Cfg, Base, true>>> {
-  static constexpr bool value = true;
-};
+// (the same fact of the work's runs)
+template <class Runs>
+struct LeanTopkPoolOf<LeanSplitWork<Runs>> : LeanSplitOrder<Runs> {};
 
 // BSHD: the planner's schedule is compiled in, as for the scores kernel of the same key. kProto:
 // kLeanTopkSampled serves sampled launches, kLeanTopkExact exact and redo launches (the host

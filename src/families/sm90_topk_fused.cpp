@@ -78,8 +78,8 @@ TopkRedoSplit call_redo_split(const Problem& p) {
 
 // The split redo's slots: kTopkRedoSlots or the override; the redo pool's, a block's q-tiles
 // (every failed one is listed).
-int32_t redo_slots(const TopkBlocking& bl) {
-  return topk_fused_redo_pool() ? static_cast<int32_t>(std::min<int64_t>((bl.rows + 7) / 8, INT32_MAX)) : topk_fused_redo_slots();
+int32_t redo_slots(const TopkBlocking& bl, bool pool) {
+  return pool ? static_cast<int32_t>(std::min<int64_t>((bl.rows + 7) / 8, INT32_MAX)) : topk_fused_redo_slots();
 }
 
 // The split redo's region, after the blocking's: i32 slot_of [q-tiles], tile_of [slots],
@@ -90,9 +90,8 @@ int32_t redo_slots(const TopkBlocking& bl) {
 struct RedoLayout {
   uint64_t slot_of = 0, tile_of = 0, part_count = 0, pool_rows = 0, part_cand = 0, end = 0;
 };
-RedoLayout redo_layout(const TopkBlocking& bl, const TopkRedoSplit& rs, const DeviceInfo& dev) {
-  const bool pool = topk_fused_redo_pool();
-  const int32_t slots = redo_slots(bl);
+RedoLayout redo_layout(const TopkBlocking& bl, const TopkRedoSplit& rs, const DeviceInfo& dev, bool pool) {
+  const int32_t slots = redo_slots(bl, pool);
   RedoLayout l;
   l.slot_of = align256(bl.extra_offset);
   l.tile_of = l.slot_of + align256(uint64_t((bl.rows + 7) / 8) * 4);
@@ -110,7 +109,7 @@ TopkBlocking fused_blocking(const Problem& p, const DeviceInfo& dev) {
   // per row: its candidates, its count, its failed flag (the sampled sweep's, for the redo)
   TopkBlocking bl = topk_blocking(p, dev, budget != 0 ? budget : kTopkFusedBudget, uint64_t(ld) * 8 + 4 + 1);
   bl.extra_offset = bl.total_bytes;
-  if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0) bl.total_bytes = redo_layout(bl, rs, dev).end;
+  if (const TopkRedoSplit rs = call_redo_split(p); rs.parts > 0) bl.total_bytes = redo_layout(bl, rs, dev, topk_fused_redo_pool()).end;
   return bl;
 }
 
@@ -142,13 +141,13 @@ Buffers buffers(const Problem& p, const TopkBlocking& bl, const DeviceInfo& dev,
   Buffers b{reinterpret_cast<uint64_t*>(ws), reinterpret_cast<int32_t*>(count), count + uint64_t(bl.rows) * 4, ld};
   b.redo = call_redo_split(p);
   if (b.redo.parts > 0) {
-    b.slots = redo_slots(bl);
-    const RedoLayout l = redo_layout(bl, b.redo, dev);
+    b.pool = topk_fused_redo_pool();  // (read once: the slots, the layout and the kernel follow it)
+    b.slots = redo_slots(bl, b.pool);
+    const RedoLayout l = redo_layout(bl, b.redo, dev, b.pool);
     b.slot_of = reinterpret_cast<int32_t*>(ws + l.slot_of);
     b.tile_of = reinterpret_cast<int32_t*>(ws + l.tile_of);
     b.part_count = reinterpret_cast<int32_t*>(ws + l.part_count);
     b.part_cand = reinterpret_cast<uint64_t*>(ws + l.part_cand);
-    b.pool = topk_fused_redo_pool();
     if (b.pool) b.pool_rows = ws + l.pool_rows;
   }
   return b;
