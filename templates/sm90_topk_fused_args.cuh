@@ -17,9 +17,10 @@ struct LeanTopkArgs {
   i32 mode;      // kLeanTopkExact, kLeanTopkSampled or kLeanTopkRedo
   float margin;   // kLeanTopkSampled: the cut's margin in standard deviations (z)
   u64 stats;     // optional (0), sampled launches: u32 [kLeanTopkStats] counters the sweep adds to
-  u64 fail;      // u8 [rows]: the sampled launch writes whether row r failed (count < 0), the redo
-                 // launch reads it to pick its q-tiles (not the counts, which its selectors rewrite
-                 // while the other roles may not have reached the q-tile yet)
+  u64 fail;      // u8 [rows]: the sampled launch writes whether row r failed (count < 0; 0 kept,
+                 // kLeanTopkFailBelowK or kLeanTopkFailOther), the redo launch reads it to pick its
+                 // q-tiles (not the counts, which its selectors rewrite while the other roles may not
+                 // have reached the q-tile yet)
   u64 lse;       // kTopkLse: float, row r's lse at lse[r * lse_stride] (sm90_topk_lse.cuh's order)
   i64 lse_stride;
   // The split redo (BSHD blocks, kLeanTopkRedoSplit): the q-tiles with a failed row swept in
@@ -42,13 +43,14 @@ struct LeanTopkArgs {
   // chunk's end joins them to the rows' buffers (cand, count: a row's list cut to its k largest
   // when the chunk would not fit) under the row's lock, so no join kernel follows and no q-tile
   // is left to the whole-row redo.
-  u64 pool;        // LeanTopkPoolRow [rows] (0: no pool; sm90_topk_redo_slots zeroes those of the
-                   // failed q-tiles and their rows' counts)
+  u64 pool;        // LeanTopkPoolRow [rows] (0: no pool; sm90_topk_redo_seed empties the rows of the
+                   // failed q-tiles and gives each its floor)
 };
 
 // A row's state in the redo pool: its lock (0 free, 1 held) and its floor, a composite at or
-// below the row's k-th largest (0 until a join cut the row's list to its k largest: then their
-// smallest), so that later joins append only composites at or above it.
+// below the row's k-th largest (sm90_topk_redo_seed's from the sampled sweep's list, else 0; a
+// join that cuts the row's list to its k largest raises it to their smallest), so that the
+// chunks keep and the joins append only composites at or above it.
 struct LeanTopkPoolRow {
   i32 lock;
   i32 pad;
@@ -71,9 +73,10 @@ struct TopkRedoArgs {
   i32 slots;
   i32 parts;
   i32 k;           // the join cuts a row's list to its k largest when the next chunk would not fit
-  i32 pad;
+  i32 seed;        // sm90_topk_redo_seed: 1 floors from the sampled sweep's lists, 0 floors 0
   u64 pool;        // the redo pool (LeanTopkArgs::pool), else 0: sm90_topk_redo_slots gives every
-                   // failed q-tile a slot (slots: the q-tiles) and zeroes its rows' counts and states
+                   // failed q-tile a slot (slots: the q-tiles), sm90_topk_redo_seed empties its rows
+                   // and sets their floors
 };
 
 // The sampled sweep's row counters (LeanTopkArgs::stats; measurements, not the operation): rows
@@ -99,6 +102,10 @@ enum LeanTopkStat : int {
 // - redo: exact, over the q-tiles with such a row only (the others are skipped by every role);
 //   it rewrites all 8 rows of those q-tiles.
 constexpr i32 kLeanTopkExact = 0;
+// LeanTopkArgs::fail of a failed row: fewer than k entries known above the cut (its list, every
+// entry written, then seeds the redo pool's floor), or another cause (a bad sample, an overflow).
+constexpr u8 kLeanTopkFailOther = 1;
+constexpr u8 kLeanTopkFailBelowK = 2;
 constexpr i32 kLeanTopkSampled = 1;
 constexpr i32 kLeanTopkRedo = 2;
 // - redo split: exact, over the q-tiles whose LeanTopkArgs::slot_of is a slot (>= 0), each in

@@ -590,7 +590,7 @@ struct LeanTopkEpilogue {
           const i32 kept = static_cast<i32>(over ? static_cast<u32>(ta.cand_ld) : n);
           const bool failed = bad || over || below;
           count[row0 + r] = failed ? -1 - kept : kept;
-          fail[row0 + r] = failed ? 1 : 0;
+          fail[row0 + r] = bad || over ? kLeanTopkFailOther : below ? kLeanTopkFailBelowK : u8(0);
           if (ta.stats != 0ull) {
             u32* st = reinterpret_cast<u32*>(ta.stats);
             atomicAdd(&st[bad    ? kLeanTopkStatBadSample
@@ -654,6 +654,17 @@ struct LeanTopkEpilogue {
                        : parted ? (static_cast<i64>(reinterpret_cast<const i32*>(ta.slot_of)[tile]) * ta.parts + part) * kTileRows
                        : T::kThd ? static_cast<i64>(tok0) : static_cast<i64>(b) * T::kSeqQ + tok0;
       u64* const cand = reinterpret_cast<u64*>(parted ? ta.part_cand : ta.cand);
+      if constexpr (pool) {
+        // the chunk keeps only composites at or above its row's floor (sm90_topk_redo_seed's, or
+        // higher once a join cut the row: any value read is at or below the row's k-th largest)
+        if (lane == 0)
+          for (int r = s; r < kTileRows; r += kSelectors) {
+            const i64 own = static_cast<i64>(b) * T::kSeqQ + tok0 + r;
+            const u64 f = *reinterpret_cast<volatile const u64*>(&reinterpret_cast<const LeanTopkPoolRow*>(ta.pool)[own].floor);
+            if (f != 0ull) rows[r].thr = f - 1ull;
+          }
+        __syncwarp();
+      }
       for (i32 it = 0; it < n_kv; ++it) {
         u32 rel = static_cast<u32>(lean_tile_at<kSampleStride>(it, n_kv) * kKvRows);
         rel += kv_begin;

@@ -4,7 +4,8 @@
 // tiles on several CTAs (a failed row costs about a chunk, not a whole sweep on one CTA).
 // sm90_topk_redo_slots gives each such q-tile a slot of the chunk buffers (in row order, as long
 // as slots last; the rest keep the whole-row redo; the redo pool: every one, the split sweep then
-// joining each chunk itself, LeanTopkArgs::pool), sm90_topk_redo_merge joins each slot's rows'
+// joining each chunk itself, LeanTopkArgs::pool, its rows first seeded by sm90_topk_redo_seed),
+// sm90_topk_redo_merge joins each slot's rows'
 // chunks (at most k entries each) into the rows' own buffers for the candidates kernel (with the
 // join that cuts, a row's list cut to its k largest whenever the next chunk would not fit). Which
 // rows are redone, and where, never reaches the outputs: the candidates kernel selects exactly
@@ -43,26 +44,56 @@ __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_slots(
     __syncthreads();
   }
   i32 base = sums[threadIdx.x] - n;
-  // the redo pool: the failed q-tiles' rows start empty, unlocked, without a floor (their chunks
-  // join them)
-  i32* count = r.pool != 0 ? reinterpret_cast<i32*>(r.count) : nullptr;
-  LeanTopkPoolRow* pool = reinterpret_cast<LeanTopkPoolRow*>(r.pool);
   for (i64 t = t0; t < t1; ++t) {
     i32 v = kLeanTopkNoRedo;
     if (failed(t)) {
       v = base < r.slots ? base : kLeanTopkRedoWhole;
       if (base < r.slots) tile_of[base] = static_cast<i32>(t);
       ++base;
-      if (count != nullptr)
-        for (i64 i = t * 8; i < t * 8 + 8 && i < r.rows; ++i) {
-          count[i] = 0;
-          pool[i] = LeanTopkPoolRow{0, 0, 0ull};
-        }
     }
     slot_of[t] = v;
   }
   const i32 total = sums[kLeanTopkRedoThreads - 1];
   for (i32 j = total + static_cast<i32>(threadIdx.x); j < r.slots; j += kLeanTopkRedoThreads) tile_of[j] = -1;
+}
+
+// The redo pool's rows (LeanTopkArgs::pool), a CTA per q-tile of the block, a warp per row: the
+// rows of each failed q-tile start empty and unlocked, with a floor taken from the list the
+// sampled sweep left (the prefix at or above which k of its entries lie: k of the row's cells are
+// at or above it, so its top-k is), which the chunks of the pool's launch start their threshold
+// from and its joins filter by. Only lists whose entries were all written count: rows that kept
+// theirs (fail 0) and rows that failed with fewer than k entries above the sample's cut
+// (kLeanTopkFailBelowK); the others, and lists of fewer than k, start without a floor (0), as
+// every row did before (session 32: a chunk from an empty row took about 2.2 ms at S_k 262144
+// k 2048, the selectors keeping up with every cell). Independent of sm90_topk_redo_slots (it
+// reads the failed flags, not the slots).
+__global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_seed(const TopkRedoArgs r) {
+  static_assert(kLeanTopkRedoThreads == 8 * 32, "sm90_topk_redo_seed: a warp per row of a q-tile");
+  __shared__ LeanTopkRow rows[8];
+  const u8* fail = reinterpret_cast<const u8*>(r.fail);
+  const i64 t = blockIdx.x, row0 = t * 8;
+  bool failed = false;
+  for (i64 i = row0; i < row0 + 8 && i < r.rows; ++i) failed |= fail[i] != 0;
+  if (!failed) return;
+  const int w = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const i64 row = row0 + w;
+  if (row >= r.rows) return;
+  i32* count = reinterpret_cast<i32*>(r.count);
+  const i32 c = count[row];
+  const u8 f = fail[row];
+  const i64 n = f == 0 ? c : f == kLeanTopkFailBelowK ? -1 - static_cast<i64>(c) : 0;
+  u64 floor = 0ull;
+  if (r.seed != 0 && n >= r.k && n <= r.cand_ld) {
+    const LeanTopkKeeper cut{static_cast<u32>(r.k), 0u, r.cand_ld, false, lane};
+    const u64* buf = reinterpret_cast<const u64*>(r.cand) + row * r.cand_ld;
+    cut.count_h1(rows[w], buf, static_cast<u32>(n));
+    u32 b;
+    floor = cut.rank_prefix(rows[w], buf, static_cast<u32>(n), static_cast<u32>(r.k), b);
+  }
+  if (lane == 0) {
+    count[row] = 0;
+    reinterpret_cast<LeanTopkPoolRow*>(r.pool)[row] = LeanTopkPoolRow{0, 0, floor};
+  }
 }
 
 // A CTA per slot, a warp per row of its q-tile: the row's chunks (at most k entries each), in

@@ -54,6 +54,7 @@ FlagOverride g_redo_split;
 FlagOverride g_redo_slot_items;
 FlagOverride g_redo_join_cut;
 FlagOverride g_redo_pool;
+FlagOverride g_redo_seed;
 std::atomic<int32_t> g_redo_slots{0};
 // The sweep family's slot beyond lean's parameters: the partitioned appends (omitted at 0, so the
 // variants from before keep their sources and keys).
@@ -420,11 +421,12 @@ class TopkFusedFamily final : public Family {
       sel.block[0] = static_cast<uint32_t>(threads);
       sel.smem = plan.spec.dynamic_smem;
     }
-    // the split redo's slots (one CTA) and joins (a CTA per slot)
-    for (int i = 0; i < 2; ++i) {
+    // the split redo's slots (one CTA), joins (a CTA per slot) and the redo pool's seeds (a CTA
+    // per q-tile)
+    for (int i = 0; i < 3; ++i) {
       KernelLaunch& l = plan.launches[plan.n_launches++];
       l.block[0] = dsa::kLeanTopkRedoThreads;
-      l.grid[0] = 1;  // (the joins: a CTA per slot, set at launch)
+      l.grid[0] = 1;  // (the joins and the seeds: set at launch)
     }
     return plan;
   }
@@ -441,6 +443,7 @@ class TopkFusedFamily final : public Family {
     g.kernels.push_back("dsa::sm90_topk_redo_slots");
     g.kernels.push_back("dsa::sm90_topk_redo_merge<false>");
     g.kernels.push_back("dsa::sm90_topk_redo_merge<true>");  // the join that cuts (kTopkFusedRedoJoinCut)
+    g.kernels.push_back("dsa::sm90_topk_redo_seed");         // the redo pool's rows
   }
 
   void launch(const Problem& p, const Plan& plan, const LoadedKernel& k, CUstream stream) const override {
@@ -479,8 +482,14 @@ class TopkFusedFamily final : public Family {
             ra.parts = buf.redo.parts;
             ra.k = static_cast<int32_t>(p.topk.k);
             ra.pool = reinterpret_cast<uintptr_t>(buf.pool_rows);
+            ra.seed = buf.pool && topk_fused_redo_seed() ? 1 : 0;
             void* rparams[] = {&ra};
             launch_one(k.functions[3], plan.launches[3], stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_slots)");
+            if (buf.pool) {
+              KernelLaunch seed = plan.launches[5];
+              seed.grid[0] = static_cast<uint32_t>((b.n + 7) / 8);
+              launch_one(k.functions[6], seed, stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_seed)");
+            }
             s.sweep.mode = dsa::kLeanTopkRedoSplit;
             launch_forward(s, sp, *sk, stream);
             if (!buf.pool) {
@@ -605,6 +614,8 @@ bool topk_fused_redo_join_cut() { return g_redo_join_cut.get(kTopkFusedRedoJoinC
 void set_topk_fused_redo_join_cut(std::optional<bool> on) { g_redo_join_cut.set(on); }
 bool topk_fused_redo_pool() { return g_redo_pool.get(kTopkFusedRedoPool); }
 void set_topk_fused_redo_pool(std::optional<bool> on) { g_redo_pool.set(on); }
+bool topk_fused_redo_seed() { return g_redo_seed.get(kTopkFusedRedoSeed); }
+void set_topk_fused_redo_seed(std::optional<bool> on) { g_redo_seed.set(on); }
 int32_t topk_fused_redo_slots() {
   const int32_t n = g_redo_slots.load(std::memory_order_relaxed);
   return n > 0 ? n : kTopkRedoSlots;

@@ -156,8 +156,7 @@ void set_topk_fused_redo_slot_items(std::optional<bool> on);  // nullopt: kTopkF
 inline constexpr bool kTopkFusedRedoJoinCut = false;
 bool topk_fused_redo_join_cut();
 void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFusedRedoJoinCut
-// The redo pool (session 32; off until the other fused cases run with it on): the split redo
-// without slots. sm90_topk_redo_slots lists every failed q-tile of a block (and empties its
+// The redo pool (session 32; the default since session 33): the split redo without slots. sm90_topk_redo_slots lists every failed q-tile of a block (and empties its
 // rows' lists), the split launch sweeps them all, chunk p % parts of the listed q-tile p / parts
 // at position p (a q-tile's chunks on consecutive CTAs), each CTA's chunk in the CTA's own buffer
 // (a buffer per SM: 35 MB at k 2048 on 132 SMs, whatever the failed q-tiles), and the chunk's
@@ -173,9 +172,20 @@ void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFus
 // 262144 k 2048) 17.59 ms against 27.76 by slots (unfused 15.74), one (seed 2) 16.62 against
 // 16.98; racecheck found a warp-level hazard on a row's count (every lane's read, lane 0's reset
 // after an empty chunk), fixed, then racecheck clean (gpu_session.sh s32b; s32c the other cases).
-inline constexpr bool kTopkFusedRedoPool = false;
+inline constexpr bool kTopkFusedRedoPool = true;
 bool topk_fused_redo_pool();
 void set_topk_fused_redo_pool(std::optional<bool> on);  // nullopt: kTopkFusedRedoPool
+// The redo pool's floors (session 33): sm90_topk_redo_seed starts each failed q-tile's row from
+// the prefix at or above which k entries of the list the sampled sweep left lie (rows that kept
+// theirs, and rows that failed with fewer than k above the cut, whose lists are whole), so the
+// pool's chunks append only cells at or above it instead of sweeping from an empty row (session
+// 32: about 2.2 ms a failed q-tile at S_k 262144 k 2048, the selectors taking every cell).
+// Any floor at or below the row's k-th largest gives the same bits (the candidates kernel
+// selects exactly from any list that holds the top-k). set_topk_fused_redo_seed(false): floors 0,
+// as in session 32 (tests and measurements).
+inline constexpr bool kTopkFusedRedoSeed = true;
+bool topk_fused_redo_seed();
+void set_topk_fused_redo_seed(std::optional<bool> on);  // nullopt: kTopkFusedRedoSeed
 // The slots (0: kTopkRedoSlots); tests take 1 to leave q-tiles to the whole-row redo.
 int32_t topk_fused_redo_slots();
 void set_topk_fused_redo_slots(int32_t slots);

@@ -476,6 +476,8 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
       ind.download(want.data(), want.size() * 4);
       // the split redo (session 30, the default) with its launch's items by q-tiles: its time, and
       // its indices against the unfused path's
+      // (the slots' orders and the join that cut: the redo pool off)
+      dsa_indexer::detail::set_topk_fused_redo_pool(false);
       dsa_indexer::detail::set_topk_fused_redo_split(true);
       dsa_indexer::detail::set_topk_fused_redo_slot_items(false);
       const float t_split = once(KernelFamily::topk_fused);
@@ -492,12 +494,17 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
       dsa_indexer::detail::set_topk_fused_redo_join_cut(std::nullopt);
       ind.download(got.data(), got.size() * 4);
       CHECK(got == want);
-      // and the redo pool (set_topk_fused_redo_pool: every failed q-tile in 16 chunks, no slots)
-      dsa_indexer::detail::set_topk_fused_redo_pool(true);
-      const float t_pool = once(KernelFamily::topk_fused);
+      // and the redo pool (the default since session 33: every failed q-tile in 16 chunks, no
+      // slots), its rows seeded with floors (session 33) and without
       dsa_indexer::detail::set_topk_fused_redo_pool(std::nullopt);
       dsa_indexer::detail::set_topk_fused_redo_slot_items(std::nullopt);
       dsa_indexer::detail::set_topk_fused_redo_split(std::nullopt);
+      const float t_pool = once(KernelFamily::topk_fused);
+      ind.download(got.data(), got.size() * 4);
+      CHECK(got == want);
+      dsa_indexer::detail::set_topk_fused_redo_seed(false);
+      const float t_pool0 = once(KernelFamily::topk_fused);
+      dsa_indexer::detail::set_topk_fused_redo_seed(std::nullopt);
       ind.download(got.data(), got.size() * 4);
       CHECK(got == want);
       ds::DeviceBuffer counters(dsa::kLeanTopkStats * 4);
@@ -510,9 +517,10 @@ TEST_CASE("topk: the fused path's failed rows by input seed", "[.][topk_seeds]")
       uint32_t st[dsa::kLeanTopkStats] = {};
       counters.download(st, sizeof st);
       std::printf("topk_seeds S_q %lld S_k %lld seed %llu k %4d: fused %.3f ms, split redo %.3f ms (by slots %.3f, join cut "
-                  "%.3f, pool %.3f), unfused %.3f ms; rows per call: cut %u, not cut %u, failed by overflow %u, sample %u, below k %u\n",
+                  "%.3f, pool %.3f, pool unseeded %.3f), unfused %.3f ms; rows per call: cut %u, not cut %u, failed by overflow %u, "
+                  "sample %u, below k %u\n",
                   static_cast<long long>(sq), static_cast<long long>(sk), static_cast<unsigned long long>(seed), k, t_fused, t_split,
-                  t_slots, t_cut, t_pool, t_unfused,
+                  t_slots, t_cut, t_pool, t_pool0, t_unfused,
                   st[dsa::kLeanTopkStatCut] / 2, st[dsa::kLeanTopkStatUncut] / 2, st[dsa::kLeanTopkStatOverflow] / 2,
                   st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
       CHECK(st[dsa::kLeanTopkStatCut] + st[dsa::kLeanTopkStatUncut] + st[dsa::kLeanTopkStatOverflow] +
@@ -555,6 +563,7 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
   dd::set_topk_fused_stats(nullptr);
   ind.download(got.data(), got.size() * 4);
   CHECK(got == want);
+  dd::set_topk_fused_redo_pool(false);  // (the slots' orders and the join that cuts)
   dd::set_topk_fused_redo_split(true);
   dd::set_topk_fused_redo_slot_items(false);
   const float t_tiles = once(KernelFamily::topk_fused);
@@ -576,10 +585,15 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
   dd::set_topk_fused_redo_join_cut(std::nullopt);
   ind.download(got.data(), got.size() * 4);
   CHECK(got == want);
-  // the redo pool (every failed q-tile in 16 chunks over the SMs, no slots)
-  dd::set_topk_fused_redo_pool(true);
-  const float t_pool = once(KernelFamily::topk_fused);
+  // the redo pool (the default: every failed q-tile in 16 chunks over the SMs, no slots), its
+  // rows seeded with floors and without
   dd::set_topk_fused_redo_pool(std::nullopt);
+  const float t_pool = once(KernelFamily::topk_fused);
+  ind.download(got.data(), got.size() * 4);
+  CHECK(got == want);
+  dd::set_topk_fused_redo_seed(false);
+  const float t_pool0 = once(KernelFamily::topk_fused);
+  dd::set_topk_fused_redo_seed(std::nullopt);
   ind.download(got.data(), got.size() * 4);
   CHECK(got == want);
   dd::set_topk_fused_redo_slot_items(std::nullopt);
@@ -588,9 +602,10 @@ TEST_CASE("topk: the split redo's launch order on a block of 2 x 132 q-tiles", "
   uint32_t st[dsa::kLeanTopkStats] = {};
   counters.download(st, sizeof st);
   std::printf("topk_redo_skew S_q %lld S_k %lld k %d margin 3: whole-row redo %.3f ms, split by q-tiles %.3f ms, by slots "
-              "%.3f ms (16 slots %.3f, join cut %.3f), redo pool %.3f ms, unfused %.3f ms; failed rows per call: overflow %u, "
-              "sample %u, below k %u\n",
-              static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_slots16, t_cut, t_pool, t_unfused,
+              "%.3f ms (16 slots %.3f, join cut %.3f), redo pool %.3f ms (unseeded %.3f), unfused %.3f ms; failed rows per call: "
+              "overflow %u, sample %u, below k %u\n",
+              static_cast<long long>(sq), static_cast<long long>(sk), k, t_whole, t_tiles, t_slots, t_slots16, t_cut, t_pool, t_pool0,
+              t_unfused,
               st[dsa::kLeanTopkStatOverflow] / 2, st[dsa::kLeanTopkStatBadSample] / 2, st[dsa::kLeanTopkStatBelowK] / 2);
 }
 

@@ -250,8 +250,10 @@ namespace {
 // with 8 both, with 4096 every failed q-tile is split; the split launch's items by q-tiles and by
 // slots (set_topk_fused_redo_slot_items), and by slots with the join that cuts
 // (set_topk_fused_redo_join_cut: S_k 4096 at k 2048 joins 4 chunks in a buffer of 2k + 64,
-// S_k 16384 16 chunks in 5356), and the redo pool (set_topk_fused_redo_pool: every failed q-tile
-// split, its chunks joined under the rows' locks in whatever order they end). Indices and values (and softmax) bitwise the unfused
+// S_k 16384 16 chunks in 5356), and the redo pool (set_topk_fused_redo_pool, the default since
+// session 33: every failed q-tile split, its chunks joined under the rows' locks in whatever order
+// they end; its rows' floors seeded from the sampled sweep's lists, set_topk_fused_redo_seed, and
+// not). Indices and values (and softmax) bitwise the unfused
 // path's, every slot count, the default margin too, run to run.
 void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, Ties ties = Ties::none) {
   namespace dd = dsa_indexer::detail;
@@ -272,18 +274,23 @@ void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, 
       // (set_topk_fused_redo_join_cut: up to 16 chunks whatever k, a row's list cut to k in the join)
       // and the redo pool (set_topk_fused_redo_pool: no slots, every failed q-tile's chunks joined
       // under the rows' locks; run once, at 8 slots, which it ignores)
+      // (the pool's rows seeded with floors from the sampled sweep's lists, session 33's default,
+      // and without)
       struct Order {
-        bool by_slots, cut, pool;
+        bool by_slots, cut, pool, seed;
       };
       for (int32_t slots : {1, 8, 4096})
-      for (const Order o : {Order{false, false, false}, Order{true, false, false}, Order{true, true, false}, Order{true, false, true}}) {
+      for (const Order o : {Order{false, false, false, true}, Order{true, false, false, true}, Order{true, true, false, true},
+                            Order{true, false, true, true}, Order{true, false, true, false}}) {
         if (o.pool && slots != 8) continue;
         dd::set_topk_fused_redo_slots(slots);
         dd::set_topk_fused_redo_slot_items(o.by_slots);
         dd::set_topk_fused_redo_join_cut(o.cut);  // (before the INFO: the parts follow it)
         dd::set_topk_fused_redo_pool(o.pool);
+        dd::set_topk_fused_redo_seed(o.seed);
         INFO("sorted " << sorted << " slots " << slots << " items by slots " << o.by_slots << " join cut " << o.cut << " pool "
-                       << o.pool << " parts " << dd::topk_redo_split(k, dd::topk_fused_candidates(k, s_k), s_k).parts);
+                       << o.pool << " seeded " << o.seed << " parts "
+                       << dd::topk_redo_split(k, dd::topk_fused_candidates(k, s_k), s_k).parts);
         std::string first;
         dd::set_topk_fused_margin(-4.0f);
         const TopkOut f = run_topk(p, dp, k, {KernelFamily::topk_fused, sorted, true});
@@ -299,6 +306,7 @@ void check_redo_split(HostProblem p, uint64_t seed, const std::vector<int>& ks, 
       dd::set_topk_fused_redo_slot_items(std::nullopt);
       dd::set_topk_fused_redo_join_cut(std::nullopt);
       dd::set_topk_fused_redo_pool(std::nullopt);
+      dd::set_topk_fused_redo_seed(std::nullopt);
       dd::set_topk_fused_redo_split(std::nullopt);
     }
   }

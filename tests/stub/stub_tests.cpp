@@ -256,9 +256,8 @@ int child_topk() {
     expect(contains(e.what(), "workspace_bytes"), std::string("a short workspace: ") + e.what());
   }
   // The same call by the fused path: one block of 2304 rows (topk_fused_candidates(512, 65536)
-  // = 4404 candidates of 8 bytes per row), 7 launches (rows, the sampled sweep, the split redo's
-  // slots, its sweep and its join, the whole-row redo, candidates); without the split redo 4;
-  // with the exact sweep 3.
+  // = 4404 candidates of 8 bytes per row), 6 launches (rows, the sampled sweep, the redo pool's
+  // slots and seeds, its sweep, candidates); without the split redo 4; with the exact sweep 3.
   b.opt.family = dsa_indexer::KernelFamily::topk_fused;
   t.workspace = nullptr;
   t.workspace_bytes = 0;
@@ -276,32 +275,33 @@ int child_topk() {
   expect(cands == 4404 && wsf >= std::size_t(2304) * cands * 8 && wsf < ws,
          fmt::format("fused: the workspace holds 2304 rows of {} candidates ({} bytes), less than the unfused ({})", cands, wsf,
                      ws));
-  // With the split redo (the default): 7 launches (rows, the sampled sweep, the redo's slots, its
-  // split sweep, the join, the whole-row redo, candidates), and the workspace adds the slots'
-  // chunk buffers.
+  // With the split redo by slots (the redo pool off): 7 launches (rows, the sampled sweep, the
+  // redo's slots, its split sweep, the join, the whole-row redo, candidates), and the workspace
+  // adds the slots' chunk buffers.
   {
     namespace dd = dsa_indexer::detail;
+    dd::set_topk_fused_redo_pool(false);
     const dd::TopkRedoSplit rs = dd::topk_redo_split(k, static_cast<int64_t>(cands), 65536);
     const unsigned long ns = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
     const std::string last = stub_last_kernel();
     const std::size_t wss = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
+    dd::set_topk_fused_redo_pool(std::nullopt);
     const std::size_t chunks = std::size_t(dd::kTopkRedoSlots) * 8 * std::size_t(rs.parts);
     expect(rs.parts == 8 && rs.chunk == 128 && ns == 7 && contains(last, "sm90_topk_candidates"),
            fmt::format("fused, split redo: {} parts of {} tiles, 7 launches ({}), last {}", rs.parts, rs.chunk, ns, last));
     expect(wss >= wsf + chunks * std::size_t(rs.part_ld) * 8 && wss < wsf + chunks * std::size_t(rs.part_ld) * 8 + (64u << 10),
            fmt::format("fused, split redo: the workspace {} = {} + the chunk buffers ({} x {} entries)", wss, wsf, chunks, rs.part_ld));
-    // The redo pool (set_topk_fused_redo_pool, off): 5 launches (rows, the sampled sweep, the
-    // redo's slots, the pool's sweep, candidates: no join, no whole-row redo), 16 parts (the
-    // join that cuts' rule), and a chunk buffer per SM (132 x 8 rows) in the workspace.
-    dd::set_topk_fused_redo_pool(true);
+    // The redo pool (the default since session 33): 6 launches (rows, the sampled sweep, the
+    // redo's slots, its rows' seeds, the pool's sweep, candidates: no join, no whole-row redo),
+    // 16 parts (the join that cuts' rule), and a chunk buffer per SM (132 x 8 rows) in the
+    // workspace.
     const dd::TopkRedoSplit rp = dd::topk_redo_split(k, static_cast<int64_t>(cands), 65536);
     const unsigned long np = launches_of([&] { dsa_indexer::indexer_topk(b.q, b.k, b.w, idx, b.opt, t, nullptr); });
     const std::string plast = stub_last_kernel();
     const std::size_t wsp = dsa_indexer::indexer_topk_workspace_size(b.q, b.k, b.w, idx, b.opt, t);
-    dd::set_topk_fused_redo_pool(std::nullopt);
     const std::size_t pool = std::size_t(132) * 8 * std::size_t(rp.part_ld) * 8;
-    expect(rp.parts == 16 && rp.chunk == 64 && np == 5 && contains(plast, "sm90_topk_candidates"),
-           fmt::format("fused, redo pool: {} parts of {} tiles, 5 launches ({}), last {}", rp.parts, rp.chunk, np, plast));
+    expect(rp.parts == 16 && rp.chunk == 64 && np == 6 && contains(plast, "sm90_topk_candidates"),
+           fmt::format("fused, redo pool: {} parts of {} tiles, 6 launches ({}), last {}", rp.parts, rp.chunk, np, plast));
     expect(wsp >= wsf + pool && wsp < wsf + pool + (64u << 10),
            fmt::format("fused, redo pool: the workspace {} = {} + the CTAs' chunk buffers ({} bytes)", wsp, wsf, pool));
   }
@@ -309,7 +309,7 @@ int child_topk() {
   // rows, under half a wave; rows of at most 1056 keys: the narrow and register rows) takes the
   // unfused path (3 blocks, 15 launches) and its workspace; with
   // the fused path's automatic policy on (set_topk_fused_automatic, off since session 28) it takes
-  // the fused path: one block, 7 launches (with the split redo), and (sync compile mode) the fused
+  // the fused path: one block, 6 launches (with the redo pool), and (sync compile mode) the fused
   // path's workspace, smaller than the unfused path's.
   {
     Bshd l(1, 1056, 131072);
@@ -324,8 +324,8 @@ int child_topk() {
     const std::size_t wd = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
     dsa_indexer::detail::set_topk_fused_automatic(true);
     const unsigned long na = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
-    expect(na == 7 && contains(stub_last_kernel(), "sm90_topk_candidates"),
-           fmt::format("automatic at S_k 131072, the fused policy on: the fused path, 7 launches ({}), last {}", na, stub_last_kernel()));
+    expect(na == 6 && contains(stub_last_kernel(), "sm90_topk_candidates"),
+           fmt::format("automatic at S_k 131072, the fused policy on: the fused path, 6 launches ({}), last {}", na, stub_last_kernel()));
     const std::size_t wa = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
     dsa_indexer::detail::set_topk_fused_automatic(std::nullopt);
     l.opt.family = dsa_indexer::KernelFamily::topk_fused;

@@ -77,10 +77,10 @@ TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][di
     REQUIRE(a.size() == 1);
     REQUIRE(b.size() == 1);
     const Plan pa = make_plan(a[0], dev, topk_fused_sweep_family()), pb = make_plan(b[0], dev, topk_fused_sweep_family());
-    // (a call with lse keeps the whole-row redo: no split variant)
+    // (a call with lse keeps the whole-row redo: no split variant; without, the redo pool's, .rs2)
     std::string key_a = pa.spec.shape_key();
-    CHECK(key_a.find(".rs1") != std::string::npos);
-    key_a.erase(key_a.find(".rs1"), 4);
+    REQUIRE(key_a.find(".rs2") != std::string::npos);
+    key_a.erase(key_a.find(".rs2"), 4);
     CHECK(pb.spec.shape_key() == key_a + ".tlse1");
     CHECK(pb.spec.dynamic_smem == pa.spec.dynamic_smem + static_cast<uint32_t>(dsa::kLeanTopkLseBytes));
     CHECK(render(pa.spec).text.find("kTopkLse") == std::string::npos);
@@ -198,6 +198,8 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
   // and the split redo's slots (kTopkRedoSlots x 8 rows x at most 16 chunks of k + max(k, 1024) +
   // 64 entries: 34 MiB at k 2048 with the join that cuts, 15 MiB without it, where 7 chunks' k
   // fit the rows' buffers); S_q 8192 at S_k 16384 in two blocks of 4096 rows.
+  // (the slots: with the redo pool off, as before session 33)
+  set_topk_fused_redo_pool(false);
   const uint64_t slots = uint64_t(kTopkRedoSlots) * 8 * kTopkRedoMaxParts * (2 * 2048 + 64) * 8;
   const uint64_t cap = kTopkFusedBudget + (uint64_t(1) << 20) + slots;
   const uint64_t one = make_plan(topk_problem(1, 8192, 16384, 2048), dev, topk_fused_family()).workspace_bytes;
@@ -210,10 +212,12 @@ TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") 
         CHECK(make_plan(topk_problem(1, sq, sk, 2048), dev, topk_fused_family()).workspace_bytes <= cap);
   }
   set_topk_fused_redo_join_cut(std::nullopt);
-  // the redo pool: a chunk buffer per SM (8 rows of k + max(k, 1024) + 64 entries: 35 MB on 132
-  // SMs at k 2048) whatever the block's q-tiles, beside their lists and the rows' locks
+  // the redo pool (the default since session 33): a chunk buffer per SM (8 rows of k + max(k,
+  // 1024) + 64 entries: 35 MB on 132 SMs at k 2048) whatever the block's q-tiles, beside their
+  // lists and the rows' locks
   const uint64_t pool = uint64_t(dev.sm_count) * 8 * (2 * 2048 + 64) * 8;
-  set_topk_fused_redo_pool(true);
+  set_topk_fused_redo_pool(std::nullopt);
+  CHECK(topk_fused_redo_pool());
   for (int64_t sq : {int64_t(4096), int64_t(8192), int64_t(32768), int64_t(1) << 20})
     for (int64_t sk : {int64_t(16384), int64_t(65536), int64_t(131072), int64_t(1) << 20}) {
       const Problem p = topk_problem(1, sq, sk, 2048);
@@ -357,7 +361,9 @@ TEST_CASE("topk fused: the split redo's sweep variants compile without spills, k
   set_topk_fused_redo_split(false);
   const std::vector<KernelSpec> plain = sweep_specs(lines, dev);
   set_topk_fused_redo_split(std::nullopt);  // on by default
+  set_topk_fused_redo_pool(false);           // (the slots' kernel: the pool is the default)
   const std::vector<KernelSpec> split = sweep_specs(lines, dev);
+  set_topk_fused_redo_pool(std::nullopt);
   set_topk_lse_lanes(true);
   const std::vector<KernelSpec> lse =
       sweep_specs("op=topk layout=bshd heads=64 sq=8192 sk=16384 ratio=1 w=bf16 lse=1 k=2048 family=topk_fused\n", dev);
@@ -378,16 +384,16 @@ TEST_CASE("topk fused: the split redo's sweep variants compile without spills, k
   check_compiles_without_spills(split, "sm90_topk");
 }
 
-// The redo pool (kTopkFusedRedoPool, off): the split redo's variants with the pool's kernel in
-// the split kernel's place (.rs2), the join under the rows' locks within the exact protocol's
-// selector registers; without spills, bf16 and fp32 W, bf16 and E4M3 inputs.
+// The redo pool (kTopkFusedRedoPool, the default since session 33): the split redo's variants with
+// the pool's kernel in the split kernel's place (.rs2), the join under the rows' locks within the
+// exact protocol's selector registers; without spills, bf16 and fp32 W, bf16 and E4M3 inputs.
 TEST_CASE("topk fused: the redo pool's sweep variants compile without spills, keyed apart", "[topk][nvrtc]") {
   const DeviceInfo dev = DeviceInfo::h200();
   const char* lines = kRedoLines;
+  set_topk_fused_redo_pool(false);
   const std::vector<KernelSpec> split = sweep_specs(lines, dev);
-  set_topk_fused_redo_pool(true);
-  const std::vector<KernelSpec> pool = sweep_specs(lines, dev);
   set_topk_fused_redo_pool(std::nullopt);
+  const std::vector<KernelSpec> pool = sweep_specs(lines, dev);
   REQUIRE(pool.size() == split.size());
   REQUIRE(!pool.empty());
   for (std::size_t i = 0; i < pool.size(); ++i) {
