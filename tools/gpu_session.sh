@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|s29b|s29c|s29d|s29e|s30a|s30b|s31a|s32a|s32b|s32c|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|s29b|s29c|s29d|s29e|s30a|s30b|s31a|s32a|s32b|s32c|s33a|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -639,14 +639,16 @@ fi
 # kTopkFusedRedoPool; every failed q-tile split, each chunk joined under the rows' locks) in the
 # cases and timings; s32c (not in all, a call of its own: s32b takes most of one) the other
 # fused cases.
-if [[ " $steps " == *" s31a "* || " $steps " == *" s32a "* || " $steps " == *" s32b "* ]]; then
+# s33a (not in all): the redo pool as the default with its rows seeded (session 33): s32b's cases
+# and timings (the pool seeded and not), then the other fused cases (s32c).
+if [[ " $steps " == *" s31a "* || " $steps " == *" s32a "* || " $steps " == *" s32b "* || " $steps " == *" s33a "* ]]; then
   run gpu_topk_redo 300 $b/tests/dsa_gpu_tests "[topk_fused_redo]" --durations yes
   run gpu_topk_seeds 150 $b/tests/dsa_gpu_tests "[topk_seeds]" --durations yes
   run gpu_topk_redo_skew 90 $b/tests/dsa_gpu_tests "[topk_redo_skew]" --durations yes
   run memcheck_redo 120 "$cs" --tool memcheck $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_redo]"
   run racecheck_redo 200 "$cs" --tool racecheck --racecheck-report hazard $b/tests/dsa_gpu_tests "[topk_fused_small][topk_fused_redo]"
 fi
-if [[ " $steps " == *" s32a "* || " $steps " == *" s32c "* ]]; then
+if [[ " $steps " == *" s32a "* || " $steps " == *" s32c "* || " $steps " == *" s33a "* ]]; then
   run gpu_topk_fused 240 $b/tests/dsa_gpu_tests "[topk_fused]~[topk_fused_redo]" --durations yes
 fi
 # s30b (not in all): the split redo (session 30, off: kTopkFusedRedoSplit): its GPU cases (bitwise
