@@ -346,8 +346,9 @@ class TopkFusedFamily final : public Family {
   bool serves_input(DType d) const override { return fused_serves_input(d); }
   // Above the unfused path, for the automatic calls its policy takes (auto_applies).
   int auto_priority() const override { return 2; }
-  // Automatic calls come here only with topk_fused_automatic (off since session 28: the sampled
-  // sweep's redo makes its time depend on the inputs, see sm90_topk_fused.hpp), and then only
+  // Automatic calls come here with topk_fused_automatic (on since session 33, with the seeded
+  // redo pool; see sm90_topk_fused.hpp), at k of at least kTopkFusedAutoMinK (2048: k 512 and
+  // 1024 were slower than the unfused path at S_k 262144 in session 33), and then only
   // where the unfused path's blocks would fall under half a wave
   // of rows (S_k past about 127k keys at its 256 MiB budget on 132 SMs). There the fused path
   // keeps blocks of full waves in 1.1-1.9x less workspace than the bounded unfused blocks and
@@ -364,8 +365,8 @@ class TopkFusedFamily final : public Family {
   // 2137.3 us cold, 1.86x against 1.63x the scores (session 27, an H100, docs/PERF_NOTES.md).
   // Its rows are short, where the fused path loses on BSHD too.
   bool auto_applies(const Problem& p, const DeviceInfo& dev) const override {
-    return topk_fused_automatic() && !p.is_thd() && p.qk_dtype == DType::bf16 && topk_unfused_short_blocks(p, dev) &&
-           topk_fused_candidates_fit(p.topk.k, p.s_k);
+    return topk_fused_automatic() && !p.is_thd() && p.qk_dtype == DType::bf16 && p.topk.k >= kTopkFusedAutoMinK &&
+           topk_unfused_short_blocks(p, dev) && topk_fused_candidates_fit(p.topk.k, p.s_k);
   }
   bool fast_path() const override { return true; }
   const std::vector<ParamDesc>& params() const override {

@@ -37,10 +37,11 @@ void set_topk_fused_candidates(int64_t entries);
 // spread; sessions 15-21 used 512 MiB, one block for S_q 8192 up to S_k 65536). Bounds the
 // workspace independently of S_k up to the sweep's kLeanTopkMaxLd entries per row.
 inline constexpr uint64_t kTopkFusedBudget = uint64_t(256) << 20;
-// Automatic top-k calls take the fused path where its gates hold and the unfused path's blocks
-// would hold under half a wave of rows (topk_unfused_short_blocks: long S_k); elsewhere the
-// unfused path, which is faster there (session 22, an H100: the fused path up to 11 % slower at
-// S_k 16384-65536, 19-34 % at ratio 4; docs/PERF_NOTES.md).
+// Automatic top-k calls take the fused path where its gates hold, k is at least
+// kTopkFusedAutoMinK and the unfused path's blocks would hold under half a wave of rows
+// (topk_unfused_short_blocks: long S_k); elsewhere the unfused path, which is faster there
+// (session 22, an H100: the fused path up to 11 % slower at S_k 16384-65536, 19-34 % at ratio 4;
+// session 33: k 512 and 1024 at S_k 262144; docs/PERF_NOTES.md).
 // Appends to a row between refreshes of its threshold from its histograms; 0: no histograms are
 // kept while sweeping, the threshold rises at compactions only.
 inline constexpr int32_t kTopkFusedRefresh = 32;
@@ -94,12 +95,17 @@ inline constexpr bool kTopkFusedThdRows = true;
 bool topk_fused_thd_rows();
 void set_topk_fused_thd_rows(std::optional<bool> on);  // nullopt: kTopkFusedThdRows
 // Whether automatic calls take the fused path where its policy would (Family::auto_applies:
-// BSHD bf16 past about 127k keys). Off since session 28: the sampled sweep's exact redo depends
-// on the inputs, and on an H100 one of three N(0,1) input sets at S_q 2048 / S_k 262144 sent q-tiles
-// to it, 11.2 ms after the 14.1 ms sweep: the call took 26.1 ms against 15.6 for the unfused path
-// and 15.2-15.6 for the fused one on the other sets (docs/PERF_NOTES.md). The unfused path's time
-// does not depend on the inputs, so automatic calls take it; the fused path serves by name.
-inline constexpr bool kTopkFusedAutomatic = false;
+// BSHD bf16 past about 127k keys, k at least kTopkFusedAutoMinK). Off in sessions 28-32: the
+// sampled sweep's exact redo depends on the inputs, and on an H100 one of three N(0,1) input sets
+// at S_q 2048 / S_k 262144 sent q-tiles to it, 11.2 ms after the 14.1 ms sweep: the call took 26.1
+// ms against 15.6 for the unfused path. On since session 33, with the seeded redo pool: on an
+// H100 (gpu_session.sh s33a), k 2048 over 8 input sets the fused call took 14.54-14.81 ms where no
+// row failed (unfused 15.02-15.68) and 15.60 where one did (unfused 15.06); with 9 failed q-tiles
+// (margin 3) 16.53 against 16.05. At k 512 it was slower on every set (14.21-15.05 against
+// 13.47-14.61), and the bench (s33b) had k 1024 3 % slower at S_k 262144 and k 2048 faster at both
+// S_k 131072 (14418 against 14715 us cold) and 262144 (14643 against 15549): hence the k gate.
+inline constexpr bool kTopkFusedAutomatic = true;
+inline constexpr int64_t kTopkFusedAutoMinK = 2048;
 bool topk_fused_automatic();
 void set_topk_fused_automatic(std::optional<bool> on);  // tests and measurements (nullopt: kTopkFusedAutomatic)
 // The split redo (session 30): a BSHD block's q-tiles with a failed row are swept again in

@@ -151,8 +151,8 @@ void set_topk_select_regs_mid(std::optional<bool> on);  // tests and measurement
 void set_topk_select_regs_ctas(int ctas_per_sm);
 // Whether the unfused path's blocks of this call would hold fewer rows than half a wave of
 // q-tiles (S_k past about 127k keys at 256 MiB on 132 SMs): where the fused path, whose
-// candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy, off
-// since session 28: topk_fused_automatic).
+// candidate rows are 8-16x shorter, keeps full blocks in less memory (its automatic policy at k
+// 2048: topk_fused_automatic).
 bool topk_unfused_short_blocks(const Problem& p, const DeviceInfo& dev);
 inline constexpr uint64_t kTopkDefaultBudget = uint64_t(256) << 20;
 

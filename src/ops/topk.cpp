@@ -126,8 +126,8 @@ std::size_t topk_workspace_size(const TensorDesc& q, const TensorDesc& k, const 
   uint64_t bytes = make_plan(p, dev, family, PlanPurpose::spec_only).workspace_bytes;
   // An automatic fast-path call may run the escape hatch's family instead in async compile mode
   // (while its kernels compile): there the size covers both. In sync mode it never does, and the
-  // fused path's smaller workspace is the size (S_k past about 127k keys, with
-  // topk_fused_automatic; automatic calls take the unfused path by default since session 28).
+  // fused path's smaller workspace is the size (S_k past about 127k keys at k 2048:
+  // topk_fused_automatic, on since session 33).
   if (opt.family == KernelFamily::automatic && family.fast_path() && env().lean_compile == LeanCompile::async)
     bytes = std::max(bytes, make_plan(p, dev, choose_family(p, dev, opt.family, true), PlanPurpose::spec_only).workspace_bytes);
   return static_cast<std::size_t>(bytes);

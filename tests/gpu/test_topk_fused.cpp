@@ -197,9 +197,9 @@ TEST_CASE("topk fused: S_k 65536, a sample stride of 64", "[topk_fused]") {
   check_fused(p, 251, {2048});
 }
 
-// The automatic policy (sm90_topk_fused.hpp; on here by set_topk_fused_automatic, off by
-// default): past about 127k keys the unfused blocks would hold under half a wave of rows and
-// automatic calls take the fused path. Its output equals the unfused path's, by name, in blocks
+// The automatic policy (sm90_topk_fused.hpp; on by default since session 33): past about 127k
+// keys the unfused blocks would hold under half a wave of rows and automatic calls take the fused
+// path at k 2048 (at k 64 the unfused one). Its output equals the unfused path's, by name, in blocks
 // within the budget (lean split) and in the old one-wave blocks.
 TEST_CASE("topk fused: automatic calls at S_k 131072 take it, equal to the unfused path", "[topk_fused][topk_auto]") {
   namespace dd = dsa_indexer::detail;
@@ -220,7 +220,9 @@ TEST_CASE("topk fused: automatic calls at S_k 131072 take it, equal to the unfus
       const dd::Problem prob = dd::validate_topk(dp.tq, dp.tk, dp.tw, ti, dp.opt, t, nullptr);
       INFO("SMs " << dev.sm_count);
       CHECK(dd::topk_unfused_short_blocks(prob, dev) == (dev.sm_count * 4 > 512));
-      if (dev.sm_count * 4 > 512) CHECK(&dd::choose_family(prob, dev, KernelFamily::automatic, false) == &dd::topk_fused_family());
+      if (dev.sm_count * 4 > 512)
+        CHECK(&dd::choose_family(prob, dev, KernelFamily::automatic, false) ==
+              (k >= dd::kTopkFusedAutoMinK ? &dd::topk_fused_family() : &dd::topk_unfused_family()));
     }
     const TopkOut a = run_topk(p, dp, k, {KernelFamily::automatic, false, false});
     const TopkOut u = run_topk(p, dp, k, {KernelFamily::topk_unfused, false, false});

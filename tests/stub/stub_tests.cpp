@@ -306,36 +306,44 @@ int child_topk() {
            fmt::format("fused, redo pool: the workspace {} = {} + the CTAs' chunk buffers ({} bytes)", wsp, wsf, pool));
   }
   // An automatic call past about 127k keys (S_q 1056, S_k 131072: the unfused blocks hold 352
-  // rows, under half a wave; rows of at most 1056 keys: the narrow and register rows) takes the
-  // unfused path (3 blocks, 15 launches) and its workspace; with
-  // the fused path's automatic policy on (set_topk_fused_automatic, off since session 28) it takes
-  // the fused path: one block, 6 launches (with the redo pool), and (sync compile mode) the fused
-  // path's workspace, smaller than the unfused path's.
+  // rows, under half a wave; rows of at most 1056 keys: the narrow and register rows) at k 64
+  // takes the unfused path (3 blocks, 15 launches) and its workspace (the fused policy wants k
+  // 2048); at k 2048 the fused path (the policy on since session 33): one block, 6 launches (with
+  // the redo pool), and (sync compile mode) the fused path's workspace, smaller than the unfused
+  // path's; with the policy off (set_topk_fused_automatic) the unfused path again.
   {
     Bshd l(1, 1056, 131072);
     l.opt.ratio = 1;
-    const int kl = 64;
-    TensorDesc lidx = TensorDesc::contiguous(dalloc(std::size_t(1056) * kl * 4), DType::i32, {1, 1056, kl});
-    dsa_indexer::TopkOptions lt;
-    lt.k = kl;
-    const unsigned long nu = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
-    expect(nu == 15 && contains(stub_last_kernel(), "sm90_topk_select"),
-           fmt::format("automatic at S_k 131072: the unfused path, 15 launches ({}), last {}", nu, stub_last_kernel()));
-    const std::size_t wd = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
-    dsa_indexer::detail::set_topk_fused_automatic(true);
-    const unsigned long na = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
-    expect(na == 6 && contains(stub_last_kernel(), "sm90_topk_candidates"),
-           fmt::format("automatic at S_k 131072, the fused policy on: the fused path, 6 launches ({}), last {}", na, stub_last_kernel()));
-    const std::size_t wa = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
-    dsa_indexer::detail::set_topk_fused_automatic(std::nullopt);
-    l.opt.family = dsa_indexer::KernelFamily::topk_fused;
-    const std::size_t wf = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
-    l.opt.family = dsa_indexer::KernelFamily::topk_unfused;
-    const std::size_t wu = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
-    expect(wd == wu && wa == wf && wf < wu && wu <= (std::size_t(257) << 20),
-           fmt::format("automatic at S_k 131072: the unfused workspace ({} = {} bytes); the fused policy on, the fused one "
-                       "({} = {} bytes), under it",
-                       wd, wu, wa, wf));
+    for (const int kl : {64, 2048}) {
+      TensorDesc lidx = TensorDesc::contiguous(dalloc(std::size_t(1056) * kl * 4), DType::i32, {1, 1056, kl});
+      dsa_indexer::TopkOptions lt;
+      lt.k = kl;
+      l.opt.family = dsa_indexer::KernelFamily::automatic;
+      dsa_indexer::detail::set_topk_fused_automatic(false);
+      const unsigned long nu = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
+      const std::string ulast = stub_last_kernel();
+      const std::size_t wd = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
+      dsa_indexer::detail::set_topk_fused_automatic(std::nullopt);
+      expect(nu == 15 && contains(ulast, "sm90_topk_select"),
+             fmt::format("k {}, automatic at S_k 131072, the fused policy off: the unfused path, 15 launches ({}), last {}", kl, nu,
+                         ulast));
+      const unsigned long na = launches_of([&] { dsa_indexer::indexer_topk(l.q, l.k, l.w, lidx, l.opt, lt, nullptr); });
+      const std::string alast = stub_last_kernel();
+      const std::size_t wa = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
+      const bool fused = kl == 2048;
+      expect(fused ? na == 6 && contains(alast, "sm90_topk_candidates") : na == 15 && contains(alast, "sm90_topk_select"),
+             fmt::format("k {}, automatic at S_k 131072: the {} path, {} launches ({}), last {}", kl, fused ? "fused" : "unfused",
+                         fused ? 6 : 15, na, alast));
+      l.opt.family = dsa_indexer::KernelFamily::topk_fused;
+      const std::size_t wf = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
+      l.opt.family = dsa_indexer::KernelFamily::topk_unfused;
+      const std::size_t wu = dsa_indexer::indexer_topk_workspace_size(l.q, l.k, l.w, lidx, l.opt, lt);
+      expect(wd == wu && wa == (fused ? wf : wu) && wf < wu && wu <= (std::size_t(257) << 20),
+             fmt::format("k {}, automatic at S_k 131072: the policy off, the unfused workspace ({} = {} bytes); on, {} ({}; "
+                         "fused {}, under the unfused)",
+                         kl, wd, wu, wa, fused ? "the fused one" : "the unfused one", wf));
+    }
+    l.opt.family = dsa_indexer::KernelFamily::automatic;
   }
   // A selection of width 6000 without softmax: the rows of 4097..8192 cells by the narrow
   // register rows (kTopkSelectRegsMid, on since session 30), three launches, the general

@@ -105,23 +105,22 @@ TEST_CASE("topk fused: the dispatcher takes it where its gates hold", "[topk][di
 TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall under half a wave", "[topk][dispatch]") {
   const DeviceInfo dev = DeviceInfo::h200();  // 132 SMs: half a wave is 528 rows
   const auto automatic = [&](const Problem& p) { return &choose_family(p, dev, KernelFamily::automatic, false); };
-  // by default (kTopkFusedAutomatic off) automatic calls take the unfused path at every S_k
-  for (int k : {2048, 512}) {
-    CHECK(automatic(topk_problem(1, 4096, 131072, k)) == &topk_unfused_family());
-    CHECK(automatic(topk_problem(1, 2048, 262144, k)) == &topk_unfused_family());
-  }
-  // the policy where it is on
-  set_topk_fused_automatic(true);
+  // the policy (kTopkFusedAutomatic, on since session 33)
+  CHECK(topk_fused_automatic());
   // S_k 65536: the 256 MiB budget holds 1024 rows (lean split blocks): unfused
   const Problem p64k = topk_problem(1, 8192, 65536, 2048);
   CHECK_FALSE(topk_unfused_short_blocks(p64k, dev));
   CHECK(automatic(p64k) == &topk_unfused_family());
-  // S_k 131072 and 262144: 512 and 256 rows: fused, k 2048 and 512
-  for (int k : {2048, 512}) {
+  // S_k 131072 and 262144: 512 and 256 rows: fused at k 2048; at k 512 and 1024 unfused (the
+  // fused path slower there, session 33), by name fused
+  for (int k : {2048, 1024, 512}) {
+    INFO("k " << k);
     const Problem a = topk_problem(1, 4096, 131072, k), b = topk_problem(1, 2048, 262144, k);
     CHECK(topk_unfused_short_blocks(a, dev));
-    CHECK(automatic(a) == &topk_fused_family());
-    CHECK(automatic(b) == &topk_fused_family());
+    const Family* want = k >= kTopkFusedAutoMinK ? &topk_fused_family() : &topk_unfused_family();
+    CHECK(automatic(a) == want);
+    CHECK(automatic(b) == want);
+    CHECK(&choose_family(a, dev, KernelFamily::topk_fused, false) == &topk_fused_family());
     // the escape hatch still gives the unfused path
     CHECK(&choose_family(a, dev, KernelFamily::automatic, true) == &topk_unfused_family());
     // and by name the unfused path serves it, in blocks within its budget
@@ -130,6 +129,11 @@ TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall und
     // the fused workspace: blocks of full waves, less than the unfused one
     CHECK(make_plan(a, dev, topk_fused_family()).workspace_bytes < make_plan(a, dev, topk_unfused_family()).workspace_bytes);
   }
+  // the policy off (set_topk_fused_automatic): unfused at every S_k
+  set_topk_fused_automatic(false);
+  CHECK(automatic(topk_problem(1, 4096, 131072, 2048)) == &topk_unfused_family());
+  CHECK(automatic(topk_problem(1, 2048, 262144, 2048)) == &topk_unfused_family());
+  set_topk_fused_automatic(std::nullopt);
   // with lse too when the lane-order lse is on; else lse, FP8 (served by name only), few rows
   // (S_q under half a wave), or candidates past the sweep's limit: unfused
   CHECK(automatic(topk_problem(1, 4096, 131072, 2048, 1, true)) == &topk_unfused_family());
@@ -154,7 +158,6 @@ TEST_CASE("topk fused: automatic calls take it where the unfused blocks fall und
   CHECK_FALSE(topk_unfused_short_blocks(p64k, big));
   big.sm_count = 512;
   CHECK(topk_unfused_short_blocks(p64k, big));
-  set_topk_fused_automatic(std::nullopt);
 }
 
 TEST_CASE("topk fused: candidate buffers and the workspace", "[topk][planner]") {
