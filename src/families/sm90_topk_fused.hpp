@@ -177,7 +177,9 @@ void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFus
 // bitwise the unfused path in every case, memcheck clean; 9 failed q-tiles (S_q 2112 / S_k
 // 262144 k 2048) 17.59 ms against 27.76 by slots (unfused 15.74), one (seed 2) 16.62 against
 // 16.98; racecheck found a warp-level hazard on a row's count (every lane's read, lane 0's reset
-// after an empty chunk), fixed, then racecheck clean (gpu_session.sh s32b; s32c the other cases).
+// after an empty chunk), fixed, then racecheck clean (gpu_session.sh s32b). Session 33 on an H100
+// with the floors (kTopkFusedRedoSeed, below; gpu_session.sh s33a): bitwise in every case,
+// memcheck and racecheck clean; seed 2 15.60 ms, 9 failed q-tiles 16.53 (unfused 15.06, 16.05).
 inline constexpr bool kTopkFusedRedoPool = true;
 bool topk_fused_redo_pool();
 void set_topk_fused_redo_pool(std::optional<bool> on);  // nullopt: kTopkFusedRedoPool
