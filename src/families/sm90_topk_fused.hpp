@@ -101,7 +101,7 @@ void set_topk_fused_thd_rows(std::optional<bool> on);  // nullopt: kTopkFusedThd
 // ms against 15.6 for the unfused path. On since session 33, with the seeded redo pool: on an
 // H100 (gpu_session.sh s33a), k 2048 over 8 input sets the fused call took 14.54-14.81 ms where no
 // row failed (unfused 15.02-15.68) and 15.60 where one did (unfused 15.06); with 9 failed q-tiles
-// (margin 3) 16.53 against 16.05. At k 512 it was slower on every set (14.21-15.05 against
+// (margin 3) 16.53 against 16.05. At k 512 it was slower on 7 of the 8 sets, by up to 12 % (14.21-15.05 against
 // 13.47-14.61), and the bench (s33b) had k 1024 3 % slower at S_k 262144 and k 2048 faster at both
 // S_k 131072 (14418 against 14715 us cold) and 262144 (14643 against 15549): hence the k gate.
 inline constexpr bool kTopkFusedAutomatic = true;
