@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh OUTDIR [tests|topk|python|demo|bench|jitcost|hostcost|sanitize|racecheck|profile|all]...
 #                                [topk_bench|topk_peers|fused|fp8|fp8_tests|fp8_bench|fp8_peers|validate9a|validate9b|perf9|validate10]
 #                                [validate11a|validate11b|perf11a|perf11b|perf12|s12|s12b|s13|s13b|s13c|s13d|s14|s14b|s14c|s15|s15b|s15c|s16]
-#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|s29b|s29c|s29d|s29e|s30a|s30b|s31a|s32a|s32b|s32c|s33a|deepgemm|trace]
+#                                [digests|ab_epilogue|s17a|s17b|s18|s18min|s18b|s19|s19a|s19b|s20a|s20b|s20c|s20d|s21a|s21b|s21c|s21d|s21e|s22a|s22b|s22c|s22d|s23a|s23b|s23c|s24a|s24b|s24c|s25a|s25b|s25c|s26a|s26b|s26c|s27a|s27b|s27c|s27d|s28b|s28c|s28d|s28e|s29a|s29b|s29c|s29d|s29e|s30a|s30b|s31a|s32a|s32b|s32c|s33a|s34a|deepgemm|trace]
 # topk_bench (not in all) runs `dsa-indexer demo --op topk` and the CLI's top-k rows (bench --op
 # topk, JSON in OUTDIR/topk_bench.json); topk_peers (not in all; after topk_bench, on the same
 # machine) runs bench/peers.py --op topk with that JSON, and cuDNN-frontend from the wheel folders
@@ -650,6 +650,15 @@ if [[ " $steps " == *" s31a "* || " $steps " == *" s32a "* || " $steps " == *" s
 fi
 if [[ " $steps " == *" s32a "* || " $steps " == *" s32c "* || " $steps " == *" s33a "* ]]; then
   run gpu_topk_fused 240 $b/tests/dsa_gpu_tests "[topk_fused]~[topk_fused_redo]" --durations yes
+fi
+# s34a (not in all): where a failed q-tile's millisecond goes with the seeded redo pool (session
+# 33: seed 2 at S_q 2048 / S_k 262144 k 2048 15.60 ms against about 14.6 without a failure): every
+# kernel's time of the skew case's calls (9 failed q-tiles: the sampled sweep, the slots, the
+# seeds, the pool's sweep, the candidates), then the seeds' timings again.
+if [[ " $steps " == *" s34a "* ]]; then
+  run ncu_redo_pool 300 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
+    --kernel-name regex:"sm90_topk_(fused_sweep|fused_redo_pool|redo_seed|redo_slots|candidates)" $b/tests/dsa_gpu_tests "[topk_redo_skew]"
+  run gpu_topk_seeds 150 $b/tests/dsa_gpu_tests "[topk_seeds]" --durations yes
 fi
 # s30b (not in all): the split redo (session 30, off: kTopkFusedRedoSplit): its GPU cases (bitwise
 # the unfused path with 1, 8 and 4096 slots), the fused cases it must leave as they were, and the
