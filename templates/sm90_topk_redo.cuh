@@ -16,6 +16,13 @@
 
 namespace dsa {
 
+// Whether a row of q-tile t (rows 8t..8t+7 of the block's `rows`) failed in the sampled sweep.
+__device__ __forceinline__ bool lean_topk_tile_failed(const u8* fail, i64 t, i64 rows) {
+  bool f = false;
+  for (i64 i = t * 8; i < t * 8 + 8 && i < rows; ++i) f |= fail[i] != 0;
+  return f;
+}
+
 // One CTA: thread i takes a run of consecutive q-tiles, counts its failed ones, and the runs'
 // counts are scanned in shared memory so that slots follow the q-tiles' order.
 __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_slots(const TopkRedoArgs r) {
@@ -27,11 +34,7 @@ __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_slots(
   const i64 per = (tiles + kLeanTopkRedoThreads - 1) / kLeanTopkRedoThreads;
   const i64 t0 = static_cast<i64>(threadIdx.x) * per;
   const i64 t1 = t0 + per < tiles ? t0 + per : tiles;
-  auto failed = [&](i64 t) {
-    bool f = false;
-    for (i64 i = t * 8; i < t * 8 + 8 && i < r.rows; ++i) f |= fail[i] != 0;
-    return f;
-  };
+  auto failed = [&](i64 t) { return lean_topk_tile_failed(fail, t, r.rows); };
   i32 n = 0;
   for (i64 t = t0; t < t1; ++t) n += failed(t) ? 1 : 0;
   sums[threadIdx.x] = n;
@@ -72,9 +75,7 @@ __global__ void __launch_bounds__(kLeanTopkRedoThreads, 1) sm90_topk_redo_seed(c
   __shared__ LeanTopkRow rows[8];
   const u8* fail = reinterpret_cast<const u8*>(r.fail);
   const i64 t = blockIdx.x, row0 = t * 8;
-  bool failed = false;
-  for (i64 i = row0; i < row0 + 8 && i < r.rows; ++i) failed |= fail[i] != 0;
-  if (!failed) return;
+  if (!lean_topk_tile_failed(fail, t, r.rows)) return;
   const int w = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const i64 row = row0 + w;
   if (row >= r.rows) return;

@@ -483,7 +483,7 @@ class TopkFusedFamily final : public Family {
             ra.parts = buf.redo.parts;
             ra.k = static_cast<int32_t>(p.topk.k);
             ra.pool = reinterpret_cast<uintptr_t>(buf.pool_rows);
-            ra.seed = buf.pool && topk_fused_redo_seed() ? 1 : 0;
+            ra.seed = topk_fused_redo_seed() ? 1 : 0;  // (read by sm90_topk_redo_seed, the pool's only)
             void* rparams[] = {&ra};
             launch_one(k.functions[3], plan.launches[3], stream, rparams, "cuLaunchKernelEx(sm90_topk_redo_slots)");
             if (buf.pool) {

@@ -162,9 +162,10 @@ void set_topk_fused_redo_slot_items(std::optional<bool> on);  // nullopt: kTopkF
 inline constexpr bool kTopkFusedRedoJoinCut = false;
 bool topk_fused_redo_join_cut();
 void set_topk_fused_redo_join_cut(std::optional<bool> on);  // nullopt: kTopkFusedRedoJoinCut
-// The redo pool (session 32; the default since session 33): the split redo without slots. sm90_topk_redo_slots lists every failed q-tile of a block (and empties its
-// rows' lists), the split launch sweeps them all, chunk p % parts of the listed q-tile p / parts
-// at position p (a q-tile's chunks on consecutive CTAs), each CTA's chunk in the CTA's own buffer
+// The redo pool (session 32; the default since session 33): the split redo without slots.
+// sm90_topk_redo_slots lists every failed q-tile of a block (sm90_topk_redo_seed empties its rows'
+// lists and sets their floors, below), the split launch sweeps them all, chunk p % parts of the
+// listed q-tile p / parts at position p (a q-tile's chunks on consecutive CTAs), each CTA's chunk in the CTA's own buffer
 // (a buffer per SM: 35 MB at k 2048 on 132 SMs, whatever the failed q-tiles), and the chunk's
 // end joins each row to the row's list under a lock per row (cut to its k largest when the chunk
 // would not fit, as the join that cuts, whose smallest then filters the row's later joins), so
